@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs every Debian package Frenzy needs to build, test and run.
+# Safe to run again; needs root (or sudo) on Debian 12.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+  build-essential cmake ninja-build ccache pkg-config \
+  clang libclang-rt-14-dev \
+  nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev \
+  libgtest-dev libgmock-dev libbenchmark-dev \
+  libsqlite3-dev python3 >/dev/null

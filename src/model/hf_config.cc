@@ -1,0 +1,473 @@
+#include "model/hf_config.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include "common/json_reader.h"
+
+namespace frenzy {
+namespace {
+
+// Field defaults below are those of the transformers configuration classes
+// (transformers/models/<type>/configuration_<type>.py, v4.40-v4.46) and the module
+// constructors in modeling_<type>.py that decide which weights exist.
+
+class Builder {
+ public:
+  Builder(const nlohmann::json& config, const std::string& where)
+      : r_(config, where), where_(where) {}
+
+  JsonReader& r() { return r_; }
+  ModelSpec& spec() { return spec_; }
+
+  // Reads an int field under any of `keys` (first present wins; HF attribute_map aliases) and
+  // remembers which key fed the ModelSpec field `spec_field` for error messages.
+  int64_t Int(const std::string& spec_field, std::initializer_list<const char*> keys,
+              std::optional<int64_t> fallback) {
+    for (const char* key : keys) {
+      if (r_.HasValue(key)) {
+        keys_[spec_field] = key;
+        return r_.OptInt(key).value_or(0);
+      }
+    }
+    keys_[spec_field] = *keys.begin();
+    if (!fallback) {
+      r_.Error(*keys.begin(), "missing required field");
+      return 0;
+    }
+    return *fallback;
+  }
+
+  double Prob(std::initializer_list<const char*> keys, double fallback) {
+    for (const char* key : keys) {
+      if (r_.HasValue(key)) return r_.OptDouble(key).value_or(fallback);
+    }
+    return fallback;
+  }
+
+  void Activation(std::initializer_list<const char*> keys, const char* fallback) {
+    std::string act = fallback;
+    std::string key = *keys.begin();
+    for (const char* k : keys) {
+      if (r_.HasValue(k)) {
+        act = r_.String(k, fallback);
+        key = k;
+        break;
+      }
+    }
+    static const std::map<std::string, frenzy::Activation> kActs = {
+        {"gelu", Activation::kGelu},
+        {"gelu_python", Activation::kGelu},
+        {"gelu_new", Activation::kGeluTanh},
+        {"gelu_fast", Activation::kGeluTanh},
+        {"gelu_pytorch_tanh", Activation::kGeluTanh},
+        {"gelu_accurate", Activation::kGeluTanh},
+        {"relu", Activation::kRelu},
+        {"silu", Activation::kSilu},
+        {"swish", Activation::kSilu},
+    };
+    auto it = kActs.find(act);
+    if (it == kActs.end()) {
+      r_.Error(key, "unsupported activation '" + act +
+                        "' (supported: gelu, gelu_new, gelu_fast, gelu_pytorch_tanh, relu, "
+                        "silu, swish)");
+      return;
+    }
+    spec_.activation = it->second;
+  }
+
+  // head_dim: explicit field if given, else hidden / heads, which must divide.
+  void HeadDim(bool explicit_allowed) {
+    if (explicit_allowed && r_.HasValue("head_dim")) {
+      spec_.head_dim = Int("head_dim", {"head_dim"}, std::nullopt);
+      return;
+    }
+    keys_["head_dim"] = keys_["num_heads"];
+    if (spec_.num_heads > 0 && spec_.hidden_size > 0) {
+      if (spec_.hidden_size % spec_.num_heads != 0) {
+        r_.Error(keys_["num_heads"], "must divide " + keys_["hidden_size"] + " (" +
+                                         std::to_string(spec_.hidden_size) + "), found " +
+                                         std::to_string(spec_.num_heads));
+        return;
+      }
+      spec_.head_dim = spec_.hidden_size / spec_.num_heads;
+    }
+  }
+
+  void NoteKey(const std::string& spec_field, const std::string& key) { keys_[spec_field] = key; }
+
+  Result<ModelSpec> Finish() {
+    RETURN_IF_ERROR(r_.Finish());
+    auto problems = spec_.Problems();
+    if (problems.empty()) return spec_;
+    auto key = [&](const std::string& f) {
+      auto it = keys_.find(f);
+      return it == keys_.end() ? f : it->second;
+    };
+    std::string msg = problems[0].message;
+    for (size_t i = 1; i < problems.size(); ++i) {
+      msg += "; also field '" + key(problems[i].field) + "': " + problems[i].message;
+    }
+    return InvalidArgument(msg, where_, key(problems[0].field));
+  }
+
+ private:
+  JsonReader r_;
+  std::string where_;
+  ModelSpec spec_;
+  std::map<std::string, std::string> keys_;
+};
+
+// Llama and its close relatives: RMSNorm, rotary, gated MLP, optional GQA.
+struct LlamaLike {
+  int64_t vocab, hidden, ffn, layers, heads, max_pos;
+  std::optional<int64_t> kv_heads;  // nullopt: = heads
+  const char* act;
+  bool tied;
+  bool qkv_bias;
+};
+
+void ReadLlamaLike(Builder& b, const LlamaLike& d, bool read_bias_flags) {
+  ModelSpec& s = b.spec();
+  s.norm = NormKind::kRmsNorm;
+  s.norm_bias = false;
+  s.position = PositionKind::kRotary;
+  s.gated_mlp = true;
+  s.vocab_size = b.Int("vocab_size", {"vocab_size"}, d.vocab);
+  s.hidden_size = b.Int("hidden_size", {"hidden_size"}, d.hidden);
+  s.ffn_hidden_size = b.Int("ffn_hidden_size", {"intermediate_size"}, d.ffn);
+  s.num_layers = b.Int("num_layers", {"num_hidden_layers"}, d.layers);
+  s.num_heads = b.Int("num_heads", {"num_attention_heads"}, d.heads);
+  s.num_kv_heads = b.Int("num_kv_heads", {"num_key_value_heads"}, d.kv_heads.value_or(s.num_heads));
+  s.max_positions = b.Int("max_positions", {"max_position_embeddings"}, d.max_pos);
+  s.tied_embeddings = b.r().Bool("tie_word_embeddings", d.tied);
+  s.qkv_bias = d.qkv_bias;
+  if (read_bias_flags) {
+    // LlamaConfig.attention_bias covers q, k, v and o; mlp_bias all three MLP matrices.
+    bool attn_bias = b.r().Bool("attention_bias", false);
+    s.qkv_bias = attn_bias;
+    s.attn_out_bias = attn_bias;
+    s.mlp_bias = b.r().Bool("mlp_bias", false);
+  }
+  s.attention_dropout = b.Prob({"attention_dropout"}, 0.0);
+  b.Activation({"hidden_act"}, d.act);
+  b.HeadDim(/*explicit_allowed=*/true);
+}
+
+void ReadLlama(Builder& b) {
+  // LlamaConfig defaults.
+  ReadLlamaLike(b, {32000, 4096, 11008, 32, 32, 2048, std::nullopt, "silu", false, false}, true);
+}
+
+void ReadMistral(Builder& b) {
+  // MistralConfig defaults (max_position_embeddings = 4096 * 32).
+  ReadLlamaLike(b, {32000, 4096, 14336, 32, 32, 4096 * 32, 8, "silu", false, false}, false);
+}
+
+void ReadMixtral(Builder& b) {
+  // MixtralConfig defaults; every layer is a sparse MoE block with a bias-free router.
+  ReadLlamaLike(b, {32000, 4096, 14336, 32, 32, 4096 * 32, 8, "silu", false, false}, false);
+  ModelSpec& s = b.spec();
+  s.moe.num_experts = b.Int("moe.num_experts", {"num_local_experts"}, 8);
+  s.moe.experts_per_token = b.Int("moe.experts_per_token", {"num_experts_per_tok"}, 2);
+  s.moe.ffn_hidden_size = s.ffn_hidden_size;
+  b.NoteKey("moe.ffn_hidden_size", "intermediate_size");
+}
+
+void ReadQwen2(Builder& b) {
+  // Qwen2Config defaults; q/k/v projections carry a bias, o_proj does not.
+  ReadLlamaLike(b, {151936, 4096, 22016, 32, 32, 32768, 32, "silu", false, true}, false);
+}
+
+void ReadQwen2Moe(Builder& b) {
+  // Qwen2MoeConfig defaults.
+  ReadLlamaLike(b, {151936, 2048, 5632, 24, 16, 32768, 16, "silu", false, true}, false);
+  ModelSpec& s = b.spec();
+  s.moe.num_experts = b.Int("moe.num_experts", {"num_experts"}, 60);
+  s.moe.experts_per_token = b.Int("moe.experts_per_token", {"num_experts_per_tok"}, 4);
+  s.moe.ffn_hidden_size = b.Int("moe.ffn_hidden_size", {"moe_intermediate_size"}, 1408);
+  s.moe.shared_ffn_hidden_size =
+      b.Int("moe.shared_ffn_hidden_size", {"shared_expert_intermediate_size"}, 5632);
+  // One shared expert with its own sigmoid gate (Qwen2MoeSparseMoeBlock).
+  s.moe.num_shared_experts = s.moe.shared_ffn_hidden_size > 0 ? 1 : 0;
+  s.moe.shared_expert_gate = s.moe.num_shared_experts > 0;
+  s.moe.layer_freq = b.Int("moe.layer_freq", {"decoder_sparse_step"}, 1);
+  s.moe.dense_layers = b.r().IntList("mlp_only_layers");
+}
+
+void ReadGemma(Builder& b) {
+  // GemmaConfig defaults: head_dim 256, tied embeddings, GeGLU MLP.
+  ReadLlamaLike(b, {256000, 3072, 24576, 28, 16, 8192, 16, "gelu_pytorch_tanh", true, false},
+                true);
+  if (!b.r().HasValue("head_dim")) b.spec().head_dim = 256;
+  // Gemma's modeling code prefers hidden_activation when set.
+  if (b.r().HasValue("hidden_activation")) b.Activation({"hidden_activation"}, "gelu_pytorch_tanh");
+}
+
+void ReadPhi3(Builder& b) {
+  // Phi3Config defaults; fused qkv_proj and gate_up_proj have the same counts as separate ones.
+  ReadLlamaLike(b, {32064, 3072, 8192, 32, 32, 4096, std::nullopt, "silu", false, false}, false);
+  ModelSpec& s = b.spec();
+  s.hidden_dropout = b.Prob({"resid_pdrop"}, 0.0);
+  s.attention_dropout = b.Prob({"attention_dropout"}, 0.0);
+}
+
+void ReadGpt2(Builder& b) {
+  // GPT2Config defaults; GPT2LMHeadModel ties lm_head to wte.
+  ModelSpec& s = b.spec();
+  s.norm = NormKind::kLayerNorm;
+  s.position = PositionKind::kLearned;
+  s.qkv_bias = s.attn_out_bias = s.mlp_bias = true;
+  s.vocab_size = b.Int("vocab_size", {"vocab_size"}, 50257);
+  s.max_positions = b.Int("max_positions", {"n_positions", "max_position_embeddings"}, 1024);
+  s.hidden_size = b.Int("hidden_size", {"n_embd", "hidden_size"}, 768);
+  s.num_layers = b.Int("num_layers", {"n_layer", "num_hidden_layers"}, 12);
+  s.num_heads = b.Int("num_heads", {"n_head", "num_attention_heads"}, 12);
+  s.num_kv_heads = s.num_heads;
+  s.ffn_hidden_size = b.Int("ffn_hidden_size", {"n_inner"}, 4 * s.hidden_size);
+  s.tied_embeddings = b.r().Bool("tie_word_embeddings", true);
+  s.hidden_dropout = b.Prob({"resid_pdrop"}, 0.1);
+  s.attention_dropout = b.Prob({"attn_pdrop"}, 0.1);
+  b.Activation({"activation_function"}, "gelu_new");
+  b.HeadDim(false);
+}
+
+void ReadGptNeox(Builder& b) {
+  // GPTNeoXConfig defaults; two LayerNorms a layer even with the parallel residual; untied
+  // embed_out.
+  ModelSpec& s = b.spec();
+  s.norm = NormKind::kLayerNorm;
+  s.position = PositionKind::kRotary;
+  s.vocab_size = b.Int("vocab_size", {"vocab_size"}, 50432);
+  s.hidden_size = b.Int("hidden_size", {"hidden_size"}, 6144);
+  s.num_layers = b.Int("num_layers", {"num_hidden_layers"}, 44);
+  s.num_heads = b.Int("num_heads", {"num_attention_heads"}, 64);
+  s.num_kv_heads = s.num_heads;
+  s.ffn_hidden_size = b.Int("ffn_hidden_size", {"intermediate_size"}, 24576);
+  s.max_positions = b.Int("max_positions", {"max_position_embeddings"}, 2048);
+  s.parallel_attn_mlp = b.r().Bool("use_parallel_residual", true);
+  bool attn_bias = b.r().Bool("attention_bias", true);
+  s.qkv_bias = s.attn_out_bias = attn_bias;
+  s.mlp_bias = true;
+  s.tied_embeddings = b.r().Bool("tie_word_embeddings", false);
+  s.hidden_dropout = b.Prob({"hidden_dropout"}, 0.0);
+  s.attention_dropout = b.Prob({"attention_dropout"}, 0.0);
+  b.Activation({"hidden_act"}, "gelu");
+  b.HeadDim(false);
+}
+
+void ReadOpt(Builder& b) {
+  // OPTConfig defaults. OPTLearnedPositionalEmbedding keeps 2 extra rows; project_in/out exist
+  // when word_embed_proj_dim != hidden_size; the decoder's final norm only with pre-norm.
+  ModelSpec& s = b.spec();
+  s.norm = NormKind::kLayerNorm;
+  s.position = PositionKind::kLearned;
+  s.position_offset = 2;
+  s.vocab_size = b.Int("vocab_size", {"vocab_size"}, 50272);
+  s.hidden_size = b.Int("hidden_size", {"hidden_size"}, 768);
+  s.num_layers = b.Int("num_layers", {"num_hidden_layers"}, 12);
+  s.num_heads = b.Int("num_heads", {"num_attention_heads"}, 12);
+  s.num_kv_heads = s.num_heads;
+  s.ffn_hidden_size = b.Int("ffn_hidden_size", {"ffn_dim"}, 3072);
+  s.max_positions = b.Int("max_positions", {"max_position_embeddings"}, 2048);
+  s.embedding_proj_dim = b.Int("embedding_proj_dim", {"word_embed_proj_dim"}, s.hidden_size);
+  if (s.embedding_proj_dim == s.hidden_size) s.embedding_proj_dim = 0;
+  bool pre_norm = b.r().Bool("do_layer_norm_before", true);
+  bool remove_final = b.r().Bool("_remove_final_layer_norm", false);
+  s.norm_placement = pre_norm ? NormPlacement::kPreNorm : NormPlacement::kPostNorm;
+  s.final_norm = pre_norm && !remove_final;
+  bool bias = b.r().Bool("enable_bias", true);
+  s.qkv_bias = s.attn_out_bias = s.mlp_bias = bias;
+  if (!b.r().Bool("layer_norm_elementwise_affine", true)) s.norms_per_layer = 0;
+  s.tied_embeddings = b.r().Bool("tie_word_embeddings", true);
+  s.hidden_dropout = b.Prob({"dropout"}, 0.1);
+  s.attention_dropout = b.Prob({"attention_dropout"}, 0.0);
+  b.Activation({"activation_function"}, "relu");
+  b.HeadDim(false);
+}
+
+void ReadBloom(Builder& b) {
+  // BloomConfig defaults; `n_embed` overrides hidden_size; MLP is 4 * hidden; ALiBi.
+  ModelSpec& s = b.spec();
+  s.norm = NormKind::kLayerNorm;
+  s.position = PositionKind::kAlibi;
+  s.embedding_norm = true;
+  s.qkv_bias = s.attn_out_bias = s.mlp_bias = true;
+  s.vocab_size = b.Int("vocab_size", {"vocab_size"}, 250880);
+  s.hidden_size = b.Int("hidden_size", {"n_embed", "hidden_size"}, 64);
+  s.num_layers = b.Int("num_layers", {"n_layer", "num_hidden_layers"}, 2);
+  s.num_heads = b.Int("num_heads", {"n_head", "num_attention_heads"}, 8);
+  s.num_kv_heads = s.num_heads;
+  s.ffn_hidden_size = 4 * s.hidden_size;
+  b.NoteKey("ffn_hidden_size", b.r().HasValue("n_embed") ? "n_embed" : "hidden_size");
+  s.max_positions = b.Int("max_positions", {"seq_length", "max_position_embeddings"}, 2048);
+  s.tied_embeddings = b.r().Bool("tie_word_embeddings", true);
+  s.hidden_dropout = b.Prob({"hidden_dropout"}, 0.0);
+  s.attention_dropout = b.Prob({"attention_dropout"}, 0.0);
+  s.activation = Activation::kGeluTanh;  // bloom_gelu_forward: tanh approximation
+  b.HeadDim(false);
+}
+
+void ReadFalcon(Builder& b) {
+  // FalconConfig defaults and FalconDecoderLayer/FalconAttention construction.
+  ModelSpec& s = b.spec();
+  s.norm = NormKind::kLayerNorm;
+  s.vocab_size = b.Int("vocab_size", {"vocab_size"}, 65024);
+  s.hidden_size = b.Int("hidden_size", {"hidden_size", "n_embed"}, 4544);
+  s.num_layers = b.Int("num_layers", {"num_hidden_layers", "n_layer"}, 32);
+  s.num_heads = b.Int("num_heads", {"num_attention_heads", "n_head"}, 71);
+  int64_t kv_config = b.Int("num_kv_heads", {"num_kv_heads", "n_head_kv"}, s.num_heads);
+  bool new_arch = b.r().Bool("new_decoder_architecture", false);
+  bool multi_query = b.r().Bool("multi_query", true);
+  s.parallel_attn_mlp = b.r().Bool("parallel_attn", true);
+  bool bias = b.r().Bool("bias", false);
+  bool alibi = b.r().Bool("alibi", false);
+  s.ffn_hidden_size = b.Int("ffn_hidden_size", {"ffn_hidden_size"}, 4 * s.hidden_size);
+  s.max_positions = b.Int("max_positions", {"max_position_embeddings"}, 2048);
+  s.tied_embeddings = b.r().Bool("tie_word_embeddings", true);
+  s.hidden_dropout = b.Prob({"hidden_dropout"}, 0.0);
+  s.attention_dropout = b.Prob({"attention_dropout"}, 0.0);
+  s.position = alibi ? PositionKind::kAlibi : PositionKind::kRotary;
+  s.qkv_bias = s.attn_out_bias = s.mlp_bias = bias;
+  // FalconAttention: kv heads as configured with the new architecture, 1 with multi-query,
+  // else one per query head.
+  s.num_kv_heads = new_arch ? kv_config : (multi_query ? 1 : s.num_heads);
+  b.NoteKey("num_kv_heads", new_arch ? "num_kv_heads" : "multi_query");
+  // Norms: two unless the attention and MLP run in parallel off a single shared norm.
+  std::optional<int64_t> ln_parallel = b.r().OptInt("num_ln_in_parallel_attn");
+  if (!ln_parallel && new_arch) ln_parallel = 2;
+  s.norms_per_layer = (!s.parallel_attn_mlp || ln_parallel.value_or(1) == 2) ? 2 : 1;
+  s.activation = Activation::kGelu;
+  if (b.r().HasValue("activation")) b.Activation({"activation"}, "gelu");
+  b.HeadDim(false);
+}
+
+void ReadBertLike(Builder& b, int64_t default_vocab, int64_t default_type_vocab) {
+  // BertConfig / RobertaConfig defaults; post-norm encoder with an embedding LayerNorm and a
+  // pooler; RoBERTa's position table size is max_position_embeddings as configured (514).
+  ModelSpec& s = b.spec();
+  s.arch = ArchKind::kEncoder;
+  s.norm = NormKind::kLayerNorm;
+  s.norm_placement = NormPlacement::kPostNorm;
+  s.final_norm = false;
+  s.embedding_norm = true;
+  s.pooler = true;
+  s.position = PositionKind::kLearned;
+  s.qkv_bias = s.attn_out_bias = s.mlp_bias = true;
+  s.vocab_size = b.Int("vocab_size", {"vocab_size"}, default_vocab);
+  s.hidden_size = b.Int("hidden_size", {"hidden_size"}, 768);
+  s.num_layers = b.Int("num_layers", {"num_hidden_layers"}, 12);
+  s.num_heads = b.Int("num_heads", {"num_attention_heads"}, 12);
+  s.num_kv_heads = s.num_heads;
+  s.ffn_hidden_size = b.Int("ffn_hidden_size", {"intermediate_size"}, 3072);
+  s.max_positions = b.Int("max_positions", {"max_position_embeddings"}, 512);
+  s.type_vocab_size = b.Int("type_vocab_size", {"type_vocab_size"}, default_type_vocab);
+  s.tied_embeddings = b.r().Bool("tie_word_embeddings", true);
+  s.hidden_dropout = b.Prob({"hidden_dropout_prob"}, 0.1);
+  s.attention_dropout = b.Prob({"attention_probs_dropout_prob"}, 0.1);
+  b.Activation({"hidden_act"}, "gelu");
+  b.HeadDim(false);
+}
+
+using Reader = void (*)(Builder&);
+
+const std::map<std::string, Reader>& Readers() {
+  static const auto* kReaders = new std::map<std::string, Reader>{
+      {"llama", ReadLlama},
+      {"mistral", ReadMistral},
+      {"mixtral", ReadMixtral},
+      {"qwen2", ReadQwen2},
+      {"qwen2_moe", ReadQwen2Moe},
+      {"gemma", ReadGemma},
+      {"phi3", ReadPhi3},
+      {"gpt2", ReadGpt2},
+      {"gpt_neox", ReadGptNeox},
+      {"opt", ReadOpt},
+      {"bloom", ReadBloom},
+      {"falcon", ReadFalcon},
+      {"RefinedWebModel", ReadFalcon},  // Falcon's original remote-code configs
+      {"RefinedWeb", ReadFalcon},
+      {"bert", [](Builder& b) { ReadBertLike(b, 30522, 2); }},
+      {"roberta", [](Builder& b) { ReadBertLike(b, 50265, 2); }},
+  };
+  return *kReaders;
+}
+
+std::string JoinTypes() {
+  std::string out;
+  for (const auto& t : SupportedModelTypes()) out += (out.empty() ? "" : ", ") + t;
+  return out;
+}
+
+}  // namespace
+
+const std::vector<std::string>& SupportedModelTypes() {
+  static const auto* kTypes = new std::vector<std::string>{
+      "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma", "phi3",
+      "gpt2",  "gpt_neox", "opt",    "bloom", "falcon",    "bert",  "roberta"};
+  return *kTypes;
+}
+
+Result<ModelSpec> ParseHfConfig(const nlohmann::json& doc, const std::string& where,
+                                const std::string& name) {
+  const nlohmann::json* config = &doc;
+  std::string zoo_name;
+  // A zoo entry wraps the HuggingFace config.
+  if (doc.is_object() && doc.contains("config") && doc["config"].is_object()) {
+    config = &doc["config"];
+    if (doc.contains("name") && doc["name"].is_string()) zoo_name = doc["name"].get<std::string>();
+  }
+  if (!config->is_object()) {
+    return InvalidArgument("a config.json must be a JSON object", where);
+  }
+  Builder b(*config, where);
+  std::string model_type = b.r().String("model_type");
+  RETURN_IF_ERROR(b.r().Finish());
+  auto it = Readers().find(model_type);
+  if (it == Readers().end()) {
+    return InvalidArgument("unknown model_type '" + model_type + "' (supported: " + JoinTypes() +
+                               ")",
+                           where, "model_type");
+  }
+  ModelSpec& s = b.spec();
+  s.model_type = model_type;
+  if (model_type == "RefinedWebModel" || model_type == "RefinedWeb") s.model_type = "falcon";
+  it->second(b);
+  if (!name.empty()) {
+    s.name = name;
+  } else if (!zoo_name.empty()) {
+    s.name = zoo_name;
+  } else {
+    s.name = b.r().String("_name_or_path", "model");
+    if (s.name.empty()) s.name = "model";
+  }
+  return b.Finish();
+}
+
+Result<ModelSpec> ParseHfConfigText(std::string_view text, const std::string& where,
+                                    const std::string& name) {
+  ASSIGN_OR_RETURN(nlohmann::json doc, ParseJson(text, where));
+  return ParseHfConfig(doc, where, name);
+}
+
+Result<ModelSpec> LoadHfConfigFile(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  ASSIGN_OR_RETURN(nlohmann::json doc, ParseJson(text, path));
+  std::string name;
+  bool has_name = doc.is_object() && ((doc.contains("_name_or_path") &&
+                                       doc["_name_or_path"].is_string() &&
+                                       !doc["_name_or_path"].get<std::string>().empty()) ||
+                                      (doc.contains("config") && doc.contains("name")));
+  if (!has_name) {
+    std::filesystem::path p(path);
+    name = p.stem().string();
+    // ".../Llama-2-7b-hf/config.json" is better named after its folder.
+    if (name == "config" && p.has_parent_path() && !p.parent_path().filename().empty()) {
+      name = p.parent_path().filename().string();
+    }
+  }
+  return ParseHfConfig(doc, path, name);
+}
+
+}  // namespace frenzy

@@ -1,0 +1,137 @@
+#include "model/model_spec.h"
+
+#include <algorithm>
+
+namespace frenzy {
+
+const char* ArchKindName(ArchKind k) {
+  return k == ArchKind::kDecoder ? "decoder" : "encoder";
+}
+
+const char* NormKindName(NormKind k) { return k == NormKind::kLayerNorm ? "layernorm" : "rmsnorm"; }
+
+const char* ActivationName(Activation a) {
+  switch (a) {
+    case Activation::kGelu:
+      return "gelu";
+    case Activation::kGeluTanh:
+      return "gelu_tanh";
+    case Activation::kRelu:
+      return "relu";
+    case Activation::kSilu:
+      return "silu";
+  }
+  return "?";
+}
+
+const char* PositionKindName(PositionKind p) {
+  switch (p) {
+    case PositionKind::kLearned:
+      return "learned";
+    case PositionKind::kRotary:
+      return "rotary";
+    case PositionKind::kAlibi:
+      return "alibi";
+  }
+  return "?";
+}
+
+bool ModelSpec::IsMoeLayer(int64_t layer) const {
+  if (!moe.enabled()) return false;
+  if (std::find(moe.dense_layers.begin(), moe.dense_layers.end(), layer) !=
+      moe.dense_layers.end()) {
+    return false;
+  }
+  return moe.layer_freq > 0 && (layer + 1) % moe.layer_freq == 0;
+}
+
+int64_t ModelSpec::num_moe_layers() const {
+  int64_t n = 0;
+  for (int64_t i = 0; i < num_layers; ++i) n += IsMoeLayer(i) ? 1 : 0;
+  return n;
+}
+
+std::vector<ModelSpec::Problem> ModelSpec::Problems() const {
+  std::vector<Problem> problems;
+  auto add = [&](std::string field, std::string message) {
+    problems.push_back({std::move(field), std::move(message)});
+  };
+  auto need_positive = [&](const char* field, int64_t v) {
+    if (v <= 0) add(field, "must be positive, found " + std::to_string(v));
+  };
+  need_positive("num_layers", num_layers);
+  need_positive("hidden_size", hidden_size);
+  need_positive("num_heads", num_heads);
+  need_positive("num_kv_heads", num_kv_heads);
+  need_positive("head_dim", head_dim);
+  need_positive("ffn_hidden_size", ffn_hidden_size);
+  need_positive("vocab_size", vocab_size);
+  if (position == PositionKind::kLearned) need_positive("max_positions", max_positions);
+  if (max_positions < 0) add("max_positions", "must not be negative");
+  if (num_heads > 0 && num_kv_heads > 0 && num_heads % num_kv_heads != 0) {
+    add("num_kv_heads", "must divide num_heads (" + std::to_string(num_heads) +
+                                              "), found " + std::to_string(num_kv_heads));
+  }
+  if (num_kv_heads > num_heads && num_heads > 0) {
+    add("num_kv_heads", "must not exceed num_heads");
+  }
+  if (norms_per_layer < 0 || norms_per_layer > 2) {
+    add("norms_per_layer", "must be 0, 1 or 2");
+  }
+  if (type_vocab_size < 0) add("type_vocab_size", "must not be negative");
+  if (embedding_proj_dim < 0) add("embedding_proj_dim", "must not be negative");
+  if (position_offset < 0) add("position_offset", "must not be negative");
+  if (hidden_dropout < 0 || hidden_dropout >= 1) add("hidden_dropout", "must be in [0, 1)");
+  if (attention_dropout < 0 || attention_dropout >= 1) {
+    add("attention_dropout", "must be in [0, 1)");
+  }
+  if (moe.enabled()) {
+    need_positive("moe.experts_per_token", moe.experts_per_token);
+    need_positive("moe.ffn_hidden_size", moe.ffn_hidden_size);
+    need_positive("moe.layer_freq", moe.layer_freq);
+    if (moe.experts_per_token > moe.num_experts) {
+      add("moe.experts_per_token", "must not exceed the number of experts (" +
+                                                         std::to_string(moe.num_experts) + ")");
+    }
+    if (moe.num_shared_experts < 0) {
+      add("moe.num_shared_experts", "must not be negative");
+    }
+    if (moe.num_shared_experts > 0) need_positive("moe.shared_ffn_hidden_size",
+                                                  moe.shared_ffn_hidden_size);
+  } else if (moe.num_experts < 0) {
+    add("moe.num_experts", "must not be negative");
+  }
+  // Overflow guard: the largest matrices must stay far below 2^63 elements.
+  constexpr int64_t kMaxDim = int64_t{1} << 24;
+  constexpr int64_t kMaxLayers = 1 << 16;
+  auto need_sane = [&](const char* field, int64_t v, int64_t limit) {
+    if (v > limit) add(field, "implausibly large: " + std::to_string(v));
+  };
+  need_sane("num_layers", num_layers, kMaxLayers);
+  need_sane("hidden_size", hidden_size, kMaxDim);
+  need_sane("num_heads", num_heads, kMaxDim);
+  need_sane("num_kv_heads", num_kv_heads, kMaxDim);
+  need_sane("head_dim", head_dim, kMaxDim);
+  need_sane("ffn_hidden_size", ffn_hidden_size, kMaxDim);
+  need_sane("vocab_size", vocab_size, kMaxDim);
+  need_sane("max_positions", max_positions, kMaxDim);
+  need_sane("type_vocab_size", type_vocab_size, kMaxDim);
+  need_sane("embedding_proj_dim", embedding_proj_dim, kMaxDim);
+  need_sane("moe.num_experts", moe.num_experts, 1 << 14);
+  need_sane("moe.ffn_hidden_size", moe.ffn_hidden_size, kMaxDim);
+  need_sane("moe.shared_ffn_hidden_size", moe.shared_ffn_hidden_size, kMaxDim);
+  need_sane("moe.num_shared_experts", moe.num_shared_experts, 1 << 14);
+  return problems;
+}
+
+Status ModelSpec::Validate(const std::string& where) const {
+  auto problems = Problems();
+  if (problems.empty()) return Status::Ok();
+  std::string msg = problems[0].message;
+  for (size_t i = 1; i < problems.size(); ++i) {
+    msg += "; also field '" + problems[i].field + "': " + problems[i].message;
+  }
+  return InvalidArgument(msg, where, problems[0].field);
+}
+
+}  // namespace frenzy

@@ -1,0 +1,123 @@
+// ModelSpec: a transformer architecture, exactly enough to count its parameters and (in the
+// memory and performance models) the tensors and FLOPs of training it.
+//
+// A ModelSpec is an immutable value, built once (from a HuggingFace config.json or the zoo) and
+// validated once: `Validate()` returns every problem with its field. It knows nothing of GPUs.
+//
+// Shapes follow HuggingFace's modules: attention projects `hidden_size` to `num_heads * head_dim`
+// queries and `num_kv_heads * head_dim` keys and values (head_dim need not be hidden/heads, e.g.
+// Gemma), and back to `hidden_size`. A 2-matrix MLP is up/down (GELU/ReLU); a gated 3-matrix MLP
+// is gate/up/down (SwiGLU, GeGLU). MoE layers replace the MLP by `num_experts` expert MLPs of
+// `moe_ffn_hidden_size`, a router, and optionally shared experts.
+#ifndef FRENZY_MODEL_MODEL_SPEC_H_
+#define FRENZY_MODEL_MODEL_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace frenzy {
+
+enum class ArchKind { kDecoder, kEncoder };
+enum class NormKind { kLayerNorm, kRmsNorm };
+// Activation of the MLP. Gated MLPs apply it to the gate branch.
+enum class Activation { kGelu, kGeluTanh, kRelu, kSilu };
+enum class PositionKind { kLearned, kRotary, kAlibi };
+
+const char* ArchKindName(ArchKind k);
+const char* NormKindName(NormKind k);
+const char* ActivationName(Activation a);
+const char* PositionKindName(PositionKind p);
+
+// Where the layer norms of a block sit and how many there are.
+enum class NormPlacement {
+  kPreNorm,   // x + Attn(LN(x)); x + MLP(LN(x)): two norms a layer, final norm (GPT-2, Llama)
+  kPostNorm,  // LN(x + Attn(x)); LN(x + MLP(x)): two norms a layer, no final norm (BERT)
+};
+
+struct MoeSpec {
+  int64_t num_experts = 0;          // 0: dense model
+  int64_t experts_per_token = 0;    // top-k
+  int64_t ffn_hidden_size = 0;      // each routed expert's intermediate size
+  int64_t num_shared_experts = 0;   // experts every token goes through
+  int64_t shared_ffn_hidden_size = 0;  // intermediate size of the shared expert(s), total
+  bool shared_expert_gate = false;  // sigmoid gate on the shared expert (Qwen2-MoE)
+  // Layer i is an MoE layer iff (i + 1) % layer_freq == 0 and i is not in dense_layers.
+  int64_t layer_freq = 1;
+  std::vector<int64_t> dense_layers;
+
+  bool enabled() const { return num_experts > 0; }
+};
+
+struct ModelSpec {
+  std::string name;        // zoo name or a name derived from the config file
+  std::string model_type;  // HuggingFace model_type, e.g. "llama"
+  ArchKind arch = ArchKind::kDecoder;
+
+  int64_t num_layers = 0;
+  int64_t hidden_size = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;  // == num_heads for MHA, 1 for MQA, in between for GQA
+  int64_t head_dim = 0;
+  int64_t ffn_hidden_size = 0;  // MLP intermediate size of dense layers
+  int64_t vocab_size = 0;
+  int64_t max_positions = 0;  // longest sequence the model was built for
+
+  NormKind norm = NormKind::kLayerNorm;
+  NormPlacement norm_placement = NormPlacement::kPreNorm;
+  bool norm_bias = true;  // LayerNorm with a bias (false for RMSNorm)
+  Activation activation = Activation::kGelu;
+  bool gated_mlp = false;  // 3-matrix gate/up/down MLP
+
+  bool qkv_bias = false;       // bias on the query/key/value projections
+  bool attn_out_bias = false;  // bias on the attention output projection
+  bool mlp_bias = false;       // bias on the MLP matrices
+
+  // Attention and MLP read the same input and are summed (GPT-J, GPT-NeoX, Falcon, PaLM).
+  bool parallel_attn_mlp = false;
+  // Layer norms per block: 2 usually; 1 when a parallel block shares its input norm (Falcon-7B).
+  int64_t norms_per_layer = 2;
+  bool final_norm = true;  // a norm after the last block (false for BERT-style post-norm)
+
+  PositionKind position = PositionKind::kRotary;
+  // Rows of the learned position table: max_positions + offset (OPT keeps 2 extra rows).
+  int64_t position_offset = 0;
+  bool tied_embeddings = false;  // the LM head reuses the token embedding matrix
+
+  // Embedding extras.
+  int64_t type_vocab_size = 0;        // token-type (segment) embeddings (BERT)
+  bool embedding_norm = false;        // a norm right after the embeddings (BERT, BLOOM)
+  int64_t embedding_proj_dim = 0;     // OPT-350m: embeddings of this width, projected in/out
+  bool pooler = false;                // BERT/RoBERTa pooler (dense hidden x hidden + bias)
+
+  // Dropout probabilities in training (from the config). Attention dropout makes eager
+  // attention keep a mask of the score matrix for backward.
+  double hidden_dropout = 0.0;
+  double attention_dropout = 0.0;
+
+  MoeSpec moe;
+
+  // Derived sizes.
+  int64_t q_size() const { return num_heads * head_dim; }
+  int64_t kv_size() const { return num_kv_heads * head_dim; }
+  int64_t embedding_width() const {
+    return embedding_proj_dim > 0 ? embedding_proj_dim : hidden_size;
+  }
+  bool IsMoeLayer(int64_t layer) const;
+  int64_t num_moe_layers() const;
+
+  // Every problem with the ModelSpec field it concerns (empty when none).
+  struct Problem {
+    std::string field;
+    std::string message;
+  };
+  std::vector<Problem> Problems() const;
+  // OK, or InvalidArgument naming `where`, the first bad field and every problem.
+  Status Validate(const std::string& where = {}) const;
+};
+
+}  // namespace frenzy
+
+#endif  // FRENZY_MODEL_MODEL_SPEC_H_

@@ -1,0 +1,98 @@
+#include "model/param_count.h"
+
+#include <cassert>
+
+namespace frenzy {
+namespace {
+
+int64_t Linear(int64_t in, int64_t out, bool bias) { return in * out + (bias ? out : 0); }
+
+int64_t Norm(const ModelSpec& s) { return s.hidden_size * (s.norm_bias ? 2 : 1); }
+
+// A dense MLP of intermediate size `ffn`: up (+gate) and down projections.
+int64_t Mlp(const ModelSpec& s, int64_t ffn, bool bias) {
+  int64_t up = Linear(s.hidden_size, ffn, bias) * (s.gated_mlp ? 2 : 1);
+  return up + Linear(ffn, s.hidden_size, bias);
+}
+
+LayerParams CountLayer(const ModelSpec& s, int64_t layer) {
+  LayerParams p;
+  // Attention: fused or separate q/k/v have the same count.
+  p.attention = Linear(s.hidden_size, s.q_size() + 2 * s.kv_size(), s.qkv_bias) +
+                Linear(s.q_size(), s.hidden_size, s.attn_out_bias);
+  p.norms = s.norms_per_layer * Norm(s);
+  if (s.IsMoeLayer(layer)) {
+    p.moe = true;
+    const MoeSpec& m = s.moe;
+    // Experts and routers carry no bias in Mixtral and Qwen2-MoE.
+    int64_t expert = Mlp(s, m.ffn_hidden_size, false);
+    p.mlp = m.num_experts * expert;
+    p.router = Linear(s.hidden_size, m.num_experts, false);
+    if (m.num_shared_experts > 0) {
+      p.shared_experts = Mlp(s, m.shared_ffn_hidden_size, false) +
+                         (m.shared_expert_gate ? Linear(s.hidden_size, 1, false) : 0);
+    }
+    p.active = p.attention + p.norms + p.router + p.shared_experts +
+               m.experts_per_token * expert;
+  } else {
+    p.mlp = Mlp(s, s.ffn_hidden_size, s.mlp_bias);
+    p.active = p.total();
+  }
+  return p;
+}
+
+}  // namespace
+
+int64_t ParamCounts::layers_total() const {
+  int64_t t = 0;
+  for (const auto& l : layers) t += l.total();
+  return t;
+}
+
+ParamCounts CountParams(const ModelSpec& s, HeadKind head) {
+  assert(s.Validate().ok());
+  if (head == HeadKind::kDefault) {
+    head = s.arch == ArchKind::kDecoder ? HeadKind::kCausalLm : HeadKind::kNone;
+  }
+  ParamCounts c;
+  c.token_embedding = s.vocab_size * s.embedding_width();
+  if (s.position == PositionKind::kLearned) {
+    c.position_embedding = (s.max_positions + s.position_offset) * s.hidden_size;
+  }
+  c.token_type_embedding = s.type_vocab_size * s.hidden_size;
+  if (s.embedding_norm) c.embedding_norm = Norm(s);
+  if (s.embedding_proj_dim > 0 && s.embedding_proj_dim != s.hidden_size) {
+    // OPT: project_in (proj -> hidden) and project_out (hidden -> proj), no bias.
+    c.embedding_proj = 2 * s.embedding_proj_dim * s.hidden_size;
+  }
+  c.layers.reserve(static_cast<size_t>(s.num_layers));
+  for (int64_t i = 0; i < s.num_layers; ++i) c.layers.push_back(CountLayer(s, i));
+  if (s.final_norm) c.final_norm = Norm(s);
+
+  switch (head) {
+    case HeadKind::kCausalLm:
+      c.lm_head = s.tied_embeddings ? 0 : s.vocab_size * s.embedding_width();
+      break;
+    case HeadKind::kMaskedLm:
+      // BertForMaskedLM / RobertaForMaskedLM: transform dense + norm, decoder weight tied to
+      // the embedding, decoder bias; no pooler.
+      c.lm_head = s.tied_embeddings ? 0 : s.vocab_size * s.hidden_size;
+      c.head_extra = Linear(s.hidden_size, s.hidden_size, true) + Norm(s) + s.vocab_size;
+      break;
+    case HeadKind::kNone:
+      if (s.pooler) c.head_extra = Linear(s.hidden_size, s.hidden_size, true);
+      break;
+    case HeadKind::kDefault:
+      break;
+  }
+
+  int64_t outside_layers = c.embedding() + c.embedding_proj + c.final_norm + c.head();
+  c.total = outside_layers + c.layers_total();
+  c.active = outside_layers;
+  for (const auto& l : c.layers) c.active += l.active;
+  return c;
+}
+
+int64_t TotalParams(const ModelSpec& spec) { return CountParams(spec).total; }
+
+}  // namespace frenzy

@@ -1,0 +1,122 @@
+// Runs the real `frenzy` binary as a user would and checks its output and exit codes.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+CliRun Frenzy(const std::string& args) {
+  std::string cmd = std::string(FRENZY_BIN) + " " + args + " 2>&1";
+  CliRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string TempFile(const std::string& name, const std::string& contents) {
+  auto path = std::filesystem::temp_directory_path() / ("frenzy-cli-test-" + name);
+  std::ofstream(path) << contents;
+  return path.string();
+}
+
+TEST(Cli, InspectJsonHasExactParams) {
+  CliRun r = Frenzy("inspect --model llama-2-7b --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["params"].get<int64_t>(), 6738415616);
+  EXPECT_EQ(j["num_layers"], 32);
+  EXPECT_EQ(j["params_breakdown"]["total"].get<int64_t>(), 6738415616);
+}
+
+TEST(Cli, InspectAConfigFile) {
+  std::string path = TempFile("tiny.json", R"({"model_type": "gpt2", "vocab_size": 50,
+      "n_positions": 8, "n_embd": 12, "n_layer": 1, "n_head": 3})");
+  CliRun r = Frenzy("inspect --model " + path + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["params"].get<int64_t>(), 2604);
+  CliRun text = Frenzy("inspect --model " + path);
+  EXPECT_EQ(text.exit_code, 0);
+  EXPECT_NE(text.out.find("2,604"), std::string::npos) << text.out;
+}
+
+TEST(Cli, BadInputExitsTwoNamingFileAndField) {
+  std::string path = TempFile("bad.json", R"({"model_type": "llama", "num_hidden_layers": 0})");
+  CliRun r = Frenzy("inspect --model " + path);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find(path), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("num_hidden_layers"), std::string::npos) << r.out;
+
+  std::string broken = TempFile("broken.json", "{\"model_type\": ");
+  CliRun b = Frenzy("inspect --model " + broken);
+  EXPECT_EQ(b.exit_code, 2);
+  EXPECT_NE(b.out.find("invalid JSON at line 1"), std::string::npos) << b.out;
+
+  CliRun missing = Frenzy("inspect --model /no/such/config.json");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.out.find("/no/such/config.json"), std::string::npos) << missing.out;
+
+  CliRun unknown = Frenzy("inspect --model t5-small");
+  EXPECT_EQ(unknown.exit_code, 2);
+  CliRun usage = Frenzy("inspect");
+  EXPECT_EQ(usage.exit_code, 2);
+}
+
+TEST(Cli, ModelsListsTheZoo) {
+  CliRun r = Frenzy("models --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_GE(j.size(), 25u);
+  EXPECT_NE(Frenzy("models").out.find("llama-3.1-405b"), std::string::npos);
+}
+
+TEST(Cli, GpusJsonIsShapedAsTheCatalog) {
+  CliRun r = Frenzy("gpus --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.is_array());
+  for (const auto& g : j) {
+    for (const char* key : {"name", "memory_gib", "bf16_tflops", "fp16_tflops", "fp32_tflops",
+                            "mem_bw_gbs", "link", "link_gbs", "source"}) {
+      EXPECT_TRUE(g.contains(key)) << key;
+    }
+  }
+}
+
+TEST(Cli, ClusterShow) {
+  CliRun r = Frenzy("cluster show cluster2048 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["total_gpus"], 2048);
+  EXPECT_EQ(j["gpu_types"].size(), 5u);
+  std::string bad = TempFile("badcluster.json", R"({"name": "x", "node_groups": [
+      {"prefix": "a", "count": 1, "gpu": "Z9000", "gpus_per_node": 8, "network_gbs": 1}]})");
+  CliRun b = Frenzy("cluster show " + bad);
+  EXPECT_EQ(b.exit_code, 2);
+  EXPECT_NE(b.out.find("node_groups[0].gpu"), std::string::npos) << b.out;
+}
+
+TEST(Cli, HelpForEverySubcommand) {
+  for (const char* sub : {"inspect", "models", "gpus", "cluster show", "cluster list"}) {
+    CliRun r = Frenzy(std::string(sub) + " --help");
+    EXPECT_EQ(r.exit_code, 0) << sub;
+    EXPECT_NE(r.out.find("--json"), std::string::npos) << sub;
+  }
+}
+
+}  // namespace
