@@ -57,6 +57,11 @@ Result<nlohmann::json> ParseJson(std::string_view text, const std::string& where
     return InvalidArgument("invalid JSON at line " + std::to_string(line) + ", column " +
                                std::to_string(col) + ": " + msg,
                            where);
+  } catch (const nlohmann::json::exception& e) {
+    // E.g. out_of_range for a number like 1e600 that no double holds.
+    std::string msg = e.what();
+    if (auto pos = msg.find("] "); pos != std::string::npos) msg = msg.substr(pos + 2);
+    return InvalidArgument("invalid JSON: " + msg, where);
   }
 }
 

@@ -121,7 +121,29 @@ std::vector<ModelSpec::Problem> ModelSpec::Problems() const {
   need_sane("moe.ffn_hidden_size", moe.ffn_hidden_size, kMaxDim);
   need_sane("moe.shared_ffn_hidden_size", moe.shared_ffn_hidden_size, kMaxDim);
   need_sane("moe.num_shared_experts", moe.num_shared_experts, 1 << 14);
+  if (problems.empty() && UpperBoundParams() > kMaxParams) {
+    add("num_layers", "implausibly large model: more than 10^15 parameters");
+  }
   return problems;
+}
+
+double ModelSpec::UpperBoundParams() const {
+  // Every term of CountParams, each rounded up, in floating point so it cannot overflow.
+  double h = static_cast<double>(hidden_size);
+  double q = static_cast<double>(q_size()), kv = static_cast<double>(kv_size());
+  double ffn = static_cast<double>(ffn_hidden_size);
+  double moe_ffn = static_cast<double>(moe.ffn_hidden_size);
+  double shared_ffn = static_cast<double>(moe.shared_ffn_hidden_size);
+  double experts = static_cast<double>(moe.num_experts);
+  double width = static_cast<double>(std::max(hidden_size, embedding_proj_dim));
+  double layer = h * (q + 2 * kv) + (q + 2 * kv) + q * h + h + 4 * h + 3 * h * ffn + 2 * ffn +
+                 h + experts * (3 * h * moe_ffn + 2 * moe_ffn + h) + h * experts +
+                 3 * h * shared_ffn + 2 * shared_ffn + 2 * h;
+  double outside = 2 * static_cast<double>(vocab_size) * width +
+                   static_cast<double>(max_positions + position_offset) * h +
+                   static_cast<double>(type_vocab_size) * h + 2 * width * h + 6 * h + h * h +
+                   static_cast<double>(vocab_size);
+  return static_cast<double>(num_layers) * layer + outside;
 }
 
 Status ModelSpec::Validate(const std::string& where) const {

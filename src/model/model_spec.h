@@ -114,6 +114,10 @@ struct ModelSpec {
     std::string message;
   };
   std::vector<Problem> Problems() const;
+  // An upper bound of the parameter count, computed without overflow. Models above
+  // kMaxParams are rejected so that every exact count fits comfortably in int64_t.
+  double UpperBoundParams() const;
+  static constexpr double kMaxParams = 1e15;
   // OK, or InvalidArgument naming `where`, the first bad field and every problem.
   Status Validate(const std::string& where = {}) const;
 };

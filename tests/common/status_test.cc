@@ -71,3 +71,16 @@ TEST(Strings, ThousandsAndClosestMatches) {
 
 }  // namespace
 }  // namespace frenzy
+
+namespace frenzy {
+namespace {
+
+// Found by the fuzzer: a number too large for a double is an error, not an exception.
+TEST(JsonReader, HugeNumberIsAnError) {
+  auto r = ParseJson(R"({"model_type": "llama", "x": 1e600})", "x.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().where(), "x.json");
+}
+
+}  // namespace
+}  // namespace frenzy

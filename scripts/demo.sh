@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds Frenzy and runs the main job on the embedded defaults (no cluster needed):
+# the model zoo with exact parameter counts, one model in detail, the GPU catalog and a
+# bundled heterogeneous cluster.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/build.sh >/dev/null
+frenzy=build/bin/frenzy
+run() { printf '\n$ frenzy %s\n' "$*"; "$frenzy" "$@"; }
+run models
+run inspect --model llama-3.1-8b
+run inspect --model mixtral-8x7b
+run gpus
+run cluster show cluster64
