@@ -28,13 +28,31 @@ void BM_CountParams(benchmark::State& state) {
 }
 BENCHMARK(BM_CountParams);
 
-void BM_LoadZoo(benchmark::State& state) {
+// Parsing every zoo file, as the first lookup of a process does.
+void BM_ParseWholeZoo(benchmark::State& state) {
+  std::vector<std::string_view> texts;
+  for (const auto& f : EmbeddedFiles()) {
+    if (f.path.starts_with("models/")) texts.push_back(f.contents);
+  }
   for (auto _ : state) {
-    auto zoo = LoadZoo();
-    benchmark::DoNotOptimize(zoo);
+    for (auto text : texts) {
+      auto spec = ParseHfConfigText(text, "bench");
+      benchmark::DoNotOptimize(spec);
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(texts.size()));
+}
+BENCHMARK(BM_ParseWholeZoo);
+
+// A lookup by name after the zoo is cached (what every CLI call and job submission does).
+void BM_ResolveZooModel(benchmark::State& state) {
+  (void)ResolveModel("gpt2");
+  for (auto _ : state) {
+    auto spec = ResolveModel("llama-3.1-405b");
+    benchmark::DoNotOptimize(spec);
   }
 }
-BENCHMARK(BM_LoadZoo);
+BENCHMARK(BM_ResolveZooModel);
 
 }  // namespace
 }  // namespace frenzy

@@ -21,6 +21,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
+  } catch (const std::exception& e) {
+    // The library returns statuses; anything thrown here is a bug, reported rather than a crash.
+    std::cerr << "frenzy: internal error: " << e.what() << "\n";
+    return 1;
   }
   return frenzy::cli::ExitCode();
 }

@@ -116,6 +116,7 @@ class [[nodiscard]] Result {
 // `ASSIGN_OR_RETURN(auto x, F())`: x = F().value(), or returns F()'s status.
 #define ASSIGN_OR_RETURN(lhs, expr) \
   ASSIGN_OR_RETURN_IMPL_(FRENZY_CONCAT_(frenzy_result_, __LINE__), lhs, expr)
+// NOLINTNEXTLINE(bugprone-macro-parentheses): lhs is a declaration, it cannot be parenthesized.
 #define ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                           \
   if (!tmp.ok()) return tmp.status();          \

@@ -162,12 +162,12 @@ void ReadLlama(Builder& b) {
 
 void ReadMistral(Builder& b) {
   // MistralConfig defaults (max_position_embeddings = 4096 * 32).
-  ReadLlamaLike(b, {32000, 4096, 14336, 32, 32, 4096 * 32, 8, "silu", false, false}, false);
+  ReadLlamaLike(b, {32000, 4096, 14336, 32, 32, int64_t{4096} * 32, 8, "silu", false, false}, false);
 }
 
 void ReadMixtral(Builder& b) {
   // MixtralConfig defaults; every layer is a sparse MoE block with a bias-free router.
-  ReadLlamaLike(b, {32000, 4096, 14336, 32, 32, 4096 * 32, 8, "silu", false, false}, false);
+  ReadLlamaLike(b, {32000, 4096, 14336, 32, 32, int64_t{4096} * 32, 8, "silu", false, false}, false);
   ModelSpec& s = b.spec();
   s.moe.num_experts = b.Int("moe.num_experts", {"num_local_experts"}, 8);
   s.moe.experts_per_token = b.Int("moe.experts_per_token", {"num_experts_per_tok"}, 2);

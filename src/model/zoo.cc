@@ -10,7 +10,9 @@
 
 namespace frenzy {
 
-Result<std::vector<ZooEntry>> LoadZoo() {
+namespace {
+
+Result<std::vector<ZooEntry>> ParseZoo() {
   std::vector<ZooEntry> zoo;
   for (const auto& file : EmbeddedFiles()) {
     if (!file.path.starts_with("models/")) continue;
@@ -30,6 +32,14 @@ Result<std::vector<ZooEntry>> LoadZoo() {
   std::sort(zoo.begin(), zoo.end(),
             [](const ZooEntry& a, const ZooEntry& b) { return a.name < b.name; });
   return zoo;
+}
+
+}  // namespace
+
+Result<std::vector<ZooEntry>> LoadZoo() {
+  // The embedded files never change while the process runs: parse them once.
+  static const auto* kZoo = new Result<std::vector<ZooEntry>>(ParseZoo());
+  return *kZoo;
 }
 
 Result<ModelSpec> ResolveModel(const std::string& name_or_path) {
