@@ -10,6 +10,8 @@
 #include "common/strings.h"
 #include "hardware/cluster.h"
 #include "hardware/gpu.h"
+#include "memory/memory_json.h"
+#include "memory/memory_model.h"
 #include "model/model_json.h"
 #include "model/param_count.h"
 #include "model/zoo.h"
@@ -200,6 +202,104 @@ void RunClusterList(bool json) {
   if (json) PrintJson(out);
 }
 
+// ---- predict -------------------------------------------------------------------------------
+
+struct PredictOptions {
+  std::string model;
+  std::string gpu;
+  std::string precision = "bf16";
+  std::string optimizer = "adamw";
+  std::string recompute = "none";
+  std::string framework = "megatron";
+  std::string head;
+  std::string device = "cuda";
+  bool no_flash = false;
+  bool no_dropout = false;
+  bool json = false;
+  TrainingSpec train;
+  ParallelPlan plan;
+};
+
+std::string Gib(int64_t bytes) {
+  return fmt::format("{:.2f}", static_cast<double>(bytes) / static_cast<double>(1LL << 30));
+}
+
+void RunPredict(PredictOptions o) {
+  auto spec = ResolveModel(o.model);
+  if (!spec.ok()) return Fail(spec.status());
+  auto bad = [](const std::string& flag, const std::string& value, const char* allowed) {
+    Fail(InvalidArgument("unknown value '" + value + "' (expected " + allowed + ")", {}, flag));
+  };
+  auto precision = ParsePrecision(o.precision);
+  if (!precision) return bad("--precision", o.precision, "fp32, fp16, bf16 or bf16-pure");
+  auto optimizer = ParseOptimizer(o.optimizer);
+  if (!optimizer) {
+    return bad("--optimizer", o.optimizer, "adamw, adam, sgd, sgdm, adafactor or adam8bit");
+  }
+  auto recompute = ParseRecompute(o.recompute);
+  if (!recompute) return bad("--recompute", o.recompute, "none, selective or full");
+  auto framework = ParseFramework(o.framework);
+  if (!framework) return bad("--framework", o.framework, "megatron, deepspeed, fsdp or hf");
+  if (o.head.empty()) o.head = spec->arch == ArchKind::kEncoder ? "masked-lm" : "causal-lm";
+  auto head = ParseHeadType(o.head);
+  if (!head) return bad("--head", o.head, "causal-lm, masked-lm or classification");
+  if (o.device != "cuda" && o.device != "cpu") return bad("--device", o.device, "cuda or cpu");
+  o.train.precision = *precision;
+  o.train.optimizer = *optimizer;
+  o.train.recompute = *recompute;
+  o.train.framework = *framework;
+  o.train.head = *head;
+  o.train.flash_attn = !o.no_flash;
+  o.train.dropout = !o.no_dropout;
+  o.train.device = o.device == "cpu" ? DeviceKind::kCpu : DeviceKind::kCuda;
+  const GpuType* gpu = nullptr;
+  if (!o.gpu.empty()) {
+    auto g = GpuCatalog::Default().Lookup(o.gpu);
+    if (!g.ok()) return Fail(g.status().WithWhere("--gpu"));
+    gpu = *g;
+  }
+  auto est = PredictMemory(*spec, o.train, o.plan);
+  if (!est.ok()) {
+    Status s = est.status();
+    return Fail(InvalidArgument("impossible layout for " + spec->name + ": " + s.message(),
+                                "--" + s.field()));
+  }
+  if (o.json) {
+    nlohmann::json j = MemoryEstimateToJson(*est, gpu);
+    j["model"] = spec->name;
+    j["layout"] = LayoutToJson(o.train, o.plan);
+    return PrintJson(j);
+  }
+  fmt::print("{}: {} params, {} on {} GPU(s) (tp {} pp {} dp {} cp {}), {} {}, micro-batch {} x "
+             "{} tokens\n",
+             spec->name, HumanCount(est->params), FrameworkName(o.train.framework), o.plan.gpus(),
+             o.plan.tp, o.plan.pp, o.plan.dp, o.plan.cp, PrecisionName(o.train.precision),
+             OptimizerName(o.train.optimizer), o.train.micro_batch, o.train.seq_len);
+  fmt::print("  recompute {}, {} attention, ZeRO {}{}\n", RecomputeName(o.train.recompute),
+             o.train.flash_attn ? "flash" : "eager", o.plan.zero,
+             o.plan.sequence_parallel ? ", sequence parallel" : "");
+  fmt::print("\n  {:<6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  {}\n",
+             "stage", "layers", "weights", "grads", "optim", "activ", "logits", "temp",
+             "overhead", "peak", "device", "peak in");
+  for (const auto& s : est->stages) {
+    const auto& b = s.breakdown;
+    fmt::print("  {:<6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  {}\n",
+               s.stage, s.num_layers, Gib(b.weights), Gib(b.gradients), Gib(b.optimizer),
+               Gib(b.activations), Gib(b.logits), Gib(b.temporary), Gib(b.overhead),
+               Gib(s.peak_bytes), Gib(s.device_bytes), s.peak_phase);
+  }
+  fmt::print("  (GiB; `peak` = max allocated, `device` = what nvidia-smi shows)\n\n");
+  fmt::print("  peak allocated {} GiB, reserved {} GiB, device {} GiB (stage {})\n",
+             Gib(est->peak_bytes), Gib(est->peak_reserved_bytes), Gib(est->device_bytes),
+             est->worst_stage);
+  if (gpu != nullptr) {
+    int64_t headroom = gpu->memory_bytes - est->device_bytes;
+    fmt::print("  {} on {} ({} GiB): headroom {} GiB\n",
+               headroom >= 0 ? "fits" : "does NOT fit", gpu->name, Gib(gpu->memory_bytes),
+               Gib(headroom));
+  }
+}
+
 }  // namespace
 
 int ExitCode() { return g_exit_code; }
@@ -214,6 +314,52 @@ void RegisterCommands(CLI::App& app) {
         ->required();
     cmd->add_flag("--json", opts->json, "Machine-readable output");
     cmd->callback([opts] { RunInspect(*opts); });
+  }
+  {
+    auto o = std::make_shared<PredictOptions>();
+    auto* cmd = app.add_subcommand(
+        "predict", "Predict the per-GPU peak memory of one training layout (MARP).");
+    cmd->add_option("--model,-m", o->model, "Zoo name, HuggingFace id, or config.json path")
+        ->required();
+    cmd->add_option("--seq-len", o->train.seq_len, "Sequence length")->capture_default_str();
+    cmd->add_option("--micro-batch", o->train.micro_batch, "Micro-batch size per GPU")
+        ->capture_default_str();
+    cmd->add_option("--global-batch", o->train.global_batch,
+                    "Global batch (default micro-batch x dp)");
+    cmd->add_option("--tp", o->plan.tp, "Tensor parallel size")->capture_default_str();
+    cmd->add_option("--pp", o->plan.pp, "Pipeline stages")->capture_default_str();
+    cmd->add_option("--dp", o->plan.dp, "Data parallel size")->capture_default_str();
+    cmd->add_option("--vpp", o->plan.vpp, "Virtual (interleaved) stages per rank")
+        ->capture_default_str();
+    cmd->add_option("--cp", o->plan.cp, "Context parallel size")->capture_default_str();
+    cmd->add_option("--ep", o->plan.ep, "Expert parallel size")->capture_default_str();
+    cmd->add_flag("--sequence-parallel", o->plan.sequence_parallel, "Megatron sequence parallel");
+    cmd->add_option("--zero", o->plan.zero,
+                    "ZeRO stage 0-3 (fsdp: 3 full shard, 2 shard grads+optimizer)")
+        ->capture_default_str();
+    cmd->add_flag("--distributed-optimizer", o->plan.distributed_optimizer,
+                  "Megatron's distributed optimizer");
+    cmd->add_option("--shard-group", o->plan.shard_group,
+                    "Hybrid sharding group size (default: all of dp)");
+    cmd->add_option("--recompute", o->recompute, "none|selective|full")->capture_default_str();
+    cmd->add_option("--precision", o->precision, "bf16|fp16|fp32|bf16-pure")
+        ->capture_default_str();
+    cmd->add_option("--optimizer", o->optimizer, "adamw|adam|sgd|sgdm|adafactor|adam8bit")
+        ->capture_default_str();
+    cmd->add_flag("--no-flash-attn{true},--flash-attn{false}", o->no_flash,
+                  "Eager attention (keeps the s x s scores) or fused attention (default)");
+    cmd->add_flag("--no-dropout", o->no_dropout, "Train without dropout");
+    cmd->add_option("--framework", o->framework, "megatron|deepspeed|fsdp|hf")
+        ->capture_default_str();
+    cmd->add_option("--head", o->head, "causal-lm|masked-lm|classification");
+    cmd->add_option("--num-labels", o->train.num_labels, "Labels of a classification head")
+        ->capture_default_str();
+    cmd->add_option("--device", o->device,
+                    "cuda, or cpu to model PyTorch's CPU kernels (ground-truth tests)")
+        ->capture_default_str();
+    cmd->add_option("--gpu", o->gpu, "GPU type: also report whether the job fits");
+    cmd->add_flag("--json", o->json, "Machine-readable output");
+    cmd->callback([o] { RunPredict(*o); });
   }
   {
     auto json = std::make_shared<bool>(false);

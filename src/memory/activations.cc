@@ -1,0 +1,329 @@
+#include "memory/activations.h"
+
+#include <algorithm>
+
+namespace frenzy {
+namespace {
+
+constexpr int64_t kF32 = 4;
+
+bool UsesMegatronKernels(const TrainingSpec& t) { return t.framework == Framework::kMegatron; }
+
+// Per-rank widths.
+struct Widths {
+  int64_t h, q, kv, f, heads, d;
+};
+
+Widths LocalWidths(const ModelSpec& m, const ParallelPlan& p, int64_t ffn) {
+  Widths w;
+  w.h = m.hidden_size;
+  w.d = m.head_dim;
+  w.heads = m.num_heads / p.tp;
+  w.q = w.heads * w.d;
+  // With tp above the kv-head count each rank keeps one replicated kv head (Megatron, vLLM).
+  w.kv = std::max<int64_t>(1, m.num_kv_heads / p.tp) * w.d;
+  w.f = ffn / p.tp;
+  return w;
+}
+
+// Active dropout probability (0 when dropout is off for this job).
+double HiddenDropout(const ModelSpec& m, const TrainingSpec& t) {
+  return t.dropout ? m.hidden_dropout : 0.0;
+}
+double AttnDropout(const ModelSpec& m, const TrainingSpec& t) {
+  return t.dropout ? m.attention_dropout : 0.0;
+}
+
+// Bytes a norm keeps for one input of `tokens` x h, eager PyTorch.
+//  LayerNorm (native_layer_norm): input, mean and rstd (fp32 per token); its output is kept by
+//    the next op and counted there... except that the next op is always a Linear that keeps it,
+//    so the output is counted here once.
+//  RMSNorm as HuggingFace writes it: x.float(); x.pow(2).mean() keeps x and x^2 (mean saves its
+//    input); rsqrt keeps its output (per token); x * rsqrt keeps x; weight * x_norm.to(dtype)
+//    keeps x_norm in the activation dtype; the output y is kept by the next Linear. In 16-bit
+//    the float() copy of x is new and fp32, and the 16-bit input itself is not kept.
+int64_t EagerNormSaved(const ModelSpec& m, int64_t tokens, int64_t e, bool include_input) {
+  int64_t th = tokens * m.hidden_size;
+  if (m.norm == NormKind::kLayerNorm) {
+    return (include_input ? th * e : 0) + th * e + 2 * tokens * kF32;
+  }
+  int64_t x32 = (e == kF32) ? (include_input ? th * kF32 : 0) : th * kF32;
+  return x32 + th * kF32 /*x^2*/ + tokens * kF32 /*rsqrt*/ + th * e /*x_norm*/ + th * e /*y*/;
+}
+
+// Transient bytes of a norm's backward (gradients of x_norm, x^2, x in fp32 with the input
+// gradient being accumulated).
+int64_t EagerNormBackward(const ModelSpec& m, int64_t tokens, int64_t e) {
+  int64_t th = tokens * m.hidden_size;
+  if (m.norm == NormKind::kLayerNorm) return 2 * th * e;
+  return 3 * th * kF32;
+}
+
+LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
+                            bool moe_layer) {
+  ActivationShape sh = MakeActivationShape(t, p);
+  int64_t tokens = sh.b * sh.s;
+  int64_t e = sh.e;
+  int64_t ffn = moe_layer ? m.moe.ffn_hidden_size : m.ffn_hidden_size;
+  Widths w = LocalWidths(m, p, ffn);
+  int64_t norm_tokens = sh.sp ? tokens / sh.tp : tokens;
+  int64_t att = sh.b * w.heads * sh.s * sh.s;  // elements of one s x s score tensor set
+
+  using P = BackwardStep::Params;
+  // Norms: the layer input is kept by the first norm (pre-norm) or by the residual's norm.
+  int64_t norm1 = EagerNormSaved(m, norm_tokens, e, true);
+  int64_t norm2 = 0;
+  if (m.norms_per_layer == 2) norm2 = EagerNormSaved(m, norm_tokens, e, !m.parallel_attn_mlp);
+  if (m.norms_per_layer == 0) norm1 = norm_tokens * w.h * e;  // no affine norm: input only
+
+  // Attention projections and what the attention core keeps of q, k, v.
+  bool gqa = w.kv < w.q;
+  bool fused_qkv = m.model_type == "gpt2" || m.model_type == "gpt_neox" ||
+                   m.model_type == "bloom" || m.model_type == "falcon" ||
+                   m.model_type == "phi3";
+  int64_t qkv = 0;
+  if (m.position == PositionKind::kRotary) {
+    // Rotation makes new q and k (cos/sin need no gradient, so the pre-rotation q/k are not
+    // kept); repeat_kv materialises k and v at full head count for GQA.
+    qkv += tokens * w.q * e;                    // q after rotation
+    qkv += tokens * (gqa ? w.q : w.kv) * e;     // k after rotation (repeated for GQA)
+    if (fused_qkv) {
+      qkv += tokens * (w.q + 2 * w.kv) * e;  // v is a view that keeps the fused output alive
+      if (gqa) qkv += tokens * w.q * e;      // repeated v
+    } else {
+      qkv += tokens * (gqa ? w.q : w.kv) * e;  // v (repeated for GQA)
+    }
+  } else {
+    // Learned positions / ALiBi: q, k, v are views of the projection outputs.
+    qkv += tokens * (w.q + 2 * w.kv) * e;
+    if (gqa) qkv += 2 * tokens * w.q * e;
+  }
+  double attn_p = AttnDropout(m, t);
+  int64_t core = 0;
+  int64_t core_backward = 0;
+  if (t.flash_attn) {
+    // Fused attention keeps its output and the per-row log-sum-exp (fp32).
+    core = tokens * w.q * e + sh.b * w.heads * sh.s * kF32;
+    core_backward = 3 * tokens * w.q * e;  // dq, dk, dv
+  } else {
+    // Eager: softmax(dtype=float32) keeps its fp32 output; the cast back to the activation dtype
+    // is kept by the next op unless dropout replaces it (dropout keeps its mask and hands the
+    // masked copy to the matmul with v).
+    core = att * kF32;
+    if (attn_p > 0) {
+      core += att * sh.mask + att * e;
+    } else if (e != kF32) {
+      core += att * e;
+    }
+    // Backward: grad of the probabilities and of the scores (fp32), then the scaling's copy.
+    core_backward = 2 * att * kF32 + (attn_p > 0 ? att * e : 0);
+  }
+  bool selective = t.recompute == Recompute::kSelective;
+  if (!t.flash_attn && selective) {
+    // The checkpointed core is recomputed in backward: its saved tensors come back first.
+    core_backward += core;
+  }
+  int64_t attn_out = tokens * w.q * e;  // attention output made contiguous, kept by o_proj
+  double hid_p = HiddenDropout(m, t);
+  int64_t dropout_mask = hid_p > 0 ? norm_tokens * w.h * sh.mask : 0;
+
+  // MLP. GELU/SiLU keep their input, ReLU its output (which fc2 also keeps).
+  int64_t tf = tokens * w.f * e;
+  int64_t mlp = 0;
+  int64_t mlp_backward = 0;
+  if (m.gated_mlp) {
+    // gate output, act(gate), up output, product; backward holds the product's gradient and
+    // both factors' gradients once the product itself is freed.
+    mlp = 4 * tf;
+    mlp_backward = 2 * tf;
+  } else {
+    mlp = (m.activation == Activation::kRelu ? 1 : 2) * tf;
+    mlp_backward = tf;
+  }
+  if (moe_layer) {
+    // Routed tokens: each token visits top-k experts; router logits and probabilities (fp32).
+    int64_t k = m.moe.experts_per_token;
+    mlp = mlp * k + tokens * m.moe.num_experts * kF32 * 2 + tokens * k * (kF32 + 8);
+    mlp_backward *= k;
+    if (m.moe.num_shared_experts > 0) {
+      int64_t shared = tokens * (m.moe.shared_ffn_hidden_size / p.tp) * e;
+      mlp += (m.gated_mlp ? 4 : 2) * shared;
+    }
+  }
+
+  int64_t norm_bwd = EagerNormBackward(m, norm_tokens, e);
+  int64_t stream = norm_tokens * w.h * e;
+  LayerActivations out;
+  double down_share = m.gated_mlp ? 1.0 / 3.0 : 0.5;
+  out.backward = {
+      {mlp_backward, mlp + dropout_mask, P::kMlp, down_share},
+      {norm_bwd, norm2, P::kNorm, 0.0},
+      {tokens * w.q * e, attn_out + dropout_mask, P::kAttnOut, 1.0},
+      {core_backward, selective ? 0 : core, P::kNone, 0.0},
+      {3 * tokens * w.q * e + stream, qkv, P::kAttnQkv, 0.0},
+      {norm_bwd, norm1, P::kNorm, 0.0},
+  };
+  for (const auto& st : out.backward) out.saved += st.frees;
+  out.recompute_saved = stream;  // the checkpointed layer input
+  if (t.recompute == Recompute::kFull) {
+    // The layer is recomputed just before its backward: all it saves comes back at once,
+    // with the recomputed output; its input is the checkpoint's own saved tensor (shared).
+    int64_t input = (m.norm == NormKind::kRmsNorm && e != kF32) ? 0 : stream;
+    out.recomputed = out.saved - input + stream;
+    out.backward.back().frees -= input;
+    out.saved = out.recompute_saved;
+  }
+  return out;
+}
+
+// Megatron-LM (Korthikanti et al. 2023, §4.1, Table 2), bytes for one layer and micro-batch:
+// attention 11sbh + 5as^2b, MLP 19sbh, two LayerNorms 4sbh; with TP t the parts inside the TP
+// region divide by t, with SP the rest too. Generalised here to GQA (k/v widths), gated MLPs
+// (SwiGLU keeps the 2f-wide fc1 output and the f-wide product), RMSNorm, fused flash attention
+// (Transformer Engine keeps q, k, v, output and the fp32 softmax statistics) and dropout off.
+LayerActivations MegatronLayer(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
+                               bool moe_layer) {
+  ActivationShape sh = MakeActivationShape(t, p);
+  int64_t sb = sh.b * sh.s;
+  int64_t e = sh.e;
+  int64_t ffn = moe_layer ? m.moe.ffn_hidden_size : m.ffn_hidden_size;
+  Widths w = LocalWidths(m, p, ffn);
+  int64_t outside = sh.sp ? sh.tp : 1;  // divisor of the non-TP regions
+  double attn_p = AttnDropout(m, t);
+  double hid_p = HiddenDropout(m, t);
+
+  int64_t norms = 2 * (sb * w.h * e) / outside;                      // 2 x norm input (2sbh)
+  int64_t qkv_in = sb * w.h * e / outside;                           // QKV input (2sbh)
+  int64_t qkv = sb * (w.q + 2 * w.kv) * e;                           // Q, K (4sbh) and V (2sbh)
+  int64_t att = sh.b * w.heads * sh.s * sh.s;
+  int64_t core = 0;
+  if (t.flash_attn) {
+    core = sb * w.q * e + sh.b * w.heads * sh.s * kF32;
+  } else {
+    core = 2 * att /*softmax out*/ + (attn_p > 0 ? att * sh.mask + 2 * att : 0);
+    core = core * e / 2;  // the paper's figures are for 2-byte activations
+  }
+  int64_t proj_in = sb * w.q * e;  // linear projection input (2sbh)
+  int64_t attn_mask = hid_p > 0 ? sb * w.h * sh.mask / outside : 0;
+  int64_t mlp_in = sb * w.h * e / outside;                    // fc1 input (2sbh)
+  int64_t fc1 = sb * w.f * e * (m.gated_mlp ? 2 : 1);         // activation input (8sbh)
+  int64_t fc2_in = sb * w.f * e;                              // fc2 input (8sbh)
+  int64_t mlp_mask = hid_p > 0 ? sb * w.h * sh.mask / outside : 0;
+  int64_t mlp = fc1 + fc2_in;
+  if (moe_layer) {
+    int64_t k = m.moe.experts_per_token;
+    mlp = mlp * k + sb * m.moe.num_experts * kF32 * 2;
+    if (m.moe.num_shared_experts > 0) {
+      int64_t sf = m.moe.shared_ffn_hidden_size / p.tp;
+      mlp += sb * sf * e * (m.gated_mlp ? 3 : 2);
+    }
+  }
+  using P = BackwardStep::Params;
+  bool selective = t.recompute == Recompute::kSelective;
+  int64_t stream = sb * w.h * e / outside;
+  LayerActivations out;
+  out.backward = {
+      {2 * sb * w.f * e, mlp + mlp_mask + mlp_in, P::kMlp, 0.5},
+      {2 * stream, norms / 2, P::kNorm, 0.0},
+      {sb * w.q * e, proj_in + attn_mask, P::kAttnOut, 1.0},
+      {t.flash_attn ? 3 * sb * w.q * e : 2 * att * e + (selective ? core : 0),
+       selective ? 0 : core, P::kNone, 0.0},
+      {3 * sb * w.q * e + stream, qkv + qkv_in, P::kAttnQkv, 0.0},
+      {2 * stream, norms / 2, P::kNorm, 0.0},
+  };
+  for (const auto& st : out.backward) out.saved += st.frees;
+  out.recompute_saved = stream;
+  if (t.recompute == Recompute::kFull) {
+    out.recomputed = out.saved + stream;
+    out.saved = out.recompute_saved;
+  }
+  return out;
+}
+
+}  // namespace
+
+int64_t LayerActivations::backward_transient() const {
+  int64_t t = 0;
+  for (const auto& st : backward) t = std::max(t, st.transient);
+  return t;
+}
+
+ActivationShape MakeActivationShape(const TrainingSpec& t, const ParallelPlan& p) {
+  ActivationShape sh;
+  sh.b = t.micro_batch;
+  sh.s = t.seq_len / p.cp;
+  sh.tp = p.tp;
+  sh.sp = p.sequence_parallel;
+  sh.e = t.act_bytes();
+  // PyTorch's CUDA dropout keeps a bool mask; the CPU kernel multiplies by a mask tensor of
+  // the input's dtype and keeps that.
+  sh.mask = t.device == DeviceKind::kCpu ? sh.e : 1;
+  return sh;
+}
+
+LayerActivations LayerActivationBytes(const ModelSpec& m, const TrainingSpec& t,
+                                      const ParallelPlan& p, bool moe_layer) {
+  return UsesMegatronKernels(t) ? MegatronLayer(m, t, p, moe_layer)
+                                : EagerLayer(m, t, p, moe_layer);
+}
+
+int64_t EmbeddingActivationBytes(const ModelSpec& m, const TrainingSpec& t,
+                                 const ParallelPlan& p) {
+  ActivationShape sh = MakeActivationShape(t, p);
+  int64_t tokens = sh.b * sh.s;
+  int64_t bytes = 0;
+  // Embedding dropout (GPT-2's embd_pdrop) keeps its mask.
+  if (t.dropout && m.hidden_dropout > 0 && m.position == PositionKind::kLearned &&
+      !UsesMegatronKernels(t)) {
+    bytes += tokens * m.hidden_size * sh.mask;
+  }
+  if (m.position == PositionKind::kRotary && !UsesMegatronKernels(t)) {
+    // cos and sin tables, computed once per forward and kept by every layer's rotation.
+    bytes += 2 * sh.s * m.head_dim * sh.e;
+  }
+  if (t.recompute != Recompute::kNone && !t.flash_attn && !UsesMegatronKernels(t)) {
+    // The causal mask is an input of every checkpointed function, so it stays saved.
+    bytes += sh.s * sh.s * sh.e;
+  }
+  return bytes;
+}
+
+OutputActivations OutputActivationBytes(const ModelSpec& m, const TrainingSpec& t,
+                                        const ParallelPlan& p) {
+  ActivationShape sh = MakeActivationShape(t, p);
+  int64_t tokens = sh.b * sh.s;
+  int64_t e = sh.e;
+  OutputActivations out;
+  int64_t vocab = m.vocab_size / p.tp;  // vocab-parallel output layer
+  if (t.head == HeadType::kClassification) {
+    // Pooled first token -> dense -> labels; negligible next to the encoder.
+    out.saved = sh.b * m.hidden_size * e * 2;
+    out.logits_held = sh.b * t.num_labels * e;
+    return out;
+  }
+  int64_t norm_tokens = sh.sp ? tokens / sh.tp : tokens;
+  if (UsesMegatronKernels(t)) {
+    // Final norm input and the output layer's input; logits in the activation dtype, then
+    // vocab_parallel_cross_entropy works on an fp32 copy that it keeps as softmax (its
+    // backward reuses that buffer in place).
+    out.saved = norm_tokens * m.hidden_size * e + tokens * m.hidden_size * e;
+    out.logits_held = tokens * vocab * e;
+    out.loss_saved = tokens * vocab * kF32;
+    out.loss_backward_transient = tokens * vocab * e;
+    return out;
+  }
+  if (m.final_norm) out.saved += EagerNormSaved(m, norm_tokens, e, true);
+  if (t.head == HeadType::kMaskedLm) {
+    // Transform dense + activation + norm before the decoder.
+    out.saved += 3 * tokens * m.hidden_size * e;
+  }
+  // The logits stay referenced by the caller until the step ends; cross entropy on fp32
+  // logits keeps the log-softmax output. Backward: the NLL gradient and the log-softmax
+  // gradient (both fp32 and vocab-wide) are alive together with the saved log-softmax.
+  out.logits_held = tokens * vocab * e;
+  out.loss_saved = tokens * vocab * kF32;
+  out.loss_backward_transient = 2 * tokens * vocab * kF32;
+  return out;
+}
+
+}  // namespace frenzy

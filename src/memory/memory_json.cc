@@ -1,0 +1,68 @@
+#include "memory/memory_json.h"
+
+namespace frenzy {
+
+nlohmann::json BreakdownToJson(const MemoryBreakdown& b) {
+  return {{"weights", b.weights},         {"gradients", b.gradients},
+          {"optimizer", b.optimizer},     {"activations", b.activations},
+          {"logits", b.logits},           {"temporary", b.temporary},
+          {"overhead", b.overhead}};
+}
+
+nlohmann::json LayoutToJson(const TrainingSpec& t, const ParallelPlan& p) {
+  return {{"seq_len", t.seq_len},
+          {"micro_batch", t.micro_batch},
+          {"global_batch", t.global_batch > 0 ? t.global_batch : t.micro_batch * p.dp},
+          {"precision", PrecisionName(t.precision)},
+          {"optimizer", OptimizerName(t.optimizer)},
+          {"recompute", RecomputeName(t.recompute)},
+          {"framework", FrameworkName(t.framework)},
+          {"head", HeadTypeName(t.head)},
+          {"flash_attn", t.flash_attn},
+          {"dropout", t.dropout},
+          {"device", t.device == DeviceKind::kCuda ? "cuda" : "cpu"},
+          {"tp", p.tp},
+          {"pp", p.pp},
+          {"dp", p.dp},
+          {"cp", p.cp},
+          {"ep", p.ep},
+          {"vpp", p.vpp},
+          {"sequence_parallel", p.sequence_parallel},
+          {"zero", p.zero},
+          {"distributed_optimizer", p.distributed_optimizer},
+          {"gpus", p.gpus()}};
+}
+
+nlohmann::json MemoryEstimateToJson(const MemoryEstimate& e, const GpuType* gpu) {
+  nlohmann::json j;
+  j["params"] = e.params;
+  j["peak_bytes"] = e.peak_bytes;
+  j["peak_reserved_bytes"] = e.peak_reserved_bytes;
+  j["device_bytes"] = e.device_bytes;
+  j["worst_stage"] = e.worst_stage;
+  const StageEstimate& worst = e.stages.at(static_cast<size_t>(e.worst_stage));
+  j["breakdown"] = BreakdownToJson(worst.breakdown);
+  j["peak_phase"] = worst.peak_phase;
+  auto& ranks = j["ranks"] = nlohmann::json::array();
+  for (const auto& s : e.stages) {
+    ranks.push_back({{"stage", s.stage},
+                     {"layers", {s.first_layer, s.first_layer + s.num_layers - 1}},
+                     {"params", s.params},
+                     {"microbatches_in_flight", s.microbatches_in_flight},
+                     {"activations_per_microbatch", s.activations_per_microbatch},
+                     {"peak_phase", s.peak_phase},
+                     {"peak_bytes", s.peak_bytes},
+                     {"peak_reserved_bytes", s.peak_reserved_bytes},
+                     {"device_bytes", s.device_bytes},
+                     {"breakdown", BreakdownToJson(s.breakdown)}});
+  }
+  if (gpu != nullptr) {
+    j["gpu"] = gpu->name;
+    j["gpu_memory_bytes"] = gpu->memory_bytes;
+    j["fits"] = e.device_bytes <= gpu->memory_bytes;
+    j["headroom_bytes"] = gpu->memory_bytes - e.device_bytes;
+  }
+  return j;
+}
+
+}  // namespace frenzy

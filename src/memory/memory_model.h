@@ -1,0 +1,70 @@
+// MARP, the memory-aware resource predictor: per-GPU peak memory of one training layout.
+//
+// PredictMemory is a pure function of (ModelSpec, TrainingSpec, ParallelPlan). For every
+// pipeline stage it takes the most loaded rank and walks the phases of one training step —
+// forward, loss, backward layer by layer, optimizer step — adding what is alive in each: model
+// states (weights, gradients, optimizer states, sharded as the framework shards them), the
+// activations saved for backward by every in-flight micro-batch (an op-level account of each
+// block's saved tensors, see activations.h), logits and loss buffers, and the transient
+// buffers of each phase. The peak over phases is `peak_bytes` (what
+// torch.cuda.max_memory_allocated shows); the caching allocator's rounding and fragmentation
+// give `peak_reserved_bytes`; the CUDA context and communication buffers give `device_bytes`
+// (what nvidia-smi shows). docs/memory-model.md derives every term and names its source.
+#ifndef FRENZY_MEMORY_MEMORY_MODEL_H_
+#define FRENZY_MEMORY_MEMORY_MODEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "memory/training.h"
+#include "model/model_spec.h"
+
+namespace frenzy {
+
+// Bytes by kind, at the moment of the peak.
+struct MemoryBreakdown {
+  int64_t weights = 0;
+  int64_t gradients = 0;
+  int64_t optimizer = 0;
+  int64_t activations = 0;
+  int64_t logits = 0;     // output logits and loss buffers
+  int64_t temporary = 0;  // transients of the peak phase: backward grads, buckets, gathers
+  int64_t overhead = 0;   // library workspaces allocated through the caching allocator
+
+  int64_t total() const {
+    return weights + gradients + optimizer + activations + logits + temporary + overhead;
+  }
+};
+
+struct StageEstimate {
+  int64_t stage = 0;
+  int64_t first_layer = 0;
+  int64_t num_layers = 0;
+  int64_t params = 0;                // parameters held by this rank
+  int64_t microbatches_in_flight = 0;
+  std::string peak_phase;            // forward, loss, backward, optimizer
+  MemoryBreakdown breakdown;         // at the peak
+  int64_t activations_per_microbatch = 0;
+  int64_t peak_bytes = 0;
+  int64_t peak_reserved_bytes = 0;
+  int64_t device_bytes = 0;
+};
+
+struct MemoryEstimate {
+  std::vector<StageEstimate> stages;
+  int64_t worst_stage = 0;  // index of the stage with the largest device_bytes
+  int64_t params = 0;       // whole model
+  int64_t peak_bytes = 0;   // max over stages
+  int64_t peak_reserved_bytes = 0;
+  int64_t device_bytes = 0;
+};
+
+// REQUIRES: model.Validate().ok(). Returns the ValidateLayout error for impossible layouts.
+Result<MemoryEstimate> PredictMemory(const ModelSpec& model, const TrainingSpec& train,
+                                     const ParallelPlan& plan);
+
+}  // namespace frenzy
+
+#endif  // FRENZY_MEMORY_MEMORY_MODEL_H_

@@ -1,0 +1,166 @@
+#include "memory/training.h"
+
+#include <array>
+#include <utility>
+#include <vector>
+
+namespace frenzy {
+namespace {
+
+template <typename E, size_t N>
+const char* NameOf(const std::array<std::pair<E, const char*>, N>& table, E v) {
+  for (const auto& [e, name] : table) {
+    if (e == v) return name;
+  }
+  return "?";
+}
+
+template <typename E, size_t N>
+std::optional<E> Parse(const std::array<std::pair<E, const char*>, N>& table, std::string_view s) {
+  for (const auto& [e, name] : table) {
+    if (s == name) return e;
+  }
+  return std::nullopt;
+}
+
+constexpr std::array<std::pair<Precision, const char*>, 4> kPrecisions = {{
+    {Precision::kFp32, "fp32"},
+    {Precision::kFp16, "fp16"},
+    {Precision::kBf16, "bf16"},
+    {Precision::kBf16Pure, "bf16-pure"},
+}};
+constexpr std::array<std::pair<OptimizerKind, const char*>, 6> kOptimizers = {{
+    {OptimizerKind::kAdamW, "adamw"},
+    {OptimizerKind::kAdam, "adam"},
+    {OptimizerKind::kSgd, "sgd"},
+    {OptimizerKind::kSgdMomentum, "sgdm"},
+    {OptimizerKind::kAdafactor, "adafactor"},
+    {OptimizerKind::kAdam8bit, "adam8bit"},
+}};
+constexpr std::array<std::pair<Recompute, const char*>, 3> kRecomputes = {{
+    {Recompute::kNone, "none"},
+    {Recompute::kSelective, "selective"},
+    {Recompute::kFull, "full"},
+}};
+constexpr std::array<std::pair<Framework, const char*>, 4> kFrameworks = {{
+    {Framework::kMegatron, "megatron"},
+    {Framework::kDeepSpeed, "deepspeed"},
+    {Framework::kFsdp, "fsdp"},
+    {Framework::kHf, "hf"},
+}};
+constexpr std::array<std::pair<HeadType, const char*>, 3> kHeads = {{
+    {HeadType::kCausalLm, "causal-lm"},
+    {HeadType::kMaskedLm, "masked-lm"},
+    {HeadType::kClassification, "classification"},
+}};
+
+}  // namespace
+
+const char* PrecisionName(Precision p) { return NameOf(kPrecisions, p); }
+const char* OptimizerName(OptimizerKind o) { return NameOf(kOptimizers, o); }
+const char* RecomputeName(Recompute r) { return NameOf(kRecomputes, r); }
+const char* FrameworkName(Framework f) { return NameOf(kFrameworks, f); }
+const char* HeadTypeName(HeadType h) { return NameOf(kHeads, h); }
+std::optional<Precision> ParsePrecision(std::string_view s) { return Parse(kPrecisions, s); }
+std::optional<OptimizerKind> ParseOptimizer(std::string_view s) {
+  if (s == "sgd-momentum") return OptimizerKind::kSgdMomentum;
+  return Parse(kOptimizers, s);
+}
+std::optional<Recompute> ParseRecompute(std::string_view s) { return Parse(kRecomputes, s); }
+std::optional<Framework> ParseFramework(std::string_view s) { return Parse(kFrameworks, s); }
+std::optional<HeadType> ParseHeadType(std::string_view s) { return Parse(kHeads, s); }
+
+int64_t MicroBatchesPerStep(const TrainingSpec& train, const ParallelPlan& plan) {
+  int64_t per_step = train.micro_batch * plan.dp;
+  if (train.global_batch <= 0 || per_step <= 0) return 1;
+  return train.global_batch / per_step;
+}
+
+Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p) {
+  std::vector<std::pair<std::string, std::string>> problems;
+  auto add = [&](std::string field, std::string msg) {
+    problems.emplace_back(std::move(field), std::move(msg));
+  };
+  auto s = [](int64_t v) { return std::to_string(v); };
+  for (auto [name, v] : {std::pair{"seq_len", t.seq_len}, std::pair{"micro_batch", t.micro_batch},
+                         std::pair{"tp", p.tp}, std::pair{"pp", p.pp}, std::pair{"dp", p.dp},
+                         std::pair{"cp", p.cp}, std::pair{"ep", p.ep}, std::pair{"vpp", p.vpp}}) {
+    if (v < 1) add(name, "must be at least 1, found " + s(v));
+  }
+  if (!problems.empty()) {
+    return InvalidArgument(problems[0].second, {}, problems[0].first);
+  }
+  constexpr int64_t kMaxSize = int64_t{1} << 24;
+  for (auto [name, v] : {std::pair{"seq_len", t.seq_len}, std::pair{"micro_batch", t.micro_batch},
+                         std::pair{"tp", p.tp}, std::pair{"pp", p.pp}, std::pair{"dp", p.dp},
+                         std::pair{"cp", p.cp}, std::pair{"ep", p.ep}, std::pair{"vpp", p.vpp}}) {
+    if (v > kMaxSize) add(name, "implausibly large: " + s(v));
+  }
+  if (p.tp > 1 && m.num_heads % p.tp != 0) {
+    add("tp", "tensor parallel size " + s(p.tp) + " must divide the number of attention heads (" +
+                  s(m.num_heads) + ")");
+  }
+  if (p.tp > 1 && m.num_kv_heads % p.tp != 0 && p.tp % m.num_kv_heads != 0) {
+    add("tp", "tensor parallel size " + s(p.tp) + " must divide the key/value heads (" +
+                  s(m.num_kv_heads) + ") or be a multiple of them");
+  }
+  if (p.tp > 1 && m.ffn_hidden_size % p.tp != 0) {
+    add("tp", "tensor parallel size " + s(p.tp) + " must divide the FFN size (" +
+                  s(m.ffn_hidden_size) + ")");
+  }
+  if (p.pp * p.vpp > m.num_layers) {
+    add("pp", "pipeline stages x virtual stages (" + s(p.pp * p.vpp) +
+                  ") cannot exceed the number of layers (" + s(m.num_layers) + ")");
+  }
+  if (p.vpp > 1 && p.pp == 1) add("vpp", "interleaved stages need pp > 1");
+  if (t.seq_len % p.cp != 0 || (p.cp > 1 && (t.seq_len / p.cp) % 2 != 0)) {
+    add("cp", "context parallel size " + s(p.cp) + " must split the sequence (" + s(t.seq_len) +
+                  ") into equal even chunks");
+  }
+  if (m.max_positions > 0 && m.position == PositionKind::kLearned && t.seq_len > m.max_positions) {
+    add("seq_len", "the model's learned position table holds " + s(m.max_positions) +
+                       " positions; sequence length " + s(t.seq_len) + " does not fit");
+  }
+  if (p.sequence_parallel && p.tp == 1) add("sequence_parallel", "needs tp > 1");
+  if (p.sequence_parallel && t.seq_len / p.cp % p.tp != 0) {
+    add("sequence_parallel", "the sequence per rank must divide by tp");
+  }
+  if (p.zero < 0 || p.zero > 3) add("zero", "ZeRO stage must be 0, 1, 2 or 3");
+  if (p.ep > 1) {
+    if (!m.moe.enabled()) {
+      add("ep", "expert parallelism needs an MoE model");
+    } else {
+      if (m.moe.num_experts % p.ep != 0) {
+        add("ep", "expert parallel size " + s(p.ep) + " must divide the number of experts (" +
+                      s(m.moe.num_experts) + ")");
+      }
+      if ((p.dp * p.cp) % p.ep != 0) {
+        add("ep", "expert parallel size " + s(p.ep) + " must divide dp x cp (" +
+                      s(p.dp * p.cp) + ")");
+      }
+    }
+  }
+  if (p.shard_group < 0 || (p.shard_group > 0 && p.dp % p.shard_group != 0)) {
+    add("shard_group", "the hybrid sharding group must divide dp (" + s(p.dp) + ")");
+  }
+  if (t.global_batch > 0 && t.global_batch % (t.micro_batch * p.dp) != 0) {
+    add("global_batch", "global batch " + s(t.global_batch) +
+                            " must be a multiple of micro-batch x dp (" +
+                            s(t.micro_batch * p.dp) + ")");
+  }
+  if (t.head == HeadType::kCausalLm && m.arch == ArchKind::kEncoder) {
+    add("head", "an encoder model needs --head masked-lm or classification");
+  }
+  if (t.num_labels < 1) add("num_labels", "must be at least 1");
+  if (p.distributed_optimizer && t.framework != Framework::kMegatron) {
+    add("distributed_optimizer", "is Megatron's; use --zero with other frameworks");
+  }
+  if (problems.empty()) return Status::Ok();
+  std::string msg = problems[0].second;
+  for (size_t i = 1; i < problems.size(); ++i) {
+    msg += "; also " + problems[i].first + ": " + problems[i].second;
+  }
+  return InvalidArgument(msg, {}, problems[0].first);
+}
+
+}  // namespace frenzy

@@ -1,0 +1,87 @@
+// TrainingSpec and ParallelPlan: how a model is trained, and how the work is split over GPUs.
+//
+// Both are immutable values. `ValidateLayout` checks a layout against a model and says why an
+// impossible one is impossible (TP not dividing heads, PP more than layers, DP not dividing
+// the global batch, ...). Defaults follow the command-line contract (DESIGN.md §2).
+#ifndef FRENZY_MEMORY_TRAINING_H_
+#define FRENZY_MEMORY_TRAINING_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "model/model_spec.h"
+
+namespace frenzy {
+
+// kBf16/kFp16: mixed precision (16-bit compute, fp32 master weights). kBf16Pure: everything in
+// bf16, no master copy.
+enum class Precision { kFp32, kFp16, kBf16, kBf16Pure };
+enum class OptimizerKind { kAdamW, kAdam, kSgd, kSgdMomentum, kAdafactor, kAdam8bit };
+enum class Recompute { kNone, kSelective, kFull };
+// Whose implementation runs the step: its kernels decide what is saved for backward, its
+// optimizer and sharding decide the model states.
+enum class Framework { kMegatron, kDeepSpeed, kFsdp, kHf };
+enum class HeadType { kCausalLm, kMaskedLm, kClassification };
+// kCpu models PyTorch's CPU kernels (dropout masks in the activation dtype, no CUDA context);
+// it exists so that predictions can be checked against exact CPU measurements.
+enum class DeviceKind { kCuda, kCpu };
+
+const char* PrecisionName(Precision p);
+const char* OptimizerName(OptimizerKind o);
+const char* RecomputeName(Recompute r);
+const char* FrameworkName(Framework f);
+const char* HeadTypeName(HeadType h);
+std::optional<Precision> ParsePrecision(std::string_view s);
+std::optional<OptimizerKind> ParseOptimizer(std::string_view s);
+std::optional<Recompute> ParseRecompute(std::string_view s);
+std::optional<Framework> ParseFramework(std::string_view s);
+std::optional<HeadType> ParseHeadType(std::string_view s);
+
+struct TrainingSpec {
+  int64_t seq_len = 2048;
+  int64_t micro_batch = 1;
+  int64_t global_batch = 0;  // 0: micro_batch * dp (no gradient accumulation)
+  Precision precision = Precision::kBf16;
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
+  Recompute recompute = Recompute::kNone;
+  Framework framework = Framework::kMegatron;
+  HeadType head = HeadType::kCausalLm;
+  int64_t num_labels = 2;   // classification head
+  bool flash_attn = true;   // fused attention: no s x s matrices kept
+  bool dropout = true;      // apply the model's dropout probabilities
+  DeviceKind device = DeviceKind::kCuda;
+
+  // Bytes of one activation element: 2 for 16-bit compute, 4 for fp32.
+  int64_t act_bytes() const { return precision == Precision::kFp32 ? 4 : 2; }
+  bool mixed() const { return precision == Precision::kBf16 || precision == Precision::kFp16; }
+};
+
+struct ParallelPlan {
+  int64_t tp = 1;   // tensor parallel (within a node)
+  int64_t pp = 1;   // pipeline stages
+  int64_t dp = 1;   // data parallel replicas (ZeRO/FSDP shard over these)
+  int64_t cp = 1;   // context parallel: splits the sequence
+  int64_t ep = 1;   // expert parallel (MoE): experts split over ep ranks of the dp group
+  int64_t vpp = 1;  // virtual stages per rank (interleaved 1F1B)
+  bool sequence_parallel = false;
+  int zero = 0;                        // ZeRO stage 0-3 (FSDP: 3 full shard, 2 grad+optimizer)
+  bool distributed_optimizer = false;  // Megatron's sharded optimizer (like ZeRO-1)
+  int64_t shard_group = 0;             // hybrid sharding group size (0: all of dp)
+
+  int64_t gpus() const { return tp * pp * dp * cp; }
+  // Ranks over which model states are sharded by ZeRO/FSDP/distributed optimizer.
+  int64_t shard_size() const { return shard_group > 0 ? shard_group : dp; }
+};
+
+// Every reason the layout cannot run this model, or OK.
+Status ValidateLayout(const ModelSpec& model, const TrainingSpec& train, const ParallelPlan& plan);
+
+// Micro-batches per iteration on one pipeline (gradient accumulation steps).
+int64_t MicroBatchesPerStep(const TrainingSpec& train, const ParallelPlan& plan);
+
+}  // namespace frenzy
+
+#endif  // FRENZY_MEMORY_TRAINING_H_
