@@ -299,6 +299,16 @@ def tensor_bytes(tensors):
     return total
 
 
+def measure(doc, micro_batch=1, seq_len=128, precision="fp32", optimizer="adamw", recompute="none",
+            attn="eager", dropout="on", steps=3, device=None, seed=0):
+    """Builds the model of config `doc`, trains `steps` steps and returns the measured peak."""
+    args = argparse.Namespace(micro_batch=micro_batch, seq_len=seq_len, precision=precision,
+                              optimizer=optimizer, recompute=recompute, attn=attn, dropout=dropout,
+                              steps=steps, seed=seed,
+                              device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    return _measure(parse_config(doc), args)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", required=True)
@@ -314,9 +324,17 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-
     with open(args.config) as f:
         c = parse_config(json.load(f))
+    result = _measure(c, args)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for k, v in result.items():
+            print(f"{k:>24}: {v}")
+
+
+def _measure(c, args):
     if args.attn == "sdpa" and not hasattr(F, "scaled_dot_product_attention"):
         raise SystemExit("measure_memory.py: --attn sdpa needs PyTorch >= 2.0")
     torch.manual_seed(args.seed)
@@ -416,11 +434,7 @@ def main():
     result.update(model_type=c["model_type"], micro_batch=b, seq_len=s, precision=args.precision,
                   optimizer=args.optimizer, recompute=args.recompute, attn=args.attn,
                   dropout=args.dropout, device=dev.type, torch=torch.__version__)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for k, v in result.items():
-            print(f"{k:>24}: {v}")
+    return result
 
 
 if __name__ == "__main__":

@@ -78,26 +78,13 @@ LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const Par
 
   // Attention projections and what the attention core keeps of q, k, v.
   bool gqa = w.kv < w.q;
-  bool fused_qkv = m.model_type == "gpt2" || m.model_type == "gpt_neox" ||
-                   m.model_type == "bloom" || m.model_type == "falcon" ||
-                   m.model_type == "phi3";
-  int64_t qkv = 0;
-  if (m.position == PositionKind::kRotary) {
-    // Rotation makes new q and k (cos/sin need no gradient, so the pre-rotation q/k are not
-    // kept); repeat_kv materialises k and v at full head count for GQA.
-    qkv += tokens * w.q * e;                    // q after rotation
-    qkv += tokens * (gqa ? w.q : w.kv) * e;     // k after rotation (repeated for GQA)
-    if (fused_qkv) {
-      qkv += tokens * (w.q + 2 * w.kv) * e;  // v is a view that keeps the fused output alive
-      if (gqa) qkv += tokens * w.q * e;      // repeated v
-    } else {
-      qkv += tokens * (gqa ? w.q : w.kv) * e;  // v (repeated for GQA)
-    }
-  } else {
-    // Learned positions / ALiBi: q, k, v are views of the projection outputs.
-    qkv += tokens * (w.q + 2 * w.kv) * e;
-    if (gqa) qkv += 2 * tokens * w.q * e;
-  }
+  // What the attention core keeps of q, k and v. Rotation makes new q and k (cos/sin need no
+  // gradient, so the pre-rotation tensors are not kept); repeat_kv materialises k and v at the
+  // full head count for GQA; a transposed view (v, or q/k without rotation) is copied when the
+  // batched matmul folds its batch dimensions, and the copy is what is kept. So the fused
+  // projection output itself is never kept.
+  int64_t kv_kept = gqa ? w.q : w.kv;
+  int64_t qkv = tokens * (w.q + 2 * kv_kept) * e;
   double attn_p = AttnDropout(m, t);
   int64_t core = 0;
   int64_t core_backward = 0;
@@ -115,13 +102,27 @@ LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const Par
     } else if (e != kF32) {
       core += att * e;
     }
-    // Backward: grad of the probabilities and of the scores (fp32), then the scaling's copy.
-    core_backward = 2 * att * kF32 + (attn_p > 0 ? att * e : 0);
+    // Backward, two score-sized gradients at a time: (dropout) output and probabilities, then
+    // the fp32 probabilities' gradient with the scores' gradient (in the activation dtype),
+    // then that with the scaling's copy: (4 + e) bytes per score at most.
+    core_backward = att * (kF32 + e);
   }
   bool selective = t.recompute == Recompute::kSelective;
-  if (!t.flash_attn && selective) {
-    // The checkpointed core is recomputed in backward: its saved tensors come back first.
-    core_backward += core;
+  // Fused q/k/v projections whose q and k are rotated (new tensors) while v stays a view.
+  bool fused_view_v = m.position == PositionKind::kRotary &&
+                      (m.model_type == "gpt_neox" || m.model_type == "phi3" ||
+                       m.model_type == "falcon");
+  if (selective) {
+    // The checkpoint keeps the core's inputs themselves: a v that is a view of the fused
+    // projection keeps all of it alive (instead of the folded copy of v).
+    if (fused_view_v && !gqa) qkv += tokens * (w.q + w.kv) * e;
+    if (!t.flash_attn) {
+      // The core is recomputed in backward: its saved tensors (and the folded copy of a
+      // transposed v) come back before its gradients.
+      int64_t copies = gqa ? 0 : tokens * w.kv * e;
+      if (m.position != PositionKind::kRotary) copies += 2 * tokens * w.q * e;  // q and k too
+      core_backward += core + copies;
+    }
   }
   int64_t attn_out = tokens * w.q * e;  // attention output made contiguous, kept by o_proj
   double hid_p = HiddenDropout(m, t);
@@ -137,8 +138,11 @@ LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const Par
     mlp = 4 * tf;
     mlp_backward = 2 * tf;
   } else {
-    mlp = (m.activation == Activation::kRelu ? 1 : 2) * tf;
-    mlp_backward = tf;
+    // Backward holds the gradients of the activation's output and input together; with GELU
+    // the output (kept by fc2) is freed by then, with ReLU it is the tensor ReLU itself keeps.
+    bool relu = m.activation == Activation::kRelu;
+    mlp = (relu ? 1 : 2) * tf;
+    mlp_backward = relu ? 2 * tf : tf;
   }
   if (moe_layer) {
     // Routed tokens: each token visits top-k experts; router logits and probabilities (fp32).
@@ -153,6 +157,11 @@ LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const Par
 
   int64_t norm_bwd = EagerNormBackward(m, norm_tokens, e);
   int64_t stream = norm_tokens * w.h * e;
+  if (m.parallel_attn_mlp) {
+    // Parallel blocks: the MLP branch's gradient of the shared input waits in autograd's
+    // input buffer while the attention branch runs backward.
+    core_backward += stream;
+  }
   LayerActivations out;
   double down_share = m.gated_mlp ? 1.0 / 3.0 : 0.5;
   out.backward = {

@@ -319,7 +319,11 @@ Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
       base.optimizer = st.optimizer;
       base.logits = out.logits_held;
       base.overhead = workspace;
-      int64_t cur_grads = grads_at_start + grad_bytes(sp.head);
+      // The head's gradients come first; a head tied to the embedding accumulates into the
+      // embedding's gradient, which therefore exists from the start of backward.
+      int64_t head_params = sp.head;
+      if (m.tied_embeddings && first_stage && last_stage) head_params += counts.token_embedding / p.tp;
+      int64_t cur_grads = grads_at_start + grad_bytes(head_params);
       int64_t cur_act = act_all + st.autocast_cache;
       int64_t fixed_temp = st.buckets + st.gather + st.gather_grad + stream_grad;
       MemoryBreakdown best;

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Ground truth for MARP: measure real training steps on CPU, compare with `frenzy predict`.
+
+For every configuration of the grid (architectures x micro-batch x sequence length x precision x
+optimizer x recomputation), tools/measure_memory.py builds the model with random weights, runs
+real training steps with PyTorch and measures the exact peak of tensor memory; `frenzy predict
+--framework hf --device cpu --no-flash-attn` predicts it from the architecture alone. Every
+prediction must be within 3% of its measurement.
+
+Usage: ground_truth_test.py FRENZY_BIN [--csv OUT.csv] [--quick]
+Exit status 0 when every case is within tolerance; prints one line per case and a summary.
+"""
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
+import measure_memory  # noqa: E402
+
+TOLERANCE = 0.03
+
+# Tiny models of each block variant the measurement tool builds (HuggingFace config.json
+# fields): sizes are small so that a CPU step takes a fraction of a second.
+ARCHS = {
+    "llama-mha": {"model_type": "llama", "vocab_size": 512, "hidden_size": 128,
+                  "intermediate_size": 344, "num_hidden_layers": 2, "num_attention_heads": 4},
+    "llama-gqa": {"model_type": "llama", "vocab_size": 1024, "hidden_size": 128,
+                  "intermediate_size": 256, "num_hidden_layers": 3, "num_attention_heads": 8,
+                  "num_key_value_heads": 2},
+    "mistral-gqa-tied": {"model_type": "mistral", "vocab_size": 640, "hidden_size": 96,
+                         "intermediate_size": 256, "num_hidden_layers": 2,
+                         "num_attention_heads": 6, "num_key_value_heads": 3,
+                         "tie_word_embeddings": True},
+    "qwen2-bias": {"model_type": "qwen2", "vocab_size": 700, "hidden_size": 128,
+                   "intermediate_size": 320, "num_hidden_layers": 2, "num_attention_heads": 4,
+                   "num_key_value_heads": 2},
+    "gpt2": {"model_type": "gpt2", "vocab_size": 512, "n_embd": 128, "n_layer": 2, "n_head": 4,
+             "n_positions": 512},
+    "gpt2-relu-nodrop": {"model_type": "gpt2", "vocab_size": 400, "n_embd": 64, "n_layer": 3,
+                         "n_head": 4, "n_positions": 512, "activation_function": "relu",
+                         "resid_pdrop": 0.0, "attn_pdrop": 0.0, "embd_pdrop": 0.0},
+    "neox-parallel": {"model_type": "gpt_neox", "vocab_size": 512, "hidden_size": 128,
+                      "intermediate_size": 512, "num_hidden_layers": 2,
+                      "num_attention_heads": 4, "rotary_pct": 0.25},
+}
+
+# (arch, micro_batch, seq_len, precision, optimizer, recompute)
+GRID = [
+    ("llama-mha", 1, 128, "fp32", "adamw", "none"),
+    ("llama-mha", 2, 128, "fp32", "adamw", "selective"),
+    ("llama-mha", 2, 128, "fp32", "adamw", "full"),
+    ("llama-mha", 4, 64, "fp32", "sgd", "none"),
+    ("llama-mha", 1, 256, "fp32", "sgdm", "full"),
+    ("llama-mha", 2, 128, "bf16-pure", "adamw", "none"),
+    ("llama-mha", 2, 128, "bf16-pure", "adamw", "full"),
+    ("llama-gqa", 1, 128, "fp32", "adamw", "none"),
+    ("llama-gqa", 2, 256, "fp32", "adam", "selective"),
+    ("llama-gqa", 4, 64, "fp32", "adamw", "full"),
+    ("llama-gqa", 2, 128, "bf16-pure", "sgdm", "selective"),
+    ("mistral-gqa-tied", 2, 128, "fp32", "adamw", "none"),
+    ("mistral-gqa-tied", 1, 256, "fp32", "sgd", "full"),
+    ("mistral-gqa-tied", 3, 96, "bf16-pure", "adamw", "none"),
+    ("qwen2-bias", 2, 128, "fp32", "adamw", "none"),
+    ("qwen2-bias", 2, 64, "fp32", "adamw", "full"),
+    ("qwen2-bias", 1, 192, "bf16-pure", "adam", "selective"),
+    ("gpt2", 1, 128, "fp32", "adamw", "none"),
+    ("gpt2", 2, 128, "fp32", "adamw", "selective"),
+    ("gpt2", 2, 128, "fp32", "adamw", "full"),
+    ("gpt2", 4, 64, "fp32", "sgdm", "none"),
+    ("gpt2", 2, 256, "bf16-pure", "adamw", "none"),
+    ("gpt2", 1, 128, "bf16-pure", "sgd", "full"),
+    ("gpt2-relu-nodrop", 2, 128, "fp32", "adamw", "none"),
+    ("gpt2-relu-nodrop", 4, 64, "fp32", "adam", "full"),
+    ("gpt2-relu-nodrop", 2, 128, "bf16-pure", "adamw", "selective"),
+    ("neox-parallel", 2, 128, "fp32", "adamw", "none"),
+    ("neox-parallel", 1, 256, "fp32", "adamw", "selective"),
+    ("neox-parallel", 2, 64, "fp32", "sgdm", "full"),
+    ("neox-parallel", 2, 128, "bf16-pure", "adamw", "none"),
+    ("llama-mha", 8, 32, "fp32", "adamw", "none"),
+    ("llama-gqa", 1, 512, "fp32", "sgd", "none"),
+]
+
+
+def predict(frenzy, config_path, mb, seq, precision, optimizer, recompute):
+    cmd = [frenzy, "predict", "--model", config_path, "--micro-batch", str(mb), "--seq-len",
+           str(seq), "--precision", precision, "--optimizer", optimizer, "--recompute", recompute,
+           "--framework", "hf", "--device", "cpu", "--no-flash-attn", "--json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("frenzy")
+    ap.add_argument("--csv")
+    ap.add_argument("--quick", action="store_true", help="every fourth case only")
+    args = ap.parse_args()
+    grid = GRID[::4] if args.quick else GRID
+    rows, failures = [], 0
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = {}
+        for name, cfg in ARCHS.items():
+            paths[name] = os.path.join(tmp, name + ".json")
+            with open(paths[name], "w") as f:
+                json.dump(cfg, f)
+        for arch, mb, seq, precision, optimizer, recompute in grid:
+            m = measure_memory.measure(ARCHS[arch], micro_batch=mb, seq_len=seq,
+                                       precision=precision, optimizer=optimizer,
+                                       recompute=recompute, device="cpu")
+            p = predict(args.frenzy, paths[arch], mb, seq, precision, optimizer, recompute)
+            err = (p["peak_bytes"] - m["peak_bytes"]) / m["peak_bytes"]
+            ok = abs(err) <= TOLERANCE
+            failures += 0 if ok else 1
+            rows.append({"arch": arch, "micro_batch": mb, "seq_len": seq, "precision": precision,
+                         "optimizer": optimizer, "recompute": recompute,
+                         "measured_bytes": m["peak_bytes"], "measured_phase": m["peak_phase"],
+                         "predicted_bytes": p["peak_bytes"], "predicted_phase": p["peak_phase"],
+                         "error_pct": round(100 * err, 3)})
+            print(f"{'ok ' if ok else 'BAD'} {arch:>17} mb={mb} s={seq:<4} {precision:>9} "
+                  f"{optimizer:>5} {recompute:>9}: measured {m['peak_bytes']:>10} "
+                  f"({m['peak_phase']}) predicted {p['peak_bytes']:>10} ({p['peak_phase']}) "
+                  f"{100 * err:+.2f}%", flush=True)
+    errs = [abs(r["error_pct"]) for r in rows]
+    print(f"{len(rows)} cases: mean |error| {sum(errs) / len(errs):.2f}%, worst {max(errs):.2f}%, "
+          f"accuracy {100 - sum(errs) / len(errs):.2f}%")
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+            w.writeheader()
+            w.writerows(rows)
+    print(f"{len(rows) - failures} passed, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
