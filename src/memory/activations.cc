@@ -164,14 +164,14 @@ LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const Par
   }
   LayerActivations out;
   double down_share = m.gated_mlp ? 1.0 / 3.0 : 0.5;
-  out.backward = {
+  out.backward = {{
       {mlp_backward, mlp + dropout_mask, P::kMlp, down_share},
       {norm_bwd, norm2, P::kNorm, 0.0},
       {tokens * w.q * e, attn_out + dropout_mask, P::kAttnOut, 1.0},
       {core_backward, selective ? 0 : core, P::kNone, 0.0},
       {3 * tokens * w.q * e + stream, qkv, P::kAttnQkv, 0.0},
       {norm_bwd, norm1, P::kNorm, 0.0},
-  };
+  }};
   for (const auto& st : out.backward) out.saved += st.frees;
   out.recompute_saved = stream;  // the checkpointed layer input
   if (t.recompute == Recompute::kFull) {
@@ -231,7 +231,7 @@ LayerActivations MegatronLayer(const ModelSpec& m, const TrainingSpec& t, const 
   bool selective = t.recompute == Recompute::kSelective;
   int64_t stream = sb * w.h * e / outside;
   LayerActivations out;
-  out.backward = {
+  out.backward = {{
       {2 * sb * w.f * e, mlp + mlp_mask + mlp_in, P::kMlp, 0.5},
       {2 * stream, norms / 2, P::kNorm, 0.0},
       {sb * w.q * e, proj_in + attn_mask, P::kAttnOut, 1.0},
@@ -239,7 +239,7 @@ LayerActivations MegatronLayer(const ModelSpec& m, const TrainingSpec& t, const 
        selective ? 0 : core, P::kNone, 0.0},
       {3 * sb * w.q * e + stream, qkv + qkv_in, P::kAttnQkv, 0.0},
       {2 * stream, norms / 2, P::kNorm, 0.0},
-  };
+  }};
   for (const auto& st : out.backward) out.saved += st.frees;
   out.recompute_saved = stream;
   if (t.recompute == Recompute::kFull) {

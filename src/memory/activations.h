@@ -13,8 +13,8 @@
 #ifndef FRENZY_MEMORY_ACTIVATIONS_H_
 #define FRENZY_MEMORY_ACTIVATIONS_H_
 
+#include <array>
 #include <cstdint>
-#include <vector>
 
 #include "memory/training.h"
 #include "model/model_spec.h"
@@ -39,7 +39,7 @@ struct LayerActivations {
   int64_t recompute_saved = 0;  // with full recomputation: what the layer keeps (its input)
   // With full recomputation: what the recomputed forward brings back just before backward.
   int64_t recomputed = 0;
-  std::vector<BackwardStep> backward;  // sums of `frees` == saved (or recomputed)
+  std::array<BackwardStep, 6> backward;  // sums of `frees` == saved (or recomputed)
   int64_t backward_transient() const;  // largest transient of the steps
 };
 

@@ -1,6 +1,7 @@
 #include "memory/memory_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "memory/activations.h"
@@ -13,60 +14,78 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 
 // ---- parameters held by one rank of one stage -----------------------------------------------
 
+// Parameters of one layer on one rank: attention and MLP divide over TP, experts over EP;
+// norms and routers are replicated (Megatron-LM's layout).
+struct RankLayer {
+  int64_t total = 0;
+  int64_t matmul = 0;
+  int64_t largest_tensor = 0;
+  int64_t adafactor_state = 0;
+  // By backward step (see BackwardStep::Params).
+  int64_t mlp = 0, attn_out = 0, attn_qkv = 0, norm = 0;
+};
+
+RankLayer LayerOnRank(const ModelSpec& m, const LayerParams& l, const ParallelPlan& p) {
+  RankLayer r;
+  int64_t experts = l.moe ? l.mlp / p.ep : l.mlp;
+  r.mlp = experts / p.tp + l.router + l.shared_experts / p.tp;
+  r.attn_out = m.q_size() * m.hidden_size / p.tp;
+  r.attn_qkv = l.attention / p.tp - r.attn_out;
+  r.norm = m.norms_per_layer > 0 ? l.norms / m.norms_per_layer : 0;
+  r.total = l.attention / p.tp + r.mlp + l.norms;
+  r.matmul = r.total - l.norms;
+  int64_t h = m.hidden_size;
+  auto add_matrix = [&](int64_t rows, int64_t cols) {
+    r.largest_tensor = std::max(r.largest_tensor, rows * cols);
+    r.adafactor_state += rows + cols;
+  };
+  add_matrix(h, (m.q_size() + 2 * m.kv_size()) / p.tp);
+  add_matrix(m.q_size() / p.tp, h);
+  int64_t ffn = l.moe ? m.moe.ffn_hidden_size : m.ffn_hidden_size;
+  int64_t mats = (m.gated_mlp ? 3 : 2) * (l.moe ? m.moe.num_experts / p.ep : 1);
+  r.largest_tensor = std::max(r.largest_tensor, h * ffn / p.tp);
+  r.adafactor_state += mats * (h + ffn / p.tp) + l.norms;
+  return r;
+}
+
 struct StageParams {
-  int64_t total = 0;          // parameters on this rank
-  int64_t matmul = 0;         // of which in matrices multiplied in forward (autocast casts them)
-  int64_t largest_tensor = 0; // elements of the largest single tensor (optimizer temporaries)
+  int64_t total = 0;           // parameters on this rank
+  int64_t matmul = 0;          // of which in matrices multiplied in forward (autocast casts them)
+  int64_t largest_tensor = 0;  // elements of the largest single tensor (optimizer temporaries)
   int64_t adafactor_state = 0;  // Adafactor's factored second moment (elements)
   int64_t per_layer_max = 0;    // largest layer (ZeRO-3/FSDP gather unit)
   int64_t head = 0;             // output layer + final norm (their grads appear first)
 };
 
-// Divides a layer's parameters over TP (attention, MLP) and EP (experts); norms and routers are
-// replicated (Megatron-LM's layout).
 StageParams ParamsOnRank(const ModelSpec& m, const ParamCounts& c, const ParallelPlan& p,
-                         int64_t first, int64_t count, bool first_stage, bool last_stage) {
+                         const RankLayer& dense, const RankLayer& moe, int64_t n_dense,
+                         int64_t n_moe, bool first_stage, bool last_stage) {
   StageParams s;
-  auto add_matrix = [&](int64_t rows, int64_t cols) {
-    s.largest_tensor = std::max(s.largest_tensor, rows * cols);
-    s.adafactor_state += rows + cols;
-  };
-  for (int64_t i = first; i < first + count; ++i) {
-    const LayerParams& l = c.layers[static_cast<size_t>(i)];
-    int64_t experts = l.mlp;
-    if (l.moe) experts = l.mlp / p.ep;
-    int64_t layer = l.attention / p.tp + experts / p.tp + l.router + l.shared_experts / p.tp +
-                    l.norms;
-    s.total += layer;
-    s.matmul += layer - l.norms;
-    s.per_layer_max = std::max(s.per_layer_max, layer);
-    int64_t h = m.hidden_size;
-    add_matrix(h, (m.q_size() + 2 * m.kv_size()) / p.tp);
-    add_matrix(m.q_size() / p.tp, h);
-    int64_t ffn = l.moe ? m.moe.ffn_hidden_size : m.ffn_hidden_size;
-    int64_t mats = (m.gated_mlp ? 3 : 2) * (l.moe ? m.moe.num_experts / p.ep : 1);
-    for (int64_t k = 0; k < mats; ++k) add_matrix(h, ffn / p.tp);
-    s.adafactor_state += l.norms;
+  for (auto [layer, n] : {std::pair{&dense, n_dense}, std::pair{&moe, n_moe}}) {
+    if (n == 0) continue;
+    s.total += n * layer->total;
+    s.matmul += n * layer->matmul;
+    s.adafactor_state += n * layer->adafactor_state;
+    s.largest_tensor = std::max(s.largest_tensor, layer->largest_tensor);
+    s.per_layer_max = std::max(s.per_layer_max, layer->total);
   }
-  int64_t emb = (c.token_embedding + c.embedding_proj) / p.tp + c.position_embedding +
-                c.token_type_embedding + c.embedding_norm;
-  int64_t head = c.final_norm + c.head() / p.tp;
+  int64_t vocab_matrix = m.vocab_size / p.tp * m.embedding_width();
   if (first_stage) {
-    s.total += emb;
+    s.total += (c.token_embedding + c.embedding_proj) / p.tp + c.position_embedding +
+               c.token_type_embedding + c.embedding_norm;
     s.matmul += c.embedding_proj / p.tp;
-    add_matrix(m.vocab_size / p.tp, m.embedding_width());
+    s.largest_tensor = std::max(s.largest_tensor, vocab_matrix);
+    s.adafactor_state += m.vocab_size / p.tp + m.embedding_width();
   }
   if (last_stage) {
+    int64_t head = c.final_norm + c.head() / p.tp;
+    // A tied head on its own stage keeps a copy of the embedding (Megatron-LM's pipeline).
+    if (m.tied_embeddings && !first_stage) head += c.token_embedding / p.tp;
     s.total += head;
     s.head = head;
-    s.matmul += c.head() / p.tp;
-    // A tied head on its own stage keeps a copy of the embedding (Megatron-LM's pipeline).
-    if (m.tied_embeddings && !first_stage) {
-      s.total += c.token_embedding / p.tp;
-      s.head += c.token_embedding / p.tp;
-    }
-    if (m.tied_embeddings) s.matmul += c.token_embedding / p.tp;
-    add_matrix(m.vocab_size / p.tp, m.embedding_width());
+    s.matmul += c.head() / p.tp + (m.tied_embeddings ? c.token_embedding / p.tp : 0);
+    s.largest_tensor = std::max(s.largest_tensor, vocab_matrix);
+    s.adafactor_state += m.vocab_size / p.tp + m.embedding_width();
   }
   return s;
 }
@@ -244,54 +263,75 @@ constexpr int64_t kNcclPerGroup = 128 * kMiB;
 }  // namespace
 
 Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
-                                     const ParallelPlan& p) {
+                                     const ParallelPlan& p, StageDetail detail) {
   RETURN_IF_ERROR(ValidateLayout(m, t, p));
   HeadKind head_kind = t.head == HeadType::kMaskedLm ? HeadKind::kMaskedLm : HeadKind::kDefault;
   if (m.arch == ArchKind::kDecoder) head_kind = HeadKind::kCausalLm;
-  ParamCounts counts = CountParams(m, head_kind);
+  ParamCounts counts = CountParams(m, head_kind, /*per_layer=*/false);
   if (t.head == HeadType::kClassification) {
+    counts.total -= counts.head();
     counts.lm_head = 0;
     counts.head_extra = m.hidden_size * t.num_labels + t.num_labels;
+    counts.total += counts.head();
   }
   MemoryEstimate est;
   est.params = counts.total;
   const int64_t microbatches = MicroBatchesPerStep(t, p);
   const bool cuda = t.device == DeviceKind::kCuda;
 
-  // Layers per stage: as even as possible, earlier stages take the remainder.
-  std::vector<int64_t> per_stage(static_cast<size_t>(p.pp), m.num_layers / p.pp);
-  for (int64_t i = 0; i < m.num_layers % p.pp; ++i) ++per_stage[static_cast<size_t>(i)];
+  // Every layer is one of two kinds (dense or MoE): account each kind once.
+  const bool has_moe = m.moe.enabled();
+  const RankLayer dense_params = LayerOnRank(m, CountLayerParams(m, false), p);
+  const RankLayer moe_params = has_moe ? LayerOnRank(m, CountLayerParams(m, true), p) : RankLayer{};
+  const LayerActivations dense_act = LayerActivationBytes(m, t, p, false);
+  const LayerActivations moe_act = has_moe ? LayerActivationBytes(m, t, p, true) : LayerActivations{};
+  const int64_t embedding_act = EmbeddingActivationBytes(m, t, p);
+  const OutputActivations output_act = OutputActivationBytes(m, t, p);
+  const ActivationShape sh = MakeActivationShape(t, p);
+  const int64_t stream_grad = sh.b * sh.s * m.hidden_size * sh.e;
+  const int64_t workspace = cuda ? kCublasWorkspace : 0;
 
+  // Layers per stage: as even as possible, earlier stages take the remainder.
+  const int64_t base_layers = m.num_layers / p.pp;
+  const int64_t extra_layers = m.num_layers % p.pp;
+
+  // Middle stages after the second never exceed it, unless an irregular MoE layer pattern puts
+  // more experts on a later stage.
+  bool regular = !has_moe || (m.moe.layer_freq == 1 && m.moe.dense_layers.empty());
+  bool worst_only = detail == StageDetail::kWorst && regular;
+  est.stages.reserve(static_cast<size_t>(worst_only ? std::min<int64_t>(3, p.pp) : p.pp));
   int64_t first = 0;
   for (int64_t stage = 0; stage < p.pp; ++stage) {
-    int64_t n_layers = per_stage[static_cast<size_t>(stage)];
+    int64_t n_layers = base_layers + (stage < extra_layers ? 1 : 0);
+    if (worst_only && stage > 1 && stage < p.pp - 1) {
+      first += n_layers;
+      continue;
+    }
     bool first_stage = stage == 0;
     bool last_stage = stage == p.pp - 1;
-    StageParams sp = ParamsOnRank(m, counts, p, first, n_layers, first_stage, last_stage);
+    int64_t n_moe = 0;
+    if (has_moe) {
+      for (int64_t i = first; i < first + n_layers; ++i) n_moe += m.IsMoeLayer(i) ? 1 : 0;
+    }
+    int64_t n_dense = n_layers - n_moe;
+    StageParams sp = ParamsOnRank(m, counts, p, dense_params, moe_params, n_dense, n_moe,
+                                  first_stage, last_stage);
     States st = ModelStates(t, p, sp);
 
     // Activations of one micro-batch on this stage.
-    std::vector<LayerActivations> layers;
-    int64_t act = 0;
-    for (int64_t i = first; i < first + n_layers; ++i) {
-      layers.push_back(LayerActivationBytes(m, t, p, m.IsMoeLayer(i)));
-      act += layers.back().saved;
-    }
-    if (first_stage) act += EmbeddingActivationBytes(m, t, p);
+    int64_t act = n_dense * dense_act.saved + n_moe * moe_act.saved;
+    if (first_stage) act += embedding_act;
     OutputActivations out;
-    if (last_stage) out = OutputActivationBytes(m, t, p);
+    if (last_stage) out = output_act;
     double in_flight = InFlight(p, stage, microbatches);
     int64_t act_all = static_cast<int64_t>(std::ceil(static_cast<double>(act) * in_flight));
-    ActivationShape sh = MakeActivationShape(t, p);
-    int64_t stream_grad = sh.b * sh.s * m.hidden_size * sh.e;
-    int64_t workspace = cuda ? kCublasWorkspace : 0;
 
     // Phases of one step; each lists what is alive at its peak.
     struct Phase {
       const char* name;
       MemoryBreakdown b;
     };
-    std::vector<Phase> phases;
+    std::array<Phase, 3> phases;
     int64_t grads_at_start = st.grads_persist ? st.grads : 0;
     // Gradients that appear during backward (frameworks that free them after each step).
     double grad_per_param = st.grads_persist || sp.total == 0
@@ -309,7 +349,7 @@ Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
       b.logits = out.logits_held + out.loss_saved + out.loss_backward_transient;
       b.temporary = st.buckets + st.gather;
       b.overhead = workspace;
-      phases.push_back({last_stage ? "loss" : "forward", b});
+      phases[0] = {last_stage ? "loss" : "forward", b};
     }
     {
       // Backward, layer by layer from the last: each step of a layer's backward holds its
@@ -323,34 +363,23 @@ Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
       // embedding's gradient, which therefore exists from the start of backward.
       int64_t head_params = sp.head;
       if (m.tied_embeddings && first_stage && last_stage) head_params += counts.token_embedding / p.tp;
-      int64_t cur_grads = grads_at_start + grad_bytes(head_params);
-      int64_t cur_act = act_all + st.autocast_cache;
       int64_t fixed_temp = st.buckets + st.gather + st.gather_grad + stream_grad;
       MemoryBreakdown best;
-      int64_t layer_index = first + n_layers - 1;
-      for (auto it = layers.rbegin(); it != layers.rend(); ++it, --layer_index) {
-        const LayerParams& lp = counts.layers[static_cast<size_t>(layer_index)];
-        int64_t experts = lp.moe ? lp.mlp / p.ep : lp.mlp;
-        int64_t out_proj = m.q_size() * m.hidden_size / p.tp;
-        int64_t norm_params = m.norms_per_layer > 0 ? lp.norms / m.norms_per_layer : 0;
-        auto step_params = [&](BackwardStep::Params which) -> int64_t {
-          switch (which) {
-            case BackwardStep::Params::kMlp:
-              return experts / p.tp + lp.router + lp.shared_experts / p.tp;
-            case BackwardStep::Params::kAttnOut:
-              return out_proj;
-            case BackwardStep::Params::kAttnQkv:
-              return lp.attention / p.tp - out_proj;
-            case BackwardStep::Params::kNorm:
-              return norm_params;
-            case BackwardStep::Params::kNone:
-              return 0;
+      // Walks one layer's backward from (grads, act); returns the state after it.
+      auto walk = [&](const LayerActivations& la, const RankLayer& rl, int64_t& cur_grads,
+                      int64_t& cur_act) {
+        cur_act += la.recomputed;
+        int64_t freed = 0;
+        for (const auto& step : la.backward) {
+          int64_t params = 0;
+          switch (step.params) {
+            case BackwardStep::Params::kMlp: params = rl.mlp; break;
+            case BackwardStep::Params::kAttnOut: params = rl.attn_out; break;
+            case BackwardStep::Params::kAttnQkv: params = rl.attn_qkv; break;
+            case BackwardStep::Params::kNorm: params = rl.norm; break;
+            case BackwardStep::Params::kNone: break;
           }
-          return 0;
-        };
-        cur_act += it->recomputed;
-        for (const auto& step : it->backward) {
-          int64_t g = grad_bytes(step_params(step.params));
+          int64_t g = grad_bytes(params);
           MemoryBreakdown b = base;
           b.gradients = cur_grads + static_cast<int64_t>(static_cast<double>(g) *
                                                          step.params_at_peak);
@@ -359,15 +388,34 @@ Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
           if (b.total() > best.total()) best = b;
           cur_grads += g;
           cur_act -= step.frees;
+          freed += step.frees;
         }
-        if (it->recomputed > 0) {
-          // The recomputed output and the checkpointed input go once the layer is done.
-          int64_t freed = 0;
-          for (const auto& step : it->backward) freed += step.frees;
-          cur_act -= (it->recomputed - freed) + it->recompute_saved;
+        // With recomputation, the recomputed output and the checkpointed input go now.
+        if (la.recomputed > 0) cur_act -= (la.recomputed - freed) + la.recompute_saved;
+      };
+      int64_t start_grads = grads_at_start + grad_bytes(head_params);
+      int64_t start_act = act_all + st.autocast_cache;
+      if (n_moe == 0 || n_dense == 0) {
+        // Identical layers: every layer changes the state by the same amount, so the peak is
+        // in the first or the last layer to run backward.
+        const LayerActivations& la = n_moe == 0 ? dense_act : moe_act;
+        const RankLayer& rl = n_moe == 0 ? dense_params : moe_params;
+        int64_t g = start_grads, a = start_act;
+        if (n_layers > 0) walk(la, rl, g, a);
+        if (n_layers > 1) {
+          int64_t dg = g - start_grads, da = a - start_act;
+          g = start_grads + dg * (n_layers - 1);
+          a = start_act + da * (n_layers - 1);
+          walk(la, rl, g, a);
+        }
+      } else {
+        int64_t g = start_grads, a = start_act;
+        for (int64_t i = first + n_layers - 1; i >= first; --i) {
+          bool moe_layer = m.IsMoeLayer(i);
+          walk(moe_layer ? moe_act : dense_act, moe_layer ? moe_params : dense_params, g, a);
         }
       }
-      phases.push_back({"backward", best});
+      phases[1] = {"backward", best};
     }
     {
       MemoryBreakdown b;  // optimizer step: all gradients, no activations of this micro-batch
@@ -377,7 +425,7 @@ Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
       b.activations = act_all - act;  // other in-flight micro-batches (pipelines)
       b.temporary = st.buckets + st.optimizer_temp;
       b.overhead = workspace;
-      phases.push_back({"optimizer", b});
+      phases[2] = {"optimizer", b};
     }
     const Phase* peak = &phases[0];
     for (const auto& ph : phases) {

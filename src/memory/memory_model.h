@@ -44,7 +44,7 @@ struct StageEstimate {
   int64_t num_layers = 0;
   int64_t params = 0;                // parameters held by this rank
   int64_t microbatches_in_flight = 0;
-  std::string peak_phase;            // forward, loss, backward, optimizer
+  const char* peak_phase = "";       // forward, loss, backward, optimizer
   MemoryBreakdown breakdown;         // at the peak
   int64_t activations_per_microbatch = 0;
   int64_t peak_bytes = 0;
@@ -61,9 +61,16 @@ struct MemoryEstimate {
   int64_t device_bytes = 0;
 };
 
+// Which pipeline stages to account. kWorst computes only the stages that can hold the peak —
+// the first, the second (every later middle stage holds no more layers, parameters or
+// in-flight micro-batches) and the last — and gives the same peak, reserved and device bytes
+// as kAll at a fraction of the cost (the planner's sweeps use it).
+enum class StageDetail { kAll, kWorst };
+
 // REQUIRES: model.Validate().ok(). Returns the ValidateLayout error for impossible layouts.
 Result<MemoryEstimate> PredictMemory(const ModelSpec& model, const TrainingSpec& train,
-                                     const ParallelPlan& plan);
+                                     const ParallelPlan& plan,
+                                     StageDetail detail = StageDetail::kAll);
 
 }  // namespace frenzy
 

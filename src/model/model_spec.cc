@@ -46,6 +46,7 @@ bool ModelSpec::IsMoeLayer(int64_t layer) const {
 }
 
 int64_t ModelSpec::num_moe_layers() const {
+  if (!moe.enabled()) return 0;
   int64_t n = 0;
   for (int64_t i = 0; i < num_layers; ++i) n += IsMoeLayer(i) ? 1 : 0;
   return n;

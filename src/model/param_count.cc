@@ -15,13 +15,13 @@ int64_t Mlp(const ModelSpec& s, int64_t ffn, bool bias) {
   return up + Linear(ffn, s.hidden_size, bias);
 }
 
-LayerParams CountLayer(const ModelSpec& s, int64_t layer) {
+LayerParams CountLayer(const ModelSpec& s, bool moe_layer) {
   LayerParams p;
   // Attention: fused or separate q/k/v have the same count.
   p.attention = Linear(s.hidden_size, s.q_size() + 2 * s.kv_size(), s.qkv_bias) +
                 Linear(s.q_size(), s.hidden_size, s.attn_out_bias);
   p.norms = s.norms_per_layer * Norm(s);
-  if (s.IsMoeLayer(layer)) {
+  if (moe_layer) {
     p.moe = true;
     const MoeSpec& m = s.moe;
     // Experts and routers carry no bias in Mixtral and Qwen2-MoE.
@@ -49,7 +49,11 @@ int64_t ParamCounts::layers_total() const {
   return t;
 }
 
-ParamCounts CountParams(const ModelSpec& s, HeadKind head) {
+LayerParams CountLayerParams(const ModelSpec& spec, bool moe) {
+  return CountLayer(spec, moe && spec.moe.enabled());
+}
+
+ParamCounts CountParams(const ModelSpec& s, HeadKind head, bool per_layer) {
   assert(s.Validate().ok());
   if (head == HeadKind::kDefault) {
     head = s.arch == ArchKind::kDecoder ? HeadKind::kCausalLm : HeadKind::kNone;
@@ -65,8 +69,25 @@ ParamCounts CountParams(const ModelSpec& s, HeadKind head) {
     // OPT: project_in (proj -> hidden) and project_out (hidden -> proj), no bias.
     c.embedding_proj = 2 * s.embedding_proj_dim * s.hidden_size;
   }
-  c.layers.reserve(static_cast<size_t>(s.num_layers));
-  for (int64_t i = 0; i < s.num_layers; ++i) c.layers.push_back(CountLayer(s, i));
+  int64_t layers_total = 0, layers_active = 0;
+  if (per_layer) {
+    c.layers.reserve(static_cast<size_t>(s.num_layers));
+    for (int64_t i = 0; i < s.num_layers; ++i) c.layers.push_back(CountLayer(s, s.IsMoeLayer(i)));
+    for (const auto& l : c.layers) {
+      layers_total += l.total();
+      layers_active += l.active;
+    }
+  } else {
+    int64_t moe_layers = s.num_moe_layers();
+    LayerParams dense = CountLayer(s, false);
+    layers_total = (s.num_layers - moe_layers) * dense.total();
+    layers_active = (s.num_layers - moe_layers) * dense.active;
+    if (moe_layers > 0) {
+      LayerParams moe = CountLayer(s, true);
+      layers_total += moe_layers * moe.total();
+      layers_active += moe_layers * moe.active;
+    }
+  }
   if (s.final_norm) c.final_norm = Norm(s);
 
   switch (head) {
@@ -87,9 +108,8 @@ ParamCounts CountParams(const ModelSpec& s, HeadKind head) {
   }
 
   int64_t outside_layers = c.embedding() + c.embedding_proj + c.final_norm + c.head();
-  c.total = outside_layers + c.layers_total();
-  c.active = outside_layers;
-  for (const auto& l : c.layers) c.active += l.active;
+  c.total = outside_layers + layers_total;
+  c.active = outside_layers + layers_active;
   return c;
 }
 

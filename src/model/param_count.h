@@ -51,8 +51,13 @@ struct ParamCounts {
   int64_t head() const { return lm_head + head_extra; }
 };
 
-// REQUIRES: spec.Validate().ok()
-ParamCounts CountParams(const ModelSpec& spec, HeadKind head = HeadKind::kDefault);
+// REQUIRES: spec.Validate().ok(). With per_layer = false, `layers` stays empty (the totals are
+// still exact): the fast path for callers that only need sums.
+ParamCounts CountParams(const ModelSpec& spec, HeadKind head = HeadKind::kDefault,
+                        bool per_layer = true);
+
+// The parameters of one layer: a dense layer, or an MoE layer when `moe` is true.
+LayerParams CountLayerParams(const ModelSpec& spec, bool moe);
 
 // Convenience: CountParams(spec).total.
 int64_t TotalParams(const ModelSpec& spec);

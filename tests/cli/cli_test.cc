@@ -111,8 +111,47 @@ TEST(Cli, ClusterShow) {
   EXPECT_NE(b.out.find("node_groups[0].gpu"), std::string::npos) << b.out;
 }
 
+TEST(Cli, PredictJsonHasTheDocumentedFields) {
+  CliRun r = Frenzy("predict --model llama-2-7b --tp 2 --pp 2 --dp 2 --global-batch 16 "
+                    "--gpu A100-80GB --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"peak_bytes", "peak_reserved_bytes", "device_bytes", "fits",
+                          "headroom_bytes", "breakdown", "ranks", "params"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  for (const char* key : {"weights", "gradients", "optimizer", "activations", "logits",
+                          "temporary", "overhead"}) {
+    EXPECT_TRUE(j["breakdown"].contains(key)) << key;
+  }
+  EXPECT_EQ(j["ranks"].size(), 2u);  // one entry per pipeline stage
+  EXPECT_EQ(j["params"].get<int64_t>(), 6738415616);
+  EXPECT_TRUE(j["fits"].get<bool>());
+  EXPECT_GT(j["device_bytes"].get<int64_t>(), j["peak_bytes"].get<int64_t>());
+}
+
+TEST(Cli, PredictSaysWhyALayoutIsImpossible) {
+  CliRun r = Frenzy("predict --model llama-2-7b --tp 3");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("--tp"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("heads"), std::string::npos) << r.out;
+  CliRun pp = Frenzy("predict --model gpt2 --pp 13");
+  EXPECT_EQ(pp.exit_code, 2);
+  EXPECT_NE(pp.out.find("layers"), std::string::npos) << pp.out;
+  CliRun bad = Frenzy("predict --model gpt2 --precision fp8");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("--precision"), std::string::npos) << bad.out;
+}
+
+TEST(Cli, PredictTextShowsAStageTable) {
+  CliRun r = Frenzy("predict --model llama-3-8b --gpu h100");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("peak allocated"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("H100-80GB"), std::string::npos) << r.out;
+}
+
 TEST(Cli, HelpForEverySubcommand) {
-  for (const char* sub : {"inspect", "models", "gpus", "cluster show", "cluster list"}) {
+  for (const char* sub : {"inspect", "models", "gpus", "cluster show", "cluster list", "predict"}) {
     CliRun r = Frenzy(std::string(sub) + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub;
     EXPECT_NE(r.out.find("--json"), std::string::npos) << sub;
