@@ -10,5 +10,6 @@ run() { printf '\n$ frenzy %s\n' "$*"; "$frenzy" "$@"; }
 run models
 run inspect --model llama-3.1-8b
 run inspect --model mixtral-8x7b
+run predict --model llama-3-8b --tp 2 --dp 4 --zero 1 --distributed-optimizer --gpu h100
 run gpus
 run cluster show cluster64

@@ -147,8 +147,11 @@ States ModelStates(const TrainingSpec& t, const ParallelPlan& p, const StagePara
       // Megatron-LM: 16-bit params, fp32 main_grad buffer (accumulate_allreduce_grads_in_fp32),
       // fp32 master params + Adam states in the optimizer; 18 bytes/param, or 6 + 12/d with the
       // distributed optimizer (Megatron-LM docs, theoretical_memory_usage.py).
+      // The grad buffer is fp32 for bf16 (Megatron forces accumulate_allreduce_grads_in_fp32
+      // with --bf16) and 16-bit for fp16, where that flag defaults to off (arguments.py).
       st.weights = bytes(n * static_cast<double>(compute));
-      st.grads = bytes(n * (pure ? 2.0 : 4.0));
+      bool fp32_grads = t.precision == Precision::kBf16 || t.precision == Precision::kFp32;
+      st.grads = bytes(n * (fp32_grads ? 4.0 : 2.0));
       st.grads_persist = true;
       double master = mixed ? 4.0 * n : 0.0;
       double opt = master + opt_bytes;

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""MARP and its peers against published peak-memory measurements.
+
+Reads data/measurements/published.csv (measured figures others published, each with its source
+and full configuration), predicts each with `frenzy predict`, and, where they apply, with the
+two formulas practitioners use today, written down from their documentation:
+
+  * Megatron-LM's theoretical memory (megatron/training/theoretical_memory_usage.py; also
+    Korthikanti et al. 2023): weights and optimizer = params_on_rank x (18, or 6 + 12/dp with the
+    distributed optimizer); activations = s*b*h*(18 + 4*ffn/h) bytes per layer (which assumes
+    sequence parallelism and selective recomputation), times layers per stage, times the
+    micro-batches in flight, divided by tp; plus the first stage's embedding dropout mask
+    (s*b*h*pp) and the output layer (4*s*b*h*(1 + V/h)) when pp == 1. No temporaries.
+  * DeepSpeed's model-state estimators (DeepSpeed docs, "Memory Requirements"; functions
+    estimate_zero2_model_states_mem_needs / estimate_zero3_model_states_mem_needs): ZeRO-2 (no
+    offload) 4*P + 16*P/gpus; ZeRO-3 (no offload) 4*largest_layer + 18*P/gpus. States only.
+
+The measured quantity decides what is compared: max_allocated -> peak_bytes,
+max_reserved -> peak_reserved_bytes, nvidia_smi -> device_bytes.
+
+Usage: compare_published.py FRENZY_BIN [--csv data/measurements/published.csv] [--markdown]
+"""
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+GIB = 1 << 30
+
+# Models that are not in the zoo: configs kept beside the measurements.
+EXTRA_MODELS = {
+    "meta-llama/Llama-3.2-3B": "data/measurements/configs/llama-3.2-3b.json",
+    "TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T": "data/measurements/configs/tinyllama-1.1b.json",
+    "google/gemma-2b": "data/measurements/configs/gemma-2b.json",
+}
+
+FRAMEWORK = {  # how each measured system maps onto the frameworks MARP models
+    "megatron": "megatron", "deepspeed": "deepspeed", "hf": "hf",
+    "torchtitan": "fsdp", "litgpt": "fsdp", "torchtune": "hf", "other": "hf",
+}
+
+METRIC = {"max_allocated": "peak_bytes", "max_reserved": "peak_reserved_bytes",
+          "nvidia_smi": "device_bytes", "allocated": "peak_bytes"}
+
+
+def model_arg(name):
+    for key, path in EXTRA_MODELS.items():
+        if name.startswith(key.split("-intermediate")[0]):
+            return os.path.join(ROOT, path)
+    return name
+
+
+def frenzy_json(frenzy, args):
+    out = subprocess.run([frenzy] + args + ["--json"], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr.strip())
+    return json.loads(out.stdout)
+
+
+def predict_row(frenzy, r):
+    framework = FRAMEWORK[r["framework"]]
+    args = ["predict", "--model", model_arg(r["model"]), "--seq-len", r["seq_len"],
+            "--micro-batch", r["micro_batch"] or "1", "--precision", r["precision"],
+            "--optimizer", r["optimizer"], "--recompute", r["recompute"] or "none",
+            "--framework", framework]
+    for flag in ("tp", "pp", "dp", "cp"):
+        if r[flag]:
+            args += [f"--{flag}", r[flag]]
+    if r["zero"] and r["zero"] != "0":
+        args += ["--zero", r["zero"]]
+    if r["global_batch"]:
+        args += ["--global-batch", r["global_batch"]]
+    if r["flash_attn"] == "0":
+        args.append("--no-flash-attn")
+    if r["sequence_parallel"] == "1":
+        args.append("--sequence-parallel")
+    if r["model"].startswith("bert"):
+        args += ["--head", "classification"]
+    return frenzy_json(frenzy, args)
+
+
+def megatron_formula(info, r):
+    """Megatron-LM's theoretical memory, first pipeline stage (its own convention)."""
+    m = info
+    s, b = int(r["seq_len"]), int(r["micro_batch"] or 1)
+    tp, pp, dp = int(r["tp"] or 1), int(r["pp"] or 1), int(r["dp"] or 1)
+    h, L, ffn, V = m["hidden_size"], m["num_layers"], m["ffn_hidden_size"], m["vocab_size"]
+    params = m["params"]
+    emb = V * h
+    per_rank = (params - emb) / pp / tp + emb / tp
+    weight_opt = per_rank * 18  # no distributed optimizer in these rows
+    act = s * b * h * (18 + 4 * ffn / h) * L
+    gb = int(r["global_batch"] or b * dp)
+    in_flight = min(pp, max(1, gb // (b * dp)))
+    act = act / pp * in_flight + 8 * s * b * h * in_flight  # embedding dropout mask etc.
+    if pp == 1:
+        act += 4 * s * b * h * (1 + V / h)
+    return weight_opt + act / tp
+
+
+def deepspeed_formula(info, r):
+    zero = int(r["zero"] or 0)
+    gpus = int(r["num_gpus"] or 1)
+    params = info["params"]
+    largest = max(g["params"] for g in info["params_breakdown"]["per_layer"])
+    largest = max(largest, info["params_breakdown"]["embedding"])
+    if zero == 2:
+        return 4 * params + 16 * params / gpus
+    if zero == 3:
+        return 4 * largest + 18 * params / gpus
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("frenzy")
+    ap.add_argument("--csv", default=os.path.join(ROOT, "data/measurements/published.csv"))
+    ap.add_argument("--markdown", action="store_true")
+    a = ap.parse_args()
+    rows = list(csv.DictReader(open(a.csv)))
+    results, skipped = [], []
+    for r in rows:
+        if not r["seq_len"] or not r["micro_batch"]:
+            skipped.append((r["id"], "sequence length or micro-batch not published"))
+            continue
+        try:
+            p = predict_row(a.frenzy, r)
+            info = frenzy_json(a.frenzy, ["inspect", "--model", model_arg(r["model"])])
+        except RuntimeError as e:
+            skipped.append((r["id"], str(e)))
+            continue
+        key = METRIC[r["metric"]]
+        if r["stage"] != "":
+            stage = [x for x in p["ranks"] if x["stage"] == int(r["stage"])][0]
+            pred = stage[key]
+        else:
+            pred = p[key]
+        meas = float(r["measured_gib"]) * GIB
+        res = {"id": r["id"], "framework": r["framework"], "model": r["model"],
+               "metric": r["metric"], "measured_gib": meas / GIB, "marp_gib": pred / GIB,
+               "marp_err": (pred - meas) / meas}
+        info["num_layers"] = info["num_layers"]
+        info["params"] = info["params"]
+        if r["framework"] == "megatron":
+            mf = megatron_formula(info, r)
+            res["megatron_gib"], res["megatron_err"] = mf / GIB, (mf - meas) / meas
+        if r["zero"] in ("2", "3"):
+            df = deepspeed_formula(info, r)
+            res["deepspeed_gib"], res["deepspeed_err"] = df / GIB, (df - meas) / meas
+        results.append(res)
+    by_source = {}
+    for x in results:
+        by_source.setdefault(x["framework"], []).append(x)
+    if a.markdown:
+        print("| id | system | model | metric | measured GiB | MARP GiB | MARP error | Megatron formula | DeepSpeed estimator |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for x in results:
+            mf = f"{x['megatron_gib']:.2f} ({100 * x['megatron_err']:+.1f}%)" if "megatron_gib" in x else "-"
+            df = f"{x['deepspeed_gib']:.2f} ({100 * x['deepspeed_err']:+.1f}%)" if "deepspeed_gib" in x else "-"
+            print(f"| {x['id']} | {x['framework']} | {x['model'][:24]} | {x['metric']} | "
+                  f"{x['measured_gib']:.2f} | {x['marp_gib']:.2f} | {100 * x['marp_err']:+.1f}% | {mf} | {df} |")
+        print()
+    print("| source | rows | MARP mean accuracy | MARP worst |")
+    print("|---|---|---|---|")
+    for src, xs in sorted(by_source.items()):
+        errs = [abs(x["marp_err"]) for x in xs]
+        print(f"| {src} | {len(xs)} | {100 * (1 - sum(errs) / len(errs)):.1f}% | "
+              f"{100 * (1 - max(errs)):.1f}% |")
+    errs = [abs(x["marp_err"]) for x in results]
+    print(f"| all | {len(results)} | {100 * (1 - sum(errs) / len(errs)):.1f}% | {100 * (1 - max(errs)):.1f}% |")
+    for name, key in (("Megatron formula", "megatron_err"), ("DeepSpeed estimator", "deepspeed_err")):
+        xs = [x for x in results if key in x]
+        if xs:
+            pe = [abs(x[key]) for x in xs]
+            me = [abs(x["marp_err"]) for x in xs]
+            print(f"\n{name} on its {len(xs)} rows: mean accuracy {100 * (1 - sum(pe) / len(pe)):.1f}% "
+                  f"(MARP on the same rows: {100 * (1 - sum(me) / len(me)):.1f}%)")
+    if skipped:
+        print("\nskipped: " + "; ".join(f"{i} ({why})" for i, why in skipped))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
