@@ -43,11 +43,13 @@ FRAMEWORK = {  # how each measured system maps onto the frameworks MARP models
 }
 
 # Features MARP does not model yet; rows that use them are reported apart.
-UNMODELLED = ("Float8", "torch.compile ON", "+ Compile", "Chunked Cross Entropy", "Gemini")
+UNMODELLED = ("float8", "torch.compile on", "+ compile", "chunked", "activation offloading",
+              "optimizer_in_bwd=true", "gemini")
 
 
 def unmodelled(r):
-    return [u for u in UNMODELLED if u in r["source_note"]]
+    note = r["source_note"].lower()
+    return [u for u in UNMODELLED if u in note]
 
 
 METRIC = {"max_allocated": "peak_bytes", "max_reserved": "peak_reserved_bytes",
@@ -70,9 +72,12 @@ def frenzy_json(frenzy, args):
 
 def predict_row(frenzy, r):
     framework = FRAMEWORK[r["framework"]]
+    recompute = r["recompute"] or "none"
+    if r["framework"] == "torchtitan" and recompute == "selective":
+        recompute = "op"  # torchtitan's default selective_ac_option is per-op
     args = ["predict", "--model", model_arg(r["model"]), "--seq-len", r["seq_len"],
             "--micro-batch", r["micro_batch"] or "1", "--precision", r["precision"],
-            "--optimizer", r["optimizer"], "--recompute", r["recompute"] or "none",
+            "--optimizer", r["optimizer"], "--recompute", recompute,
             "--framework", framework]
     for flag in ("tp", "pp", "dp", "cp"):
         if r[flag]:

@@ -237,7 +237,7 @@ void RunPredict(PredictOptions o) {
     return bad("--optimizer", o.optimizer, "adamw, adam, sgd, sgdm, adafactor or adam8bit");
   }
   auto recompute = ParseRecompute(o.recompute);
-  if (!recompute) return bad("--recompute", o.recompute, "none, selective or full");
+  if (!recompute) return bad("--recompute", o.recompute, "none, selective, op or full");
   auto framework = ParseFramework(o.framework);
   if (!framework) return bad("--framework", o.framework, "megatron, deepspeed, fsdp or hf");
   if (o.head.empty()) o.head = spec->arch == ArchKind::kEncoder ? "masked-lm" : "causal-lm";
@@ -341,7 +341,7 @@ void RegisterCommands(CLI::App& app) {
                   "Megatron's distributed optimizer");
     cmd->add_option("--shard-group", o->plan.shard_group,
                     "Hybrid sharding group size (default: all of dp)");
-    cmd->add_option("--recompute", o->recompute, "none|selective|full")->capture_default_str();
+    cmd->add_option("--recompute", o->recompute, "none|selective|op|full")->capture_default_str();
     cmd->add_option("--precision", o->precision, "bf16|fp16|fp32|bf16-pure")
         ->capture_default_str();
     cmd->add_option("--optimizer", o->optimizer, "adamw|adam|sgd|sgdm|adafactor|adam8bit")

@@ -174,12 +174,22 @@ LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const Par
   }};
   for (const auto& st : out.backward) out.saved += st.frees;
   out.recompute_saved = stream;  // the checkpointed layer input
-  if (t.recompute == Recompute::kFull) {
+  if (t.recompute == Recompute::kFull || t.recompute == Recompute::kOp) {
     // The layer is recomputed just before its backward: all it saves comes back at once,
     // with the recomputed output; its input is the checkpoint's own saved tensor (shared).
     int64_t input = (m.norm == NormKind::kRmsNorm && e != kF32) ? 0 : stream;
     out.recomputed = out.saved - input + stream;
     out.backward.back().frees -= input;
+    if (t.recompute == Recompute::kOp) {
+      // torchtitan's policy (torchtitan/models/llama/parallelize: _save_list and every other
+      // aten.mm) keeps the outputs of the 1st, 3rd, 5th and 7th matmul of a Llama block —
+      // q, v, the first MLP matrix and the MLP output — and the attention kernel's output
+      // and statistics; recomputation reuses them instead of allocating them again.
+      int64_t cached = tokens * e * (w.q + w.kv + w.f + w.h) + tokens * w.q * e +
+                       sh.b * w.heads * sh.s * kF32;
+      out.recompute_saved = stream + cached;
+      out.recomputed -= cached;
+    }
     out.saved = out.recompute_saved;
   }
   return out;

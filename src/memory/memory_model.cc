@@ -393,7 +393,7 @@ Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
           cur_act -= step.frees;
           freed += step.frees;
         }
-        // With recomputation, the recomputed output and the checkpointed input go now.
+        // With recomputation, the recomputed output and what the checkpoint kept go now.
         if (la.recomputed > 0) cur_act -= (la.recomputed - freed) + la.recompute_saved;
       };
       int64_t start_grads = grads_at_start + grad_bytes(head_params);

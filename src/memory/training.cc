@@ -37,9 +37,10 @@ constexpr std::array<std::pair<OptimizerKind, const char*>, 6> kOptimizers = {{
     {OptimizerKind::kAdafactor, "adafactor"},
     {OptimizerKind::kAdam8bit, "adam8bit"},
 }};
-constexpr std::array<std::pair<Recompute, const char*>, 3> kRecomputes = {{
+constexpr std::array<std::pair<Recompute, const char*>, 4> kRecomputes = {{
     {Recompute::kNone, "none"},
     {Recompute::kSelective, "selective"},
+    {Recompute::kOp, "op"},
     {Recompute::kFull, "full"},
 }};
 constexpr std::array<std::pair<Framework, const char*>, 4> kFrameworks = {{

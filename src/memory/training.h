@@ -20,7 +20,10 @@ namespace frenzy {
 // bf16, no master copy.
 enum class Precision { kFp32, kFp16, kBf16, kBf16Pure };
 enum class OptimizerKind { kAdamW, kAdam, kSgd, kSgdMomentum, kAdafactor, kAdam8bit };
-enum class Recompute { kNone, kSelective, kFull };
+// kSelective: Megatron's — the attention core is recomputed. kOp: torchtitan's per-op selective
+// checkpointing — every other matmul output and the attention output are kept, the rest of the
+// layer is recomputed in backward. kFull: only each layer's input is kept.
+enum class Recompute { kNone, kSelective, kOp, kFull };
 // Whose implementation runs the step: its kernels decide what is saved for backward, its
 // optimizer and sharding decide the model states.
 enum class Framework { kMegatron, kDeepSpeed, kFsdp, kHf };
