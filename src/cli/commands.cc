@@ -215,6 +215,9 @@ struct PredictOptions {
   std::string device = "cuda";
   bool no_flash = false;
   bool no_dropout = false;
+  bool no_foreach = false;
+  bool loss_in_model_dtype = false;
+  double cuda_context_mib = 512;
   bool json = false;
   TrainingSpec train;
   ParallelPlan plan;
@@ -252,6 +255,12 @@ void RunPredict(PredictOptions o) {
   o.train.flash_attn = !o.no_flash;
   o.train.dropout = !o.no_dropout;
   o.train.device = o.device == "cpu" ? DeviceKind::kCpu : DeviceKind::kCuda;
+  o.train.foreach_optimizer = !o.no_foreach;
+  o.train.loss_fp32 = !o.loss_in_model_dtype;
+  if (!(o.cuda_context_mib >= 0) || o.cuda_context_mib > 1 << 20) {
+    return Fail(InvalidArgument("must be between 0 and 1048576", {}, "--cuda-context-mib"));
+  }
+  o.train.cuda_context_bytes = static_cast<int64_t>(o.cuda_context_mib * (1 << 20));
   const GpuType* gpu = nullptr;
   if (!o.gpu.empty()) {
     auto g = GpuCatalog::Default().Lookup(o.gpu);
@@ -356,6 +365,13 @@ void RegisterCommands(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--device", o->device,
                     "cuda, or cpu to model PyTorch's CPU kernels (ground-truth tests)")
+        ->capture_default_str();
+    cmd->add_flag("--no-foreach", o->no_foreach,
+                  "Optimizer updates one tensor at a time (PyTorch < 2.0, transformers.AdamW)");
+    cmd->add_flag("--loss-in-model-dtype", o->loss_in_model_dtype,
+                  "Loss computed on 16-bit logits (older HF models run in 16 bits)");
+    cmd->add_option("--cuda-context-mib", o->cuda_context_mib,
+                    "CUDA context and kernels (512: lazy loading; 1343 measured on CUDA 11.2)")
         ->capture_default_str();
     cmd->add_option("--gpu", o->gpu, "GPU type: also report whether the job fits");
     cmd->add_flag("--json", o->json, "Machine-readable output");

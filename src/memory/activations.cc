@@ -339,9 +339,10 @@ OutputActivations OutputActivationBytes(const ModelSpec& m, const TrainingSpec& 
   // The logits stay referenced by the caller until the step ends; cross entropy on fp32
   // logits keeps the log-softmax output. Backward: the NLL gradient and the log-softmax
   // gradient (both fp32 and vocab-wide) are alive together with the saved log-softmax.
+  int64_t loss_bytes = t.loss_fp32 ? kF32 : e;
   out.logits_held = tokens * vocab * e;
-  out.loss_saved = tokens * vocab * kF32;
-  out.loss_backward_transient = 2 * tokens * vocab * kF32;
+  out.loss_saved = tokens * vocab * loss_bytes;
+  out.loss_backward_transient = 2 * tokens * vocab * loss_bytes;
   return out;
 }
 

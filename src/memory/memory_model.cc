@@ -226,7 +226,7 @@ States ModelStates(const TrainingSpec& t, const ParallelPlan& p, const StagePara
   // Optimizer step temporaries.
   bool adam = t.optimizer == OptimizerKind::kAdam || t.optimizer == OptimizerKind::kAdamW;
   if (adam && (t.framework == Framework::kHf || t.framework == Framework::kFsdp)) {
-    if (t.device == DeviceKind::kCuda) {
+    if (t.device == DeviceKind::kCuda && t.foreach_optimizer) {
       // torch.optim's default foreach implementation: _foreach_sqrt(exp_avg_sq) materialises
       // a copy of the second moments of all (local) parameters.
       st.optimizer_temp = bytes(opt_bytes / 2.0);
@@ -256,9 +256,6 @@ double InFlight(const ParallelPlan& p, int64_t stage, int64_t microbatches) {
 // cuBLAS/cuBLASLt workspaces come from the caching allocator: ":4096:8" (8 x 4 MiB) on Hopper,
 // ":4096:2:16:8" otherwise (PyTorch docs, CUDA semantics / cuBLAS workspaces).
 constexpr int64_t kCublasWorkspace = 32 * kMiB;
-// The CUDA context with lazy module loading (default since CUDA 11.7 / PyTorch 1.13) holds
-// roughly 0.5 GiB on A100/H100 (measured on an idle `torch.cuda.init()`; see docs).
-constexpr int64_t kCudaContext = 512 * kMiB;
 // NCCL communicators: NCCL_BUFFSIZE (4 MiB) per channel and peer (NCCL env docs); one
 // communicator per parallel group in use.
 constexpr int64_t kNcclPerGroup = 128 * kMiB;
@@ -452,7 +449,7 @@ Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
       int64_t reserved = static_cast<int64_t>(static_cast<double>(se.peak_bytes) * 1.05);
       se.peak_reserved_bytes = (reserved + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
       int64_t groups = (p.dp > 1) + (p.tp > 1) + (p.pp > 1) + (p.cp > 1) + (p.ep > 1);
-      se.device_bytes = se.peak_reserved_bytes + kCudaContext + groups * kNcclPerGroup;
+      se.device_bytes = se.peak_reserved_bytes + t.cuda_context_bytes + groups * kNcclPerGroup;
     } else {
       se.peak_reserved_bytes = se.peak_bytes;
       se.device_bytes = se.peak_bytes;

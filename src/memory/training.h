@@ -57,6 +57,17 @@ struct TrainingSpec {
   bool dropout = true;      // apply the model's dropout probabilities
   DeviceKind device = DeviceKind::kCuda;
 
+  // The software environment, where it changes memory:
+  // PyTorch >= 2.0 runs torch.optim's Adam with the foreach implementation by default on CUDA;
+  // older PyTorch (and transformers.AdamW) update one tensor at a time.
+  bool foreach_optimizer = true;
+  // Current HuggingFace models upcast logits to fp32 for the loss; older versions (and models run
+  // in 16 bits without autocast) computed the loss in the model's dtype.
+  bool loss_fp32 = true;
+  // CUDA context and kernels: about 0.5 GiB with lazy module loading (CUDA >= 11.7, the default
+  // of PyTorch >= 1.13); 1343 MiB measured on a V100 with CUDA 11.2 (HF "Model training anatomy").
+  int64_t cuda_context_bytes = int64_t{512} << 20;
+
   // Bytes of one activation element: 2 for 16-bit compute, 4 for fp32.
   int64_t act_bytes() const { return precision == Precision::kFp32 ? 4 : 2; }
   bool mixed() const { return precision == Precision::kBf16 || precision == Precision::kFp16; }

@@ -280,3 +280,36 @@ TEST(PredictMemory, WorstStagesGiveTheSamePeakAsAllStages) {
 
 }  // namespace
 }  // namespace frenzy
+
+namespace frenzy {
+namespace {
+
+TEST(PredictMemory, SoftwareEnvironmentKnobs) {
+  ModelSpec m = *ResolveModel("gpt2-xl");
+  TrainingSpec t;
+  t.framework = Framework::kHf;
+  t.seq_len = 1024;
+  ParallelPlan p;
+  MemoryEstimate base = Predict(m, t, p);
+  // An older CUDA context only moves what nvidia-smi shows.
+  TrainingSpec old_cuda = t;
+  old_cuda.cuda_context_bytes = int64_t{1343} << 20;
+  MemoryEstimate oc = Predict(m, old_cuda, p);
+  EXPECT_EQ(oc.peak_bytes, base.peak_bytes);
+  EXPECT_EQ(oc.device_bytes - base.device_bytes, int64_t{1343 - 512} << 20);
+  // Without the foreach optimizer the step's temporaries shrink to two tensors.
+  TrainingSpec single = t;
+  single.foreach_optimizer = false;
+  EXPECT_LE(Predict(m, single, p).peak_bytes, base.peak_bytes);
+  // A loss on 16-bit logits keeps half the vocabulary-sized buffers.
+  TrainingSpec loss16 = t;
+  loss16.loss_fp32 = false;
+  OutputActivations o32 = OutputActivationBytes(m, t, p);
+  OutputActivations o16 = OutputActivationBytes(m, loss16, p);
+  EXPECT_EQ(2 * o16.loss_saved, o32.loss_saved);
+  EXPECT_EQ(2 * o16.loss_backward_transient, o32.loss_backward_transient);
+  EXPECT_LE(Predict(m, loss16, p).peak_bytes, base.peak_bytes);
+}
+
+}  // namespace
+}  // namespace frenzy
