@@ -26,6 +26,15 @@ Widths LocalWidths(const ModelSpec& m, const ParallelPlan& p, int64_t ffn) {
   return w;
 }
 
+// The HF Trainer's mixed precision is torch.autocast over fp32 weights.
+bool IsAutocast(const TrainingSpec& t) { return t.framework == Framework::kHf && t.mixed(); }
+
+// Bytes per dropout-mask element for an input of `input_bytes`: CUDA keeps a bool mask, the
+// CPU kernel a mask of the input's dtype.
+int64_t MaskBytes(const TrainingSpec& t, int64_t input_bytes) {
+  return t.device == DeviceKind::kCpu ? input_bytes : 1;
+}
+
 // Active dropout probability (0 when dropout is off for this job).
 double HiddenDropout(const ModelSpec& m, const TrainingSpec& t) {
   return t.dropout ? m.hidden_dropout : 0.0;
@@ -70,11 +79,32 @@ LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const Par
   int64_t att = sh.b * w.heads * sh.s * sh.s;  // elements of one s x s score tensor set
 
   using P = BackwardStep::Params;
+  // Under torch.autocast (the HF Trainer's mixed precision) the weights and the residual
+  // stream stay fp32: norms run in fp32 and every Linear keeps its own 16-bit cast of its
+  // input (activations are not cached, only weights), so a norm feeding q, k and v
+  // projections pays three casts.
+  const bool autocast = IsAutocast(t);
+  bool fused_qkv = m.model_type == "gpt2" || m.model_type == "gpt_neox" ||
+                   m.model_type == "bloom" || m.model_type == "falcon" ||
+                   m.model_type == "phi3";
+  auto norm_saved = [&](bool include_input, int64_t consumers) {
+    if (!autocast) return EagerNormSaved(m, norm_tokens, e, include_input);
+    int64_t th = norm_tokens * w.h;
+    int64_t kept = include_input ? th * kF32 : 0;
+    if (m.norm == NormKind::kLayerNorm) {
+      kept += 2 * norm_tokens * kF32;  // mean, rstd
+    } else {
+      kept += th * kF32 /*x^2*/ + norm_tokens * kF32 /*rsqrt*/ + th * kF32 /*x_norm*/;
+    }
+    return kept + consumers * th * e;  // the consumers' 16-bit casts of the output
+  };
+  int64_t attn_consumers = fused_qkv ? 1 : 3;
+  int64_t mlp_consumers = m.gated_mlp ? 2 : 1;
   // Norms: the layer input is kept by the first norm (pre-norm) or by the residual's norm.
-  int64_t norm1 = EagerNormSaved(m, norm_tokens, e, true);
+  int64_t norm1 = norm_saved(true, attn_consumers);
   int64_t norm2 = 0;
-  if (m.norms_per_layer == 2) norm2 = EagerNormSaved(m, norm_tokens, e, !m.parallel_attn_mlp);
-  if (m.norms_per_layer == 0) norm1 = norm_tokens * w.h * e;  // no affine norm: input only
+  if (m.norms_per_layer == 2) norm2 = norm_saved(!m.parallel_attn_mlp, mlp_consumers);
+  if (m.norms_per_layer == 0) norm1 = norm_tokens * w.h * (autocast ? kF32 : e);
 
   // Attention projections and what the attention core keeps of q, k, v.
   bool gqa = w.kv < w.q;
@@ -97,7 +127,14 @@ LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const Par
     // is kept by the next op unless dropout replaces it (dropout keeps its mask and hands the
     // masked copy to the matmul with v).
     core = att * kF32;
-    if (attn_p > 0) {
+    if (autocast) {
+      // The scores come out fp32 (the fp32 mask promotes them); the matmul with v keeps its
+      // own 16-bit cast of the (dropped-out) probabilities.
+      // Rotation by fp32 cos/sin promotes q to fp32, so the softmax output stays fp32 through
+      // dropout; without rotation it is cast back to the 16-bit q's dtype first.
+      int64_t dropout_input = m.position == PositionKind::kRotary ? kF32 : e;
+      core += att * e + (attn_p > 0 ? att * MaskBytes(t, dropout_input) : 0);
+    } else if (attn_p > 0) {
       core += att * sh.mask + att * e;
     } else if (e != kF32) {
       core += att * e;
@@ -156,7 +193,7 @@ LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const Par
   }
 
   int64_t norm_bwd = EagerNormBackward(m, norm_tokens, e);
-  int64_t stream = norm_tokens * w.h * e;
+  int64_t stream = norm_tokens * w.h * (autocast ? kF32 : e);
   if (m.parallel_attn_mlp) {
     // Parallel blocks: the MLP branch's gradient of the shared input waits in autograd's
     // input buffer while the attention branch runs backward.
@@ -177,7 +214,7 @@ LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const Par
   if (t.recompute == Recompute::kFull || t.recompute == Recompute::kOp) {
     // The layer is recomputed just before its backward: all it saves comes back at once,
     // with the recomputed output; its input is the checkpoint's own saved tensor (shared).
-    int64_t input = (m.norm == NormKind::kRmsNorm && e != kF32) ? 0 : stream;
+    int64_t input = (m.norm == NormKind::kRmsNorm && e != kF32 && !autocast) ? 0 : stream;
     out.recomputed = out.saved - input + stream;
     out.backward.back().frees -= input;
     if (t.recompute == Recompute::kOp) {
@@ -292,17 +329,18 @@ int64_t EmbeddingActivationBytes(const ModelSpec& m, const TrainingSpec& t,
   int64_t tokens = sh.b * sh.s;
   int64_t bytes = 0;
   // Embedding dropout (GPT-2's embd_pdrop) keeps its mask.
+  int64_t stream_bytes = IsAutocast(t) ? kF32 : sh.e;  // embeddings stay fp32 under autocast
   if (t.dropout && m.hidden_dropout > 0 && m.position == PositionKind::kLearned &&
       !UsesMegatronKernels(t)) {
-    bytes += tokens * m.hidden_size * sh.mask;
+    bytes += tokens * m.hidden_size * MaskBytes(t, stream_bytes);
   }
   if (m.position == PositionKind::kRotary && !UsesMegatronKernels(t)) {
     // cos and sin tables, computed once per forward and kept by every layer's rotation.
-    bytes += 2 * sh.s * m.head_dim * sh.e;
+    bytes += 2 * sh.s * m.head_dim * stream_bytes;
   }
   if (t.recompute != Recompute::kNone && !t.flash_attn && !UsesMegatronKernels(t)) {
     // The causal mask is an input of every checkpointed function, so it stays saved.
-    bytes += sh.s * sh.s * sh.e;
+    bytes += sh.s * sh.s * stream_bytes;
   }
   return bytes;
 }
@@ -331,7 +369,15 @@ OutputActivations OutputActivationBytes(const ModelSpec& m, const TrainingSpec& 
     out.loss_backward_transient = tokens * vocab * e;
     return out;
   }
-  if (m.final_norm) out.saved += EagerNormSaved(m, norm_tokens, e, true);
+  if (m.final_norm) {
+    if (IsAutocast(t)) {
+      int64_t th = norm_tokens * m.hidden_size;
+      out.saved += th * kF32 + 2 * norm_tokens * kF32 + th * e;  // input, stats, head's cast
+      if (m.norm == NormKind::kRmsNorm) out.saved += 2 * th * kF32 - norm_tokens * kF32;
+    } else {
+      out.saved += EagerNormSaved(m, norm_tokens, e, true);
+    }
+  }
   if (t.head == HeadType::kMaskedLm) {
     // Transform dense + activation + norm before the decoder.
     out.saved += 3 * tokens * m.hidden_size * e;

@@ -331,8 +331,15 @@ Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
       const char* name;
       MemoryBreakdown b;
     };
-    std::array<Phase, 3> phases;
+    std::array<Phase, 4> phases;
     int64_t grads_at_start = st.grads_persist ? st.grads : 0;
+    // With whole-layer recomputation the first forward runs without grad, so no graph keeps the
+    // autocast cache's weight copies once autocast exits: backward only holds the copies of the
+    // layer being recomputed.
+    const bool recompute_layers =
+        t.recompute == Recompute::kFull || t.recompute == Recompute::kOp;
+    const int64_t cache_after_forward = recompute_layers ? 0 : st.autocast_cache;
+    const bool layer_casts = recompute_layers && st.autocast_cache > 0;
     // Gradients that appear during backward (frameworks that free them after each step).
     double grad_per_param = st.grads_persist || sp.total == 0
                                 ? 0.0
@@ -341,15 +348,19 @@ Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
       return static_cast<int64_t>(std::ceil(static_cast<double>(params) * grad_per_param));
     };
     {
-      MemoryBreakdown b;  // end of forward / loss: everything saved, plus the loss backward
+      MemoryBreakdown b;  // end of forward, still inside autocast: its weight cache is alive
       b.weights = st.weights;
       b.gradients = grads_at_start;
       b.optimizer = st.optimizer;
       b.activations = act_all + out.saved + st.autocast_cache;
-      b.logits = out.logits_held + out.loss_saved + out.loss_backward_transient;
+      b.logits = out.logits_held + out.loss_saved;
       b.temporary = st.buckets + st.gather;
       b.overhead = workspace;
-      phases[0] = {last_stage ? "loss" : "forward", b};
+      phases[0] = {"forward", b};
+      // Start of backward (last stage): the loss backward's vocabulary-sized gradients.
+      b.activations = act_all + out.saved + cache_after_forward;
+      b.logits = out.logits_held + out.loss_saved + out.loss_backward_transient;
+      phases[3] = {last_stage ? "loss" : "forward", b};
     }
     {
       // Backward, layer by layer from the last: each step of a layer's backward holds its
@@ -368,7 +379,8 @@ Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
       // Walks one layer's backward from (grads, act); returns the state after it.
       auto walk = [&](const LayerActivations& la, const RankLayer& rl, int64_t& cur_grads,
                       int64_t& cur_act) {
-        cur_act += la.recomputed;
+        int64_t casts = layer_casts ? 2 * rl.matmul : 0;
+        cur_act += la.recomputed + casts;
         int64_t freed = 0;
         for (const auto& step : la.backward) {
           int64_t params = 0;
@@ -392,9 +404,10 @@ Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
         }
         // With recomputation, the recomputed output and what the checkpoint kept go now.
         if (la.recomputed > 0) cur_act -= (la.recomputed - freed) + la.recompute_saved;
+        cur_act -= casts;
       };
       int64_t start_grads = grads_at_start + grad_bytes(head_params);
-      int64_t start_act = act_all + st.autocast_cache;
+      int64_t start_act = act_all + cache_after_forward;
       if (n_moe == 0 || n_dense == 0) {
         // Identical layers: every layer changes the state by the same amount, so the peak is
         // in the first or the last layer to run backward.

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Ground truth for MARP: measure real training steps on CPU, compare with `frenzy predict`.
 
-For every configuration of the grid (architectures x micro-batch x sequence length x precision x
-optimizer x recomputation), tools/measure_memory.py builds the model with random weights, runs
+For every configuration of the grid (architectures x micro-batch x sequence length x precision
+(fp32, pure bf16, bf16 autocast) x optimizer x recomputation), tools/measure_memory.py builds the model with random weights, runs
 real training steps with PyTorch and measures the exact peak of tensor memory; `frenzy predict
 --framework hf --device cpu --no-flash-attn` predicts it from the architecture alone. Every
 prediction must be within 3% of its measurement.
@@ -83,6 +83,15 @@ GRID = [
     ("neox-parallel", 2, 128, "bf16-pure", "adamw", "none"),
     ("llama-mha", 8, 32, "fp32", "adamw", "none"),
     ("llama-gqa", 1, 512, "fp32", "sgd", "none"),
+    # Mixed precision as the HF Trainer runs it: torch.autocast(bf16) over fp32 weights.
+    ("llama-mha", 2, 128, "bf16", "adamw", "none"),
+    ("llama-mha", 2, 128, "bf16", "adamw", "full"),
+    ("llama-gqa", 2, 128, "bf16", "adamw", "selective"),
+    ("mistral-gqa-tied", 2, 96, "bf16", "sgdm", "none"),
+    ("qwen2-bias", 1, 256, "bf16", "adamw", "full"),
+    ("gpt2", 2, 128, "bf16", "adamw", "none"),
+    ("gpt2", 2, 128, "bf16", "adam", "full"),
+    ("neox-parallel", 2, 128, "bf16", "adamw", "selective"),
 ]
 
 
