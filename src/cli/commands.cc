@@ -12,6 +12,8 @@
 #include "hardware/gpu.h"
 #include "memory/memory_json.h"
 #include "memory/memory_model.h"
+#include "perf/perf_model.h"
+#include "planner/planner.h"
 #include "model/model_json.h"
 #include "model/param_count.h"
 #include "model/zoo.h"
@@ -227,11 +229,10 @@ std::string Gib(int64_t bytes) {
   return fmt::format("{:.2f}", static_cast<double>(bytes) / static_cast<double>(1LL << 30));
 }
 
-void RunPredict(PredictOptions o) {
-  auto spec = ResolveModel(o.model);
-  if (!spec.ok()) return Fail(spec.status());
+// Turns the layout flags into specs; fails with the flag that is wrong.
+Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
   auto bad = [](const std::string& flag, const std::string& value, const char* allowed) {
-    Fail(InvalidArgument("unknown value '" + value + "' (expected " + allowed + ")", {}, flag));
+    return InvalidArgument("unknown value '" + value + "' (expected " + allowed + ")", {}, flag);
   };
   auto precision = ParsePrecision(o.precision);
   if (!precision) return bad("--precision", o.precision, "fp32, fp16, bf16 or bf16-pure");
@@ -243,7 +244,7 @@ void RunPredict(PredictOptions o) {
   if (!recompute) return bad("--recompute", o.recompute, "none, selective, op or full");
   auto framework = ParseFramework(o.framework);
   if (!framework) return bad("--framework", o.framework, "megatron, deepspeed, fsdp or hf");
-  if (o.head.empty()) o.head = spec->arch == ArchKind::kEncoder ? "masked-lm" : "causal-lm";
+  if (o.head.empty()) o.head = spec.arch == ArchKind::kEncoder ? "masked-lm" : "causal-lm";
   auto head = ParseHeadType(o.head);
   if (!head) return bad("--head", o.head, "causal-lm, masked-lm or classification");
   if (o.device != "cuda" && o.device != "cpu") return bad("--device", o.device, "cuda or cpu");
@@ -258,9 +259,16 @@ void RunPredict(PredictOptions o) {
   o.train.foreach_optimizer = !o.no_foreach;
   o.train.loss_fp32 = !o.loss_in_model_dtype;
   if (!(o.cuda_context_mib >= 0) || o.cuda_context_mib > 1 << 20) {
-    return Fail(InvalidArgument("must be between 0 and 1048576", {}, "--cuda-context-mib"));
+    return InvalidArgument("must be between 0 and 1048576", {}, "--cuda-context-mib");
   }
   o.train.cuda_context_bytes = static_cast<int64_t>(o.cuda_context_mib * (1 << 20));
+  return Status::Ok();
+}
+
+void RunPredict(PredictOptions o) {
+  auto spec = ResolveModel(o.model);
+  if (!spec.ok()) return Fail(spec.status());
+  if (Status s = ResolveLayout(o, *spec); !s.ok()) return Fail(s);
   const GpuType* gpu = nullptr;
   if (!o.gpu.empty()) {
     auto g = GpuCatalog::Default().Lookup(o.gpu);
@@ -309,27 +317,213 @@ void RunPredict(PredictOptions o) {
   }
 }
 
-}  // namespace
 
-int ExitCode() { return g_exit_code; }
+// ---- perf ----------------------------------------------------------------------------------
 
-void RegisterCommands(CLI::App& app) {
-  {
-    auto opts = std::make_shared<InspectOptions>();
-    auto* cmd = app.add_subcommand(
-        "inspect", "Show a model's architecture and exact parameter count.");
-    cmd->add_option("--model,-m", opts->model,
-                    "Zoo name (see `frenzy models`), HuggingFace id, or path to a config.json")
-        ->required();
-    cmd->add_flag("--json", opts->json, "Machine-readable output");
-    cmd->callback([opts] { RunInspect(*opts); });
+struct PerfOptions : PredictOptions {
+  int64_t gpus = 0;
+  std::string cluster;
+};
+
+// The network of `gpu` nodes in `cluster`, or one node of up to 8 GPUs on 25 GB/s.
+Result<Network> NetworkFor(const std::string& cluster, const GpuType& gpu, int64_t gpus) {
+  Network net;
+  net.gpus_per_node = std::min<int64_t>(8, std::max<int64_t>(1, gpus));
+  net.inter_node_gbs = 25;
+  if (cluster.empty()) return net;
+  ASSIGN_OR_RETURN(Cluster c, ResolveCluster(cluster, GpuCatalog::Default()));
+  bool found = false;
+  for (const auto& node : c.nodes) {
+    if (node.gpu != gpu.name) continue;
+    if (!found || node.gpus > net.gpus_per_node) net.gpus_per_node = node.gpus;
+    net.inter_node_gbs = found ? std::min(net.inter_node_gbs, node.network_gbs) : node.network_gbs;
+    found = true;
   }
-  {
-    auto o = std::make_shared<PredictOptions>();
-    auto* cmd = app.add_subcommand(
-        "predict", "Predict the per-GPU peak memory of one training layout (MARP).");
-    cmd->add_option("--model,-m", o->model, "Zoo name, HuggingFace id, or config.json path")
-        ->required();
+  if (!found) return InvalidArgument("cluster " + c.name + " has no " + gpu.name, {}, "--gpu");
+  return net;
+}
+
+void RunPerf(PerfOptions o) {
+  auto spec = ResolveModel(o.model);
+  if (!spec.ok()) return Fail(spec.status());
+  if (Status s = ResolveLayout(o, *spec); !s.ok()) return Fail(s);
+  auto g = GpuCatalog::Default().Lookup(o.gpu);
+  if (!g.ok()) return Fail(g.status().WithWhere("--gpu"));
+  if (o.gpus > 0) {
+    int64_t fixed = o.plan.tp * o.plan.pp * o.plan.cp;
+    if (o.gpus % fixed != 0) {
+      return Fail(InvalidArgument("must be a multiple of tp x pp x cp (" + std::to_string(fixed) +
+                                  ")", {}, "--gpus"));
+    }
+    o.plan.dp = o.gpus / fixed;
+  }
+  auto net = NetworkFor(o.cluster, **g, o.plan.gpus());
+  if (!net.ok()) return Fail(net.status());
+  auto perf = PredictPerf(*spec, o.train, o.plan, **g, *net);
+  if (!perf.ok()) {
+    Status s = perf.status();
+    return Fail(InvalidArgument("impossible layout for " + spec->name + ": " + s.message(),
+                                "--" + s.field()));
+  }
+  const auto& b = perf->breakdown;
+  nlohmann::json breakdown = {{"compute_s", b.compute_s},     {"recompute_s", b.recompute_s},
+                              {"tp_comm_s", b.tp_comm_s},     {"pp_bubble_s", b.pp_bubble_s},
+                              {"pp_p2p_s", b.pp_p2p_s},       {"dp_comm_s", b.dp_comm_s},
+                              {"cp_comm_s", b.cp_comm_s},     {"optimizer_s", b.optimizer_s}};
+  if (o.json) {
+    nlohmann::json j = {{"model", spec->name},
+                        {"gpu", (*g)->name},
+                        {"gpus", perf->gpus},
+                        {"iteration_s", perf->iteration_s},
+                        {"tokens_per_s", perf->tokens_per_s},
+                        {"tokens_per_s_per_gpu", perf->tokens_per_s_per_gpu},
+                        {"tflops_per_gpu", perf->tflops_per_gpu},
+                        {"mfu", perf->mfu},
+                        {"model_flops_per_token", perf->model_flops_per_token},
+                        {"breakdown", breakdown},
+                        {"layout", LayoutToJson(o.train, o.plan)}};
+    return PrintJson(j);
+  }
+  fmt::print("{} on {} x {} (tp {} pp {} dp {} cp {}), micro-batch {} x {} tokens, {}\n",
+             spec->name, perf->gpus, (*g)->name, o.plan.tp, o.plan.pp, o.plan.dp, o.plan.cp,
+             o.train.micro_batch, o.train.seq_len, FrameworkName(o.train.framework));
+  fmt::print("  iteration {:.3f} s, {:.0f} tokens/s ({:.0f} per GPU), {:.0f} TFLOP/s per GPU, "
+             "MFU {:.1f}%\n",
+             perf->iteration_s, perf->tokens_per_s, perf->tokens_per_s_per_gpu,
+             perf->tflops_per_gpu, 100 * perf->mfu);
+  for (const auto& [k, v] : breakdown.items()) {
+    fmt::print("    {:<12} {:>9.4f} s\n", k, v.get<double>());
+  }
+}
+
+// ---- plan ----------------------------------------------------------------------------------
+
+struct PlanOptions {
+  std::string model;
+  double tokens = 0;
+  int64_t global_batch = 0;
+  int64_t seq_len = 2048;
+  std::string cluster = "cluster64";
+  int64_t top = 10;
+  std::string objective = "time";
+  std::string framework = "megatron";
+  std::string precision = "bf16";
+  std::string gpu;
+  std::string recompute;
+  int64_t gpus = 0, tp = 0, pp = 0, dp = 0, cp = 0, micro_batch = 0, zero = -1;
+  double deadline_hours = 0;
+  double budget = 0;
+  double margin = 0.10;
+  bool json = false;
+};
+
+nlohmann::json PlanToJson(const Plan& p) {
+  nlohmann::json j = {{"gpu", p.gpu},
+                      {"gpus", p.gpus},
+                      {"tp", p.tp},
+                      {"pp", p.pp},
+                      {"dp", p.dp},
+                      {"cp", p.cp},
+                      {"micro_batch", p.micro_batch},
+                      {"zero", p.zero},
+                      {"distributed_optimizer", p.distributed_optimizer},
+                      {"recompute", RecomputeName(p.recompute)},
+                      {"peak_bytes", p.peak_bytes},
+                      {"device_bytes", p.device_bytes},
+                      {"gpu_memory_bytes", p.gpu_memory_bytes},
+                      {"iteration_s", p.iteration_s},
+                      {"tokens_per_s", p.tokens_per_s},
+                      {"mfu", p.mfu},
+                      {"total_s", p.total_s},
+                      {"pareto", p.pareto}};
+  j["cost"] = p.cost ? nlohmann::json(*p.cost) : nlohmann::json(nullptr);
+  return j;
+}
+
+void RunPlan(const PlanOptions& o) {
+  auto spec = ResolveModel(o.model);
+  if (!spec.ok()) return Fail(spec.status());
+  auto cluster = ResolveCluster(o.cluster, GpuCatalog::Default());
+  if (!cluster.ok()) return Fail(cluster.status());
+  JobSpec job;
+  job.model = *spec;
+  job.tokens = o.tokens;
+  job.global_batch = o.global_batch;
+  job.seq_len = o.seq_len;
+  auto precision = ParsePrecision(o.precision);
+  auto framework = ParseFramework(o.framework);
+  if (!precision) return Fail(InvalidArgument("unknown precision '" + o.precision + "'", {}, "--precision"));
+  if (!framework) return Fail(InvalidArgument("unknown framework '" + o.framework + "'", {}, "--framework"));
+  job.precision = *precision;
+  job.framework = *framework;
+  if (!o.gpu.empty()) job.gpu = o.gpu;
+  if (!o.recompute.empty()) {
+    auto rc = ParseRecompute(o.recompute);
+    if (!rc) return Fail(InvalidArgument("unknown value '" + o.recompute + "'", {}, "--recompute"));
+    job.recompute = *rc;
+  }
+  auto pin = [](int64_t v) { return v > 0 ? std::optional<int64_t>(v) : std::nullopt; };
+  job.gpus = pin(o.gpus);
+  job.tp = pin(o.tp);
+  job.pp = pin(o.pp);
+  job.dp = pin(o.dp);
+  job.cp = pin(o.cp);
+  job.micro_batch = pin(o.micro_batch);
+  if (o.zero >= 0) job.zero = o.zero;
+  if (o.deadline_hours > 0) job.deadline_s = o.deadline_hours * 3600;
+  if (o.budget > 0) job.budget = o.budget;
+  PlannerOptions popt;
+  popt.top = o.top;
+  popt.memory_margin = o.margin;
+  if (o.objective == "time") {
+    popt.objective = Objective::kTime;
+  } else if (o.objective == "cost") {
+    popt.objective = Objective::kCost;
+  } else if (o.objective == "mix") {
+    popt.objective = Objective::kMix;
+  } else {
+    return Fail(InvalidArgument("expected time, cost or mix", {}, "--objective"));
+  }
+  auto r = PlanJob(job, *cluster, GpuCatalog::Default(), popt);
+  if (!r.ok()) return Fail(r.status());
+  if (o.json) {
+    nlohmann::json j;
+    j["model"] = spec->name;
+    j["cluster"] = cluster->name;
+    j["plans"] = nlohmann::json::array();
+    for (const auto& p : r->plans) j["plans"].push_back(PlanToJson(p));
+    j["pareto"] = nlohmann::json::array();
+    for (const auto& p : r->pareto) j["pareto"].push_back(PlanToJson(p));
+    j["layouts_considered"] = r->layouts_considered;
+    j["layouts_fitting"] = r->layouts_fitting;
+    j["explanation"] = r->explanation;
+    PrintJson(j);
+  } else {
+    fmt::print("{} on {}: {} layouts considered, {} fit\n", spec->name, cluster->name,
+               r->layouts_considered, r->layouts_fitting);
+    if (!r->plans.empty()) {
+      fmt::print("  {:<3} {:<10} {:>5} {:>3} {:>3} {:>4} {:>3} {:>3} {:>9} {:>13} {:>12} {:>6} "
+                 "{:>10} {:>9}\n",
+                 "#", "GPU", "GPUS", "TP", "PP", "DP", "CP", "MB", "RECOMP", "MEM GiB", "TIME",
+                 "MFU", "COST $", "PARETO");
+      int i = 0;
+      for (const auto& p : r->plans) {
+        std::string time = p.total_s < 86400 * 2 ? fmt::format("{:.1f} h", p.total_s / 3600)
+                                                  : fmt::format("{:.1f} d", p.total_s / 86400);
+        fmt::print("  {:<3} {:<10} {:>5} {:>3} {:>3} {:>4} {:>3} {:>3} {:>9} {:>6} / {:<4} "
+                   "{:>12} {:>5.1f}% {:>10} {:>9}\n",
+                   ++i, p.gpu, p.gpus, p.tp, p.pp, p.dp, p.cp, p.micro_batch,
+                   RecomputeName(p.recompute), Gib(p.device_bytes), Gib(p.gpu_memory_bytes), time,
+                   100 * p.mfu, p.cost ? fmt::format("{:.0f}", *p.cost) : "-",
+                   p.pareto ? "yes" : "");
+      }
+    }
+    fmt::print("  {}\n", r->explanation);
+  }
+  if (r->plans.empty()) g_exit_code = 3;  // an answer, not an error: nothing fits
+}
+
+void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
     cmd->add_option("--seq-len", o->train.seq_len, "Sequence length")->capture_default_str();
     cmd->add_option("--micro-batch", o->train.micro_batch, "Micro-batch size per GPU")
         ->capture_default_str();
@@ -373,9 +567,78 @@ void RegisterCommands(CLI::App& app) {
     cmd->add_option("--cuda-context-mib", o->cuda_context_mib,
                     "CUDA context and kernels (512: lazy loading; 1343 measured on CUDA 11.2)")
         ->capture_default_str();
+}
+
+}  // namespace
+
+int ExitCode() { return g_exit_code; }
+
+void RegisterCommands(CLI::App& app) {
+  {
+    auto opts = std::make_shared<InspectOptions>();
+    auto* cmd = app.add_subcommand(
+        "inspect", "Show a model's architecture and exact parameter count.");
+    cmd->add_option("--model,-m", opts->model,
+                    "Zoo name (see `frenzy models`), HuggingFace id, or path to a config.json")
+        ->required();
+    cmd->add_flag("--json", opts->json, "Machine-readable output");
+    cmd->callback([opts] { RunInspect(*opts); });
+  }
+  {
+    auto o = std::make_shared<PredictOptions>();
+    auto* cmd = app.add_subcommand(
+        "predict", "Predict the per-GPU peak memory of one training layout (MARP).");
+    cmd->add_option("--model,-m", o->model, "Zoo name, HuggingFace id, or config.json path")
+        ->required();
+    AddLayoutOptions(cmd, o.get());
     cmd->add_option("--gpu", o->gpu, "GPU type: also report whether the job fits");
     cmd->add_flag("--json", o->json, "Machine-readable output");
     cmd->callback([o] { RunPredict(*o); });
+  }
+  {
+    auto o = std::make_shared<PerfOptions>();
+    auto* cmd = app.add_subcommand("perf", "Predict the speed of one training layout on a GPU type.");
+    cmd->add_option("--model,-m", o->model, "Zoo name, HuggingFace id, or config.json path")
+        ->required();
+    AddLayoutOptions(cmd, o.get());
+    cmd->add_option("--gpu", o->gpu, "GPU type")->required();
+    cmd->add_option("--gpus", o->gpus, "GPU count (default tp x pp x dp x cp; sets dp)");
+    cmd->add_option("--cluster", o->cluster, "Cluster whose network the job uses");
+    cmd->add_flag("--json", o->json, "Machine-readable output");
+    cmd->callback([o] { RunPerf(*o); });
+  }
+  {
+    auto o = std::make_shared<PlanOptions>();
+    auto* cmd = app.add_subcommand(
+        "plan", "The serverless decision: feasible plans (GPU type, count, layout), best first.");
+    cmd->add_option("--model,-m", o->model, "Zoo name, HuggingFace id, or config.json path")
+        ->required();
+    cmd->add_option("--tokens", o->tokens, "Tokens to train on (e.g. 2e11)")->required();
+    cmd->add_option("--global-batch", o->global_batch, "Sequences per iteration")->required();
+    cmd->add_option("--seq-len", o->seq_len, "Sequence length")->capture_default_str();
+    cmd->add_option("--cluster", o->cluster, "Bundled cluster or cluster file")
+        ->capture_default_str();
+    cmd->add_option("--top", o->top, "How many plans to list")->capture_default_str();
+    cmd->add_option("--objective", o->objective, "time|cost|mix")->capture_default_str();
+    cmd->add_option("--framework", o->framework, "megatron|deepspeed|fsdp|hf")
+        ->capture_default_str();
+    cmd->add_option("--precision", o->precision, "bf16|fp16|fp32|bf16-pure")
+        ->capture_default_str();
+    cmd->add_option("--gpu", o->gpu, "Pin a GPU type (normally left to Frenzy)");
+    cmd->add_option("--gpus", o->gpus, "Pin the GPU count");
+    cmd->add_option("--tp", o->tp, "Pin tensor parallelism");
+    cmd->add_option("--pp", o->pp, "Pin pipeline stages");
+    cmd->add_option("--dp", o->dp, "Pin data parallelism");
+    cmd->add_option("--cp", o->cp, "Pin context parallelism");
+    cmd->add_option("--micro-batch", o->micro_batch, "Pin the micro-batch");
+    cmd->add_option("--zero", o->zero, "Pin the ZeRO stage");
+    cmd->add_option("--recompute", o->recompute, "Pin recomputation none|selective|full");
+    cmd->add_option("--deadline-hours", o->deadline_hours, "Finish within this many hours");
+    cmd->add_option("--budget", o->budget, "Spend at most this many USD");
+    cmd->add_option("--margin", o->margin, "Memory safety margin (fraction)")
+        ->capture_default_str();
+    cmd->add_flag("--json", o->json, "Machine-readable output");
+    cmd->callback([o] { RunPlan(*o); });
   }
   {
     auto json = std::make_shared<bool>(false);

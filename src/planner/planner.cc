@@ -1,0 +1,269 @@
+#include "planner/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/core.h>
+
+#include "memory/memory_model.h"
+#include "perf/perf_model.h"
+
+namespace frenzy {
+namespace {
+
+struct TypeInfo {
+  const GpuType* gpu = nullptr;
+  int64_t count = 0;          // GPUs of this type in the cluster
+  int64_t gpus_per_node = 0;  // largest node of this type
+  double network_gbs = 0;     // slowest node of this type
+};
+
+std::vector<TypeInfo> TypesOf(const Cluster& c, const GpuCatalog& cat) {
+  std::vector<TypeInfo> out;
+  for (const auto& node : c.nodes) {
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const TypeInfo& t) { return t.gpu->name == node.gpu; });
+    if (it == out.end()) {
+      const GpuType* g = cat.Find(node.gpu);
+      if (g == nullptr) continue;
+      out.push_back({g, 0, 0, node.network_gbs});
+      it = out.end() - 1;
+    }
+    it->count += node.gpus;
+    it->gpus_per_node = std::max(it->gpus_per_node, node.gpus);
+    it->network_gbs = std::min(it->network_gbs, node.network_gbs);
+  }
+  return out;
+}
+
+std::vector<int64_t> Divisors(int64_t n, int64_t limit) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i <= std::min(n, limit); ++i) {
+    if (n % i == 0) d.push_back(i);
+  }
+  return d;
+}
+
+std::vector<int64_t> PinnedOr(const std::optional<int64_t>& pin, std::vector<int64_t> all) {
+  if (pin) return {*pin};
+  return all;
+}
+
+std::string Duration(double s) {
+  if (s < 3600) return fmt::format("{:.0f} min", s / 60);
+  if (s < 86400 * 2) return fmt::format("{:.1f} h", s / 3600);
+  return fmt::format("{:.1f} days", s / 86400);
+}
+
+std::string Gib(int64_t b) { return fmt::format("{:.0f}", static_cast<double>(b) / (1 << 30)); }
+
+}  // namespace
+
+Result<PlanResult> PlanJob(const JobSpec& job, const Cluster& cluster, const GpuCatalog& catalog,
+                           const PlannerOptions& opt) {
+  if (!(job.tokens > 0)) return InvalidArgument("must be positive", {}, "tokens");
+  if (job.global_batch < 1) return InvalidArgument("must be at least 1", {}, "global_batch");
+  if (job.seq_len < 1) return InvalidArgument("must be at least 1", {}, "seq_len");
+  std::vector<TypeInfo> types = TypesOf(cluster, catalog);
+  if (job.gpu) {
+    const GpuType* pinned = catalog.Find(*job.gpu);
+    if (pinned == nullptr) return NotFound("unknown GPU type '" + *job.gpu + "'", {}, "gpu");
+    std::erase_if(types, [&](const TypeInfo& t) { return t.gpu != pinned; });
+    if (types.empty()) {
+      return InvalidArgument("the cluster has no " + pinned->name + " GPUs", {}, "gpu");
+    }
+  }
+  const ModelSpec& m = job.model;
+  PlanResult result;
+  std::vector<Plan> fitting;
+  // Best effort when nothing fits: the layout needing the least memory per GPU.
+  int64_t least_device = std::numeric_limits<int64_t>::max();
+  Plan least;
+  std::string first_error;  // why layouts were impossible, when all were
+
+  for (const TypeInfo& ti : types) {
+    const GpuType& g = *ti.gpu;
+    TrainingSpec t;
+    t.seq_len = job.seq_len;
+    t.global_batch = job.global_batch;
+    t.framework = job.framework;
+    t.precision = job.precision;
+    if ((t.precision == Precision::kBf16 || t.precision == Precision::kBf16Pure) &&
+        !g.bf16_tflops) {
+      t.precision = Precision::kFp16;  // no bf16 tensor cores (V100, T4): fp16 mixed precision
+    }
+    Network net{ti.gpus_per_node, ti.network_gbs};
+    const int64_t usable = static_cast<int64_t>(static_cast<double>(g.memory_bytes) /
+                                                (1.0 + opt.memory_margin));
+    auto tps = PinnedOr(job.tp, Divisors(ti.gpus_per_node, ti.gpus_per_node));
+    auto pps = PinnedOr(job.pp, Divisors(m.num_layers, ti.count));
+    auto cps = PinnedOr(job.cp, job.seq_len >= 16384 ? std::vector<int64_t>{1, 2, 4, 8}
+                                                     : std::vector<int64_t>{1});
+    auto mbs = PinnedOr(job.micro_batch, {1, 2, 4, 8});
+    std::vector<int64_t> zeros;
+    if (job.zero) {
+      zeros = {*job.zero};
+    } else if (job.framework == Framework::kDeepSpeed || job.framework == Framework::kFsdp) {
+      zeros = {0, 1, 2, 3};
+    } else {
+      zeros = {0};
+    }
+    std::vector<Recompute> rcs = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+    if (job.recompute) rcs = {*job.recompute};
+
+    for (int64_t tp : tps) {
+      for (int64_t pp : pps) {
+        for (int64_t cp : cps) {
+          int64_t max_dp = ti.count / (tp * pp * cp);
+          if (max_dp < 1) continue;
+          auto dps = PinnedOr(job.dp, Divisors(job.global_batch, max_dp));
+          for (int64_t dp : dps) {
+            int64_t n = tp * pp * cp * dp;
+            if (n > ti.count || (job.gpus && n != *job.gpus)) continue;
+            for (int64_t zero : zeros) {
+              for (int64_t mb : mbs) {
+                if (job.global_batch % (mb * dp) != 0) continue;
+                ParallelPlan p;
+                p.tp = tp;
+                p.pp = pp;
+                p.cp = cp;
+                p.dp = dp;
+                p.zero = static_cast<int>(zero);
+                p.sequence_parallel = tp > 1 && job.framework == Framework::kMegatron;
+                p.distributed_optimizer = dp > 1 && job.framework == Framework::kMegatron;
+                t.micro_batch = mb;
+                bool any_fit = false;
+                // Less recomputation is faster: the first that fits is the one to keep.
+                for (Recompute rc : rcs) {
+                  t.recompute = rc;
+                  auto mem = PredictMemory(m, t, p, StageDetail::kWorst);
+                  ++result.layouts_considered;
+                  if (!mem.ok()) {  // the layout itself is impossible
+                    if (first_error.empty()) {
+                      first_error = mem.status().field() + ": " + mem.status().message();
+                    }
+                    break;
+                  }
+                  Plan plan;
+                  plan.gpu = g.name;
+                  plan.gpus = n;
+                  plan.tp = tp;
+                  plan.pp = pp;
+                  plan.dp = dp;
+                  plan.cp = cp;
+                  plan.micro_batch = mb;
+                  plan.zero = zero;
+                  plan.distributed_optimizer = p.distributed_optimizer;
+                  plan.recompute = rc;
+                  plan.peak_bytes = mem->peak_bytes;
+                  plan.device_bytes = mem->device_bytes;
+                  plan.gpu_memory_bytes = g.memory_bytes;
+                  if (mem->device_bytes < least_device) {
+                    least_device = mem->device_bytes;
+                    least = plan;
+                  }
+                  if (mem->device_bytes > usable) continue;
+                  auto perf = PredictPerf(m, t, p, g, net);
+                  if (!perf.ok()) break;
+                  plan.iteration_s = perf->iteration_s;
+                  plan.tokens_per_s = perf->tokens_per_s;
+                  plan.mfu = perf->mfu;
+                  plan.total_s = job.tokens / perf->tokens_per_s;
+                  if (g.price_per_hour) {
+                    plan.cost = plan.total_s / 3600.0 * static_cast<double>(n) * *g.price_per_hour;
+                  }
+                  ++result.layouts_fitting;
+                  bool late = job.deadline_s && plan.total_s > *job.deadline_s;
+                  bool dear = job.budget && plan.cost && *plan.cost > *job.budget;
+                  if (!late && !dear) fitting.push_back(plan);
+                  any_fit = true;
+                  break;
+                }
+                // Bigger micro-batches need more memory: stop once even full recompute fails.
+                if (!any_fit && !job.micro_batch) break;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  if (fitting.empty()) {
+    if (result.layouts_fitting > 0) {
+      result.explanation = "plans fit in memory, but none meets the deadline or budget";
+    } else if (least_device == std::numeric_limits<int64_t>::max()) {
+      result.explanation = "no layout of this model is possible here" +
+                           (first_error.empty() ? std::string(" with these pins")
+                                                : " (" + first_error + ")");
+    } else {
+      const GpuType* biggest = nullptr;
+      for (const auto& ti : types) {
+        if (biggest == nullptr || ti.gpu->memory_bytes > biggest->memory_bytes) biggest = ti.gpu;
+      }
+      result.explanation = fmt::format(
+          "no plan fits this cluster: the least memory any layout here needs is {} GiB per GPU "
+          "({} x {} with TP={} PP={} DP={}, {} recomputation); the largest GPU here has {} GiB. "
+          "More GPUs (to shard further) or GPUs with more memory would fit it.",
+          Gib(static_cast<int64_t>(static_cast<double>(least.device_bytes) *
+                                   (1.0 + opt.memory_margin))),
+          least.gpus, least.gpu, least.tp, least.pp, least.dp, RecomputeName(least.recompute),
+          Gib(biggest->memory_bytes));
+    }
+    return result;
+  }
+
+  // Pareto set over (gpus, time): sort by GPUs then time, keep strictly faster ones.
+  std::vector<Plan> by_gpus = fitting;
+  std::sort(by_gpus.begin(), by_gpus.end(), [](const Plan& a, const Plan& b) {
+    return a.gpus != b.gpus ? a.gpus < b.gpus : a.total_s < b.total_s;
+  });
+  double best_time = std::numeric_limits<double>::infinity();
+  for (const auto& pl : by_gpus) {
+    if (pl.total_s < best_time) {
+      best_time = pl.total_s;
+      result.pareto.push_back(pl);
+      result.pareto.back().pareto = true;
+    }
+  }
+
+  auto score = [&](const Plan& pl) {
+    double cost = pl.cost.value_or(std::numeric_limits<double>::infinity());
+    switch (opt.objective) {
+      case Objective::kTime:
+        return pl.total_s;
+      case Objective::kCost:
+        return cost;
+      case Objective::kMix:
+        // Geometric mean of time and cost: a plan twice as fast at twice the cost ties.
+        return std::sqrt(pl.total_s * cost);
+    }
+    return pl.total_s;
+  };
+  std::sort(fitting.begin(), fitting.end(), [&](const Plan& a, const Plan& b) {
+    double sa = score(a), sb = score(b);
+    if (sa != sb) return sa < sb;
+    return a.gpus < b.gpus;
+  });
+  for (auto& pl : fitting) {
+    pl.pareto = std::any_of(result.pareto.begin(), result.pareto.end(), [&](const Plan& q) {
+      return q.gpu == pl.gpu && q.gpus == pl.gpus && q.tp == pl.tp && q.pp == pl.pp &&
+             q.micro_batch == pl.micro_batch && q.recompute == pl.recompute && q.zero == pl.zero;
+    });
+    if (static_cast<int64_t>(result.plans.size()) < opt.top) result.plans.push_back(pl);
+  }
+  const Plan& w = result.plans.front();
+  const char* why = opt.objective == Objective::kCost ? "cheapest"
+                    : opt.objective == Objective::kMix ? "best time x cost"
+                                                       : "fastest";
+  result.explanation = fmt::format(
+      "{} plan: {} x {} (TP {}, PP {}, DP {}{}, micro-batch {}, {} recomputation) trains in {} "
+      "at {:.0f}% MFU; {} of {} GiB per GPU",
+      why, w.gpus, w.gpu, w.tp, w.pp, w.dp, w.cp > 1 ? fmt::format(", CP {}", w.cp) : "",
+      w.micro_batch, RecomputeName(w.recompute), Duration(w.total_s), 100 * w.mfu,
+      Gib(w.device_bytes), Gib(w.gpu_memory_bytes));
+  return result;
+}
+
+}  // namespace frenzy

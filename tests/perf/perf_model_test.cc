@@ -1,0 +1,100 @@
+#include "perf/perf_model.h"
+
+#include <gtest/gtest.h>
+
+#include "model/param_count.h"
+#include "model/zoo.h"
+
+namespace frenzy {
+namespace {
+
+const GpuType& Gpu(const char* name) { return *GpuCatalog::Default().Find(name); }
+
+PerfEstimate Perf(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
+                  const char* gpu, Network net = {8, 25}) {
+  auto r = PredictPerf(m, t, p, Gpu(gpu), net);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? *r : PerfEstimate{};
+}
+
+TEST(PerfModel, ModelFlopsFollowPalm) {
+  // 6N + 12 L q s per token (PaLM Appendix B), N the matmul parameters a token uses.
+  ModelSpec m = *ResolveModel("llama-2-7b");
+  double n = static_cast<double>(TotalParams(m) - m.vocab_size * m.hidden_size);
+  double expected = 6 * n + 12.0 * 32 * 4096 * 4096;
+  EXPECT_NEAR(ModelFlopsPerToken(m, 4096), expected, 1e-9 * expected);
+}
+
+TEST(PerfModel, FasterGpusAreFaster) {
+  ModelSpec m = *ResolveModel("llama-3-8b");
+  TrainingSpec t;
+  t.seq_len = 4096;
+  ParallelPlan p;
+  p.tp = 8;
+  double a100 = Perf(m, t, p, "A100-80GB").iteration_s;
+  double h100 = Perf(m, t, p, "H100-80GB").iteration_s;
+  EXPECT_LT(h100, a100);
+  EXPECT_GT(Perf(m, t, p, "H100-80GB").mfu, 0.1);
+  EXPECT_LT(Perf(m, t, p, "H100-80GB").mfu, 1.0);
+}
+
+TEST(PerfModel, RecomputationCostsTime) {
+  ModelSpec m = *ResolveModel("llama-3-8b");
+  TrainingSpec t;
+  t.seq_len = 4096;
+  ParallelPlan p;
+  double none = Perf(m, t, p, "H100-80GB").iteration_s;
+  t.recompute = Recompute::kSelective;
+  double sel = Perf(m, t, p, "H100-80GB").iteration_s;
+  t.recompute = Recompute::kFull;
+  double full = Perf(m, t, p, "H100-80GB").iteration_s;
+  EXPECT_LT(none, sel);
+  EXPECT_LT(sel, full);
+  // One more forward of the matmuls (a third of their time), less for memory-bound work.
+  EXPECT_GT(full / none, 1.15);
+  EXPECT_LE(full / none, 4.0 / 3.0 + 0.01);
+}
+
+TEST(PerfModel, PipelineBubbleShrinksWithMicrobatchesAndInterleaving) {
+  ModelSpec m = *ResolveModel("llama-2-13b");
+  TrainingSpec t;
+  t.seq_len = 4096;
+  ParallelPlan p;
+  p.pp = 4;
+  t.global_batch = 4;
+  auto few = Perf(m, t, p, "A100-80GB");
+  t.global_batch = 64;
+  auto many = Perf(m, t, p, "A100-80GB");
+  EXPECT_GT(few.breakdown.pp_bubble_s / few.iteration_s,
+            many.breakdown.pp_bubble_s / many.iteration_s);
+  p.vpp = 2;
+  auto inter = Perf(m, t, p, "A100-80GB");
+  EXPECT_LT(inter.breakdown.pp_bubble_s, many.breakdown.pp_bubble_s);
+}
+
+TEST(PerfModel, SlowNetworksExposeDataParallelTraffic) {
+  ModelSpec m = *ResolveModel("llama-2-7b");
+  TrainingSpec t;
+  t.seq_len = 2048;
+  ParallelPlan p;
+  p.dp = 32;
+  t.global_batch = 32;
+  auto fast = Perf(m, t, p, "A100-80GB", {8, 200});
+  auto slow = Perf(m, t, p, "A100-80GB", {8, 5});
+  EXPECT_GT(slow.breakdown.dp_comm_s, fast.breakdown.dp_comm_s);
+  EXPECT_GT(slow.iteration_s, fast.iteration_s);
+}
+
+TEST(PerfModel, Bf16OnV100IsAnError) {
+  ModelSpec m = *ResolveModel("gpt2");
+  TrainingSpec t;
+  t.seq_len = 1024;
+  auto r = PredictPerf(m, t, ParallelPlan{}, Gpu("V100-32GB"), {8, 25});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().field(), "precision");
+  t.precision = Precision::kFp16;
+  EXPECT_TRUE(PredictPerf(m, t, ParallelPlan{}, Gpu("V100-32GB"), {8, 25}).ok());
+}
+
+}  // namespace
+}  // namespace frenzy
