@@ -77,8 +77,8 @@ GpuEfficiency EfficiencyOf(const GpuType& gpu) {
   return e;
 }
 
-double ModelFlopsPerToken(const ModelSpec& m, int64_t seq_len) {
-  ParamCounts c = CountParams(m, HeadKind::kDefault, /*per_layer=*/false);
+namespace {
+double FlopsPerToken(const ModelSpec& m, const ParamCounts& c, int64_t seq_len) {
   // Matmul parameters a token passes through: active parameters minus the embedding lookup
   // (no FLOPs) and norms; the LM head is a matmul even when tied.
   double matmul = static_cast<double>(c.active - c.embedding()) +
@@ -87,6 +87,11 @@ double ModelFlopsPerToken(const ModelSpec& m, int64_t seq_len) {
   double attention = 12.0 * static_cast<double>(m.num_layers) *
                      static_cast<double>(m.q_size()) * static_cast<double>(seq_len);
   return 6.0 * matmul + attention;
+}
+}  // namespace
+
+double ModelFlopsPerToken(const ModelSpec& m, int64_t seq_len) {
+  return FlopsPerToken(m, CountParams(m, HeadKind::kDefault, /*per_layer=*/false), seq_len);
 }
 
 Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t,
@@ -104,7 +109,8 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t,
   const int64_t gpus = p.gpus();
   const int64_t microbatches = MicroBatchesPerStep(t, p);
   const double tokens_per_mb = static_cast<double>(t.micro_batch * t.seq_len);
-  const double flops_per_token = ModelFlopsPerToken(m, t.seq_len);
+  const ParamCounts counts = CountParams(m, HeadKind::kDefault, /*per_layer=*/false);
+  const double flops_per_token = FlopsPerToken(m, counts, t.seq_len);
 
   // Compute of one micro-batch on the most loaded stage (ceil(L / pp) layers; the head's FLOPs
   // go to the last stage, which usually holds fewer layers, so they are spread evenly).
@@ -188,7 +194,6 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t,
   // Data parallel: gradient reduction of this rank's parameters (bf16/fp32 per framework),
   // overlapped with the last micro-batch's backward; ZeRO-3/FSDP also gathers parameters in
   // forward and backward (3x the volume), overlapped with compute.
-  ParamCounts counts = CountParams(m, HeadKind::kDefault, false);
   double rank_params = static_cast<double>(counts.total) / static_cast<double>(p.tp * p.pp);
   if (p.dp * p.cp > 1) {
     int64_t n = p.dp * p.cp;

@@ -109,7 +109,10 @@ Result<PlanResult> PlanJob(const JobSpec& job, const Cluster& cluster, const Gpu
     } else {
       zeros = {0};
     }
-    std::vector<Recompute> rcs = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+    // With fused (flash) attention, which the planner assumes, selective recomputation has
+    // nothing left to drop (the attention core keeps no s x s tensors), so the choice is
+    // between keeping everything and recomputing whole layers.
+    std::vector<Recompute> rcs = {Recompute::kNone, Recompute::kFull};
     if (job.recompute) rcs = {*job.recompute};
 
     for (int64_t tp : tps) {
