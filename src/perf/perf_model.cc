@@ -14,7 +14,7 @@ namespace {
 
 struct Calibration {
   GpuEfficiency fallback;
-  std::map<std::string, double> matmul;  // canonical GPU name -> efficiency
+  std::map<std::string, GpuEfficiency> gpus;  // canonical GPU name -> efficiencies
 };
 
 const Calibration& LoadCalibration() {
@@ -26,14 +26,21 @@ const Calibration& LoadCalibration() {
     if (!doc.ok()) return cal;
     const auto& d = *doc;
     if (d.contains("default")) {
-      cal->fallback.matmul = d["default"].value("matmul_efficiency", 0.75);
-      cal->fallback.memory = d["default"].value("memory_efficiency", 0.85);
+      const auto& def = d["default"];
+      cal->fallback.matmul = def.value("matmul_efficiency", 0.75);
+      cal->fallback.memory = def.value("memory_efficiency", 0.85);
+      cal->fallback.training_scale = def.value("training_scale", 1.0);
+      cal->fallback.h0 = def.value("h0", 0.0);
     }
     if (d.contains("gpus") && d["gpus"].is_array()) {
       for (const auto& g : d["gpus"]) {
-        if (g.contains("gpu") && g.contains("matmul_efficiency")) {
-          cal->matmul[g["gpu"].get<std::string>()] = g["matmul_efficiency"].get<double>();
-        }
+        if (!g.contains("gpu") || !g.contains("matmul_efficiency")) continue;
+        GpuEfficiency e = cal->fallback;
+        e.matmul = g["matmul_efficiency"].get<double>();
+        e.training_scale = g.value("training_scale", cal->fallback.training_scale);
+        e.h0 = g.value("h0", cal->fallback.h0);
+        e.measured = true;
+        cal->gpus[g["gpu"].get<std::string>()] = e;
       }
     }
     return cal;
@@ -69,12 +76,8 @@ double AllGatherS(double bytes, int64_t n, double gbs) {
 
 GpuEfficiency EfficiencyOf(const GpuType& gpu) {
   const Calibration& cal = LoadCalibration();
-  GpuEfficiency e = cal.fallback;
-  if (auto it = cal.matmul.find(gpu.name); it != cal.matmul.end()) {
-    e.matmul = it->second;
-    e.measured = true;
-  }
-  return e;
+  if (auto it = cal.gpus.find(gpu.name); it != cal.gpus.end()) return it->second;
+  return cal.fallback;
 }
 
 namespace {
@@ -104,7 +107,9 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t,
                            {}, "precision");
   }
   GpuEfficiency eff = EfficiencyOf(gpu);
-  const double matmul_rate = peak * eff.matmul;
+  const double h_local = static_cast<double>(m.hidden_size) / static_cast<double>(p.tp);
+  const double matmul_rate =
+      peak * eff.matmul * eff.training_scale * h_local / (h_local + eff.h0);
   const double mem_rate = gpu.mem_bw_gbs * 1e9 * eff.memory;
   const int64_t gpus = p.gpus();
   const int64_t microbatches = MicroBatchesPerStep(t, p);
@@ -153,22 +158,22 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t,
   b.compute_s = mb_compute * static_cast<double>(microbatches);
   b.recompute_s = mb_flops * recompute_fraction / matmul_rate * static_cast<double>(microbatches);
 
-  // Tensor parallel: per layer 2 all-reduces forward and 2 backward of the layer's activations
-  // (Megatron-LM; sequence parallel turns them into all-gather + reduce-scatter, same volume).
-  const double e = static_cast<double>(t.act_bytes());
   const double link_gbs = gpu.link_gbs / 2.0;  // vendors quote bidirectional bandwidth
-  if (p.tp > 1) {
-    double bytes = tokens_per_mb / static_cast<double>(p.cp) * static_cast<double>(m.hidden_size) * e;
-    double per_layer = 4.0 * AllReduceS(bytes, p.tp, link_gbs);
-    if (t.recompute == Recompute::kFull) per_layer *= 1.5;  // the recomputed forward repeats two
-    b.tp_comm_s = per_layer * stage_layers * static_cast<double>(microbatches);
-  }
-
   // Ranks are laid out TP innermost, then CP, DP, PP (Megatron-LM's order): a group stays on the
   // intra-node link while the ranks it spans fit in one node, else it shares the node's network.
   const double per_gpu_net =
       net.inter_node_gbs / static_cast<double>(std::max<int64_t>(1, std::min(net.gpus_per_node, gpus)));
   auto group_gbs = [&](int64_t span) { return span <= net.gpus_per_node ? link_gbs : per_gpu_net; };
+
+  // Tensor parallel: per layer 2 all-reduces forward and 2 backward of the layer's activations
+  // (Megatron-LM; sequence parallel turns them into all-gather + reduce-scatter, same volume).
+  const double e = static_cast<double>(t.act_bytes());
+  if (p.tp > 1) {
+    double bytes = tokens_per_mb / static_cast<double>(p.cp) * static_cast<double>(m.hidden_size) * e;
+    double per_layer = 4.0 * AllReduceS(bytes, p.tp, group_gbs(p.tp));
+    if (t.recompute == Recompute::kFull) per_layer *= 1.5;  // the recomputed forward repeats two
+    b.tp_comm_s = per_layer * stage_layers * static_cast<double>(microbatches);
+  }
 
   // Pipeline: bubble (p - 1) / (m v) of the ideal time (Narayanan et al. SC'21, §2.2), and the
   // sends that fill and drain it.

@@ -55,6 +55,10 @@ struct PerfEstimate {
 struct GpuEfficiency {
   double matmul = 0.75;
   double memory = 0.8;
+  // Real training reaches matmul x training_scale x h / (h + h0) of the peak (h: hidden size
+  // per tensor-parallel rank), fitted on measured training throughput (perf_calibration.json).
+  double training_scale = 1.0;
+  double h0 = 0;
   bool measured = false;  // false: a default for GPUs without a published measurement
 };
 GpuEfficiency EfficiencyOf(const GpuType& gpu);
