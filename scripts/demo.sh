@@ -10,6 +10,7 @@ run() { printf '\n$ frenzy %s\n' "$*"; "$frenzy" "$@"; }
 run models
 run inspect --model llama-3.1-8b
 run inspect --model mixtral-8x7b
+run plan --model llama-2-7b --tokens 2e10 --global-batch 256 --seq-len 4096 --cluster cluster64 --top 5
 run predict --model llama-3-8b --tp 2 --dp 4 --zero 1 --distributed-optimizer --gpu h100
 run gpus
 run cluster show cluster64

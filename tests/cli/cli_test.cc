@@ -150,8 +150,50 @@ TEST(Cli, PredictTextShowsAStageTable) {
   EXPECT_NE(r.out.find("H100-80GB"), std::string::npos) << r.out;
 }
 
+TEST(Cli, PerfJsonHasTheDocumentedFields) {
+  CliRun r = Frenzy("perf --model llama-2-7b --gpu A100-80GB --gpus 8 --seq-len 4096 "
+                    "--global-batch 64 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"iteration_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
+                          "mfu", "breakdown"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j["gpus"], 8);
+  EXPECT_GT(j["mfu"].get<double>(), 0.05);
+  EXPECT_LT(j["mfu"].get<double>(), 1.0);
+  EXPECT_NEAR(j["tokens_per_s"].get<double>(), 8 * j["tokens_per_s_per_gpu"].get<double>(), 1e-6);
+  CliRun bad = Frenzy("perf --model gpt2 --gpu v100 --seq-len 1024");  // bf16 on a V100
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("precision"), std::string::npos) << bad.out;
+}
+
+TEST(Cli, PlanRanksFeasiblePlansAndExplains) {
+  CliRun r = Frenzy("plan --model llama-2-7b --tokens 2e10 --global-batch 256 --seq-len 4096 "
+                    "--cluster cluster64 --top 5 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_FALSE(j["plans"].empty());
+  EXPECT_LE(j["plans"].size(), 5u);
+  for (const auto& p : j["plans"]) {
+    for (const char* key : {"gpu", "gpus", "tp", "pp", "dp", "micro_batch", "zero", "recompute",
+                            "peak_bytes", "iteration_s", "total_s", "cost"}) {
+      EXPECT_TRUE(p.contains(key)) << key;
+    }
+    EXPECT_LT(p["device_bytes"].get<int64_t>(), p["gpu_memory_bytes"].get<int64_t>());
+  }
+  EXPECT_FALSE(j["explanation"].get<std::string>().empty());
+  CliRun text = Frenzy("plan --model llama-2-7b --tokens 2e10 --global-batch 256 --cluster lab");
+  EXPECT_EQ(text.exit_code, 0) << text.out;
+  EXPECT_NE(text.out.find("plan:"), std::string::npos) << text.out;
+  CliRun none = Frenzy("plan --model llama-3.1-405b --tokens 1e12 --global-batch 64 --cluster lab");
+  EXPECT_EQ(none.exit_code, 3) << none.out;  // an answer: nothing fits
+  EXPECT_NE(none.out.find("no plan fits"), std::string::npos) << none.out;
+}
+
 TEST(Cli, HelpForEverySubcommand) {
-  for (const char* sub : {"inspect", "models", "gpus", "cluster show", "cluster list", "predict"}) {
+  for (const char* sub : {"inspect", "models", "gpus", "cluster show", "cluster list", "predict",
+                          "perf", "plan"}) {
     CliRun r = Frenzy(std::string(sub) + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub;
     EXPECT_NE(r.out.find("--json"), std::string::npos) << sub;
