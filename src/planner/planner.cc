@@ -77,14 +77,18 @@ Result<PlanResult> PlanJob(const JobSpec& job, const Cluster& cluster, const Gpu
   const ModelSpec& m = job.model;
   PlanResult result;
   std::vector<Plan> fitting;
-  // Best effort when nothing fits: the layout needing the least memory per GPU.
+  // Best effort when nothing fits: per GPU type, the layout needing the least memory per GPU.
   int64_t least_device = std::numeric_limits<int64_t>::max();
   Plan least;
+  std::vector<Plan> least_per_type;
   std::string first_error;  // why layouts were impossible, when all were
 
   for (const TypeInfo& ti : types) {
     const GpuType& g = *ti.gpu;
+    least_device = std::numeric_limits<int64_t>::max();
+    least = Plan{};
     TrainingSpec t;
+    if (m.arch == ArchKind::kEncoder) t.head = HeadType::kMaskedLm;
     t.seq_len = job.seq_len;
     t.global_batch = job.global_batch;
     t.framework = job.framework;
@@ -191,28 +195,29 @@ Result<PlanResult> PlanJob(const JobSpec& job, const Cluster& cluster, const Gpu
         }
       }
     }
+    if (least.gpus > 0) least_per_type.push_back(least);
   }
 
   if (fitting.empty()) {
     if (result.layouts_fitting > 0) {
       result.explanation = "plans fit in memory, but none meets the deadline or budget";
-    } else if (least_device == std::numeric_limits<int64_t>::max()) {
+    } else if (least_per_type.empty()) {
       result.explanation = "no layout of this model is possible here" +
                            (first_error.empty() ? std::string(" with these pins")
                                                 : " (" + first_error + ")");
     } else {
-      const GpuType* biggest = nullptr;
-      for (const auto& ti : types) {
-        if (biggest == nullptr || ti.gpu->memory_bytes > biggest->memory_bytes) biggest = ti.gpu;
+      result.explanation = "no plan fits this cluster:";
+      for (const Plan& l : least_per_type) {
+        result.explanation += fmt::format(
+            " {} ({} GiB): at least {} GiB per GPU even on {} of them (TP={} PP={} DP={}, {} "
+            "recomputation);",
+            l.gpu, Gib(l.gpu_memory_bytes),
+            Gib(static_cast<int64_t>(static_cast<double>(l.device_bytes) *
+                                     (1.0 + opt.memory_margin))),
+            l.gpus, l.tp, l.pp, l.dp, RecomputeName(l.recompute));
       }
-      result.explanation = fmt::format(
-          "no plan fits this cluster: the least memory any layout here needs is {} GiB per GPU "
-          "({} x {} with TP={} PP={} DP={}, {} recomputation); the largest GPU here has {} GiB. "
-          "More GPUs (to shard further) or GPUs with more memory would fit it.",
-          Gib(static_cast<int64_t>(static_cast<double>(least.device_bytes) *
-                                   (1.0 + opt.memory_margin))),
-          least.gpus, least.gpu, least.tp, least.pp, least.dp, RecomputeName(least.recompute),
-          Gib(biggest->memory_bytes));
+      result.explanation +=
+          " more GPUs of a type (to shard further) or GPUs with more memory would fit it.";
     }
     return result;
   }

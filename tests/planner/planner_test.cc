@@ -128,3 +128,22 @@ TEST(Planner, BadJobsAreErrors) {
 
 }  // namespace
 }  // namespace frenzy
+
+namespace frenzy {
+namespace {
+
+TEST(Planner, EncodersArePlannedWithAMaskedLmHead) {
+  PlanResult r = Plan_(Job("bert-large-uncased", 1e9, 256, 512), Bundled("lab"));
+  ASSERT_FALSE(r.plans.empty()) << r.explanation;
+}
+
+TEST(Planner, NothingFitsNamesEveryGpuType) {
+  PlanResult r = Plan_(Job("llama-2-70b", 1e10, 256, 2048), Bundled("cluster64"));
+  ASSERT_TRUE(r.plans.empty());
+  for (const char* gpu : {"A100-80GB", "V100-32GB", "RTX-3090"}) {
+    EXPECT_NE(r.explanation.find(gpu), std::string::npos) << r.explanation;
+  }
+}
+
+}  // namespace
+}  // namespace frenzy
