@@ -77,6 +77,7 @@ Result<PlanResult> PlanJob(const JobSpec& job, const Cluster& cluster, const Gpu
   const ModelSpec& m = job.model;
   PlanResult result;
   std::vector<Plan> fitting;
+  fitting.reserve(4096);
   // Best effort when nothing fits: per GPU type, the layout needing the least memory per GPU.
   int64_t least_device = std::numeric_limits<int64_t>::max();
   Plan least;
@@ -152,27 +153,31 @@ Result<PlanResult> PlanJob(const JobSpec& job, const Cluster& cluster, const Gpu
                     }
                     break;
                   }
-                  Plan plan;
-                  plan.gpu = g.name;
-                  plan.gpus = n;
-                  plan.tp = tp;
-                  plan.pp = pp;
-                  plan.dp = dp;
-                  plan.cp = cp;
-                  plan.micro_batch = mb;
-                  plan.zero = zero;
-                  plan.distributed_optimizer = p.distributed_optimizer;
-                  plan.recompute = rc;
-                  plan.peak_bytes = mem->peak_bytes;
-                  plan.device_bytes = mem->device_bytes;
-                  plan.gpu_memory_bytes = g.memory_bytes;
+                  auto make_plan = [&] {
+                    Plan plan;
+                    plan.gpu = g.name;
+                    plan.gpus = n;
+                    plan.tp = tp;
+                    plan.pp = pp;
+                    plan.dp = dp;
+                    plan.cp = cp;
+                    plan.micro_batch = mb;
+                    plan.zero = zero;
+                    plan.distributed_optimizer = p.distributed_optimizer;
+                    plan.recompute = rc;
+                    plan.peak_bytes = mem->peak_bytes;
+                    plan.device_bytes = mem->device_bytes;
+                    plan.gpu_memory_bytes = g.memory_bytes;
+                    return plan;
+                  };
                   if (mem->device_bytes < least_device) {
                     least_device = mem->device_bytes;
-                    least = plan;
+                    least = make_plan();
                   }
                   if (mem->device_bytes > usable) continue;
                   auto perf = PredictPerf(m, t, p, g, net);
                   if (!perf.ok()) break;
+                  Plan plan = make_plan();
                   plan.iteration_s = perf->iteration_s;
                   plan.tokens_per_s = perf->tokens_per_s;
                   plan.mfu = perf->mfu;
@@ -222,17 +227,21 @@ Result<PlanResult> PlanJob(const JobSpec& job, const Cluster& cluster, const Gpu
     return result;
   }
 
-  // Pareto set over (gpus, time): sort by GPUs then time, keep strictly faster ones.
-  std::vector<Plan> by_gpus = fitting;
-  std::sort(by_gpus.begin(), by_gpus.end(), [](const Plan& a, const Plan& b) {
-    return a.gpus != b.gpus ? a.gpus < b.gpus : a.total_s < b.total_s;
+  // Pareto set over (gpus, time): by GPUs then time, keep the strictly faster ones. Indices are
+  // sorted, not the plans themselves (a planner call sees thousands of fitting layouts).
+  std::vector<size_t> order(fitting.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const Plan& x = fitting[a];
+    const Plan& y = fitting[b];
+    return x.gpus != y.gpus ? x.gpus < y.gpus : x.total_s < y.total_s;
   });
   double best_time = std::numeric_limits<double>::infinity();
-  for (const auto& pl : by_gpus) {
-    if (pl.total_s < best_time) {
-      best_time = pl.total_s;
-      result.pareto.push_back(pl);
-      result.pareto.back().pareto = true;
+  for (size_t i : order) {
+    if (fitting[i].total_s < best_time) {
+      best_time = fitting[i].total_s;
+      fitting[i].pareto = true;
+      result.pareto.push_back(fitting[i]);
     }
   }
 
@@ -249,17 +258,17 @@ Result<PlanResult> PlanJob(const JobSpec& job, const Cluster& cluster, const Gpu
     }
     return pl.total_s;
   };
-  std::sort(fitting.begin(), fitting.end(), [&](const Plan& a, const Plan& b) {
-    double sa = score(a), sb = score(b);
-    if (sa != sb) return sa < sb;
-    return a.gpus < b.gpus;
-  });
-  for (auto& pl : fitting) {
-    pl.pareto = std::any_of(result.pareto.begin(), result.pareto.end(), [&](const Plan& q) {
-      return q.gpu == pl.gpu && q.gpus == pl.gpus && q.tp == pl.tp && q.pp == pl.pp &&
-             q.micro_batch == pl.micro_batch && q.recompute == pl.recompute && q.zero == pl.zero;
-    });
-    if (static_cast<int64_t>(result.plans.size()) < opt.top) result.plans.push_back(pl);
+  size_t top = std::min(order.size(), static_cast<size_t>(std::max<int64_t>(0, opt.top)));
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(top), order.end(),
+                    [&](size_t a, size_t b) {
+                      double sa = score(fitting[a]), sb = score(fitting[b]);
+                      if (sa != sb) return sa < sb;
+                      return fitting[a].gpus < fitting[b].gpus;
+                    });
+  for (size_t k = 0; k < top; ++k) result.plans.push_back(fitting[order[k]]);
+  if (result.plans.empty()) {
+    result.explanation = "no plans requested (--top 0)";
+    return result;
   }
   const Plan& w = result.plans.front();
   const char* why = opt.objective == Objective::kCost ? "cheapest"
