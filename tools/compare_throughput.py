@@ -74,6 +74,8 @@ def main():
     ap.add_argument("--rows", choices=["all", "odd", "even"], default="all",
                     help="odd: the calibration rows; even: the held-out rows")
     ap.add_argument("--dump", help="write per-row results as JSON (for the calibration fit)")
+    ap.add_argument("--uncalibrated", action="store_true",
+                    help="predict without the fitted training efficiency (input of the fit)")
     a = ap.parse_args()
     rows = list(csv.DictReader(open(a.csv)))
     if a.rows != "all":
@@ -114,6 +116,8 @@ def main():
                 args += ["--zero", r["zero"]]
             if r["flash_attn"] == "0":
                 args.append("--no-flash-attn")
+            if a.uncalibrated:
+                args.append("--uncalibrated")
             p = subprocess.run(args, capture_output=True, text=True)
             if p.returncode != 0:
                 skipped.append((r["id"], p.stderr.strip().splitlines()[-1][:120]))

@@ -4,8 +4,8 @@
 Real training reaches only part of a GPU's best matmul rate: smaller per-GPU matrices run less
 efficiently, and kernels other than large GEMMs cost more than their FLOPs suggest. The model
 multiplies the matmul rate by scale * h/(h + h0), h the hidden size per tensor-parallel rank.
-This script takes per-row results of `compare_throughput.py --rows odd --dump` made with
-scale = 1, h0 = 0 (compute-bound rows: predicted/measured is close to 1/efficiency), and for each
+This script takes per-row results of `compare_throughput.py --rows odd --uncalibrated --dump`
+(scale = 1, h0 = 0; on compute-bound rows predicted/measured is close to 1/efficiency), and for each
 GPU type picks h0 from a grid and the median scale that minimise the median absolute log error.
 The even rows stay held out for evaluation.
 

@@ -323,6 +323,7 @@ void RunPredict(PredictOptions o) {
 struct PerfOptions : PredictOptions {
   int64_t gpus = 0;
   std::string cluster;
+  bool uncalibrated = false;
 };
 
 // The network of `gpu` nodes in `cluster`, or one node of up to 8 GPUs on 25 GB/s.
@@ -359,7 +360,10 @@ void RunPerf(PerfOptions o) {
   }
   auto net = NetworkFor(o.cluster, **g, o.plan.gpus());
   if (!net.ok()) return Fail(net.status());
-  auto perf = PredictPerf(*spec, o.train, o.plan, **g, *net);
+  GpuEfficiency raw = EfficiencyOf(**g);
+  raw.training_scale = 1.0;  // MAMF alone: what tools/fit_perf_calibration.py fits against
+  raw.h0 = 0;
+  auto perf = PredictPerf(*spec, o.train, o.plan, **g, *net, o.uncalibrated ? &raw : nullptr);
   if (!perf.ok()) {
     Status s = perf.status();
     return Fail(InvalidArgument("impossible layout for " + spec->name + ": " + s.message(),
@@ -604,6 +608,8 @@ void RegisterCommands(CLI::App& app) {
     cmd->add_option("--gpu", o->gpu, "GPU type")->required();
     cmd->add_option("--gpus", o->gpus, "GPU count (default tp x pp x dp x cp; sets dp)");
     cmd->add_option("--cluster", o->cluster, "Cluster whose network the job uses");
+    cmd->add_flag("--uncalibrated", o->uncalibrated,
+                  "Ignore the fitted training efficiency (for fitting it)");
     cmd->add_flag("--json", o->json, "Machine-readable output");
     cmd->callback([o] { RunPerf(*o); });
   }

@@ -98,7 +98,8 @@ double ModelFlopsPerToken(const ModelSpec& m, int64_t seq_len) {
 }
 
 Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t,
-                                 const ParallelPlan& p, const GpuType& gpu, const Network& net) {
+                                 const ParallelPlan& p, const GpuType& gpu, const Network& net,
+                                 const GpuEfficiency* efficiency) {
   RETURN_IF_ERROR(ValidateLayout(m, t, p));
   double peak = PeakTflops(gpu, t.precision) * 1e12;
   if (!(peak > 0)) {
@@ -106,7 +107,7 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t,
                                " tensor cores; use --precision fp16 or fp32",
                            {}, "precision");
   }
-  GpuEfficiency eff = EfficiencyOf(gpu);
+  GpuEfficiency eff = efficiency != nullptr ? *efficiency : EfficiencyOf(gpu);
   const double h_local = static_cast<double>(m.hidden_size) / static_cast<double>(p.tp);
   const double matmul_rate =
       peak * eff.matmul * eff.training_scale * h_local / (h_local + eff.h0);

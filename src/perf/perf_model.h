@@ -70,9 +70,10 @@ double ModelFlopsPerToken(const ModelSpec& m, int64_t seq_len);
 
 // REQUIRES: model.Validate().ok(). Impossible layouts return ValidateLayout's error; a GPU
 // without the requested precision (bf16 on V100) returns InvalidArgument.
+// `efficiency` overrides the calibration (e.g. uncalibrated MAMF-only predictions for fitting).
 Result<PerfEstimate> PredictPerf(const ModelSpec& model, const TrainingSpec& train,
-                                 const ParallelPlan& plan, const GpuType& gpu,
-                                 const Network& net);
+                                 const ParallelPlan& plan, const GpuType& gpu, const Network& net,
+                                 const GpuEfficiency* efficiency = nullptr);
 
 }  // namespace frenzy
 
