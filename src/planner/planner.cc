@@ -212,17 +212,54 @@ Result<PlanResult> PlanJob(const JobSpec& job, const Cluster& cluster, const Gpu
                                                 : " (" + first_error + ")");
     } else {
       result.explanation = "no plan fits this cluster:";
-      for (const Plan& l : least_per_type) {
+      for (size_t i = 0; i < least_per_type.size(); ++i) {
+        const Plan& l = least_per_type[i];
         result.explanation += fmt::format(
             " {} ({} GiB): at least {} GiB per GPU even on {} of them (TP={} PP={} DP={}, {} "
-            "recomputation);",
+            "recomputation){}",
             l.gpu, Gib(l.gpu_memory_bytes),
             Gib(static_cast<int64_t>(static_cast<double>(l.device_bytes) *
                                      (1.0 + opt.memory_margin))),
-            l.gpus, l.tp, l.pp, l.dp, RecomputeName(l.recompute));
+            l.gpus, l.tp, l.pp, l.dp, RecomputeName(l.recompute),
+            i + 1 < least_per_type.size() ? ";" : ".");
+      }
+      // What would fit: the fewest GPUs of this cluster's largest-memory type that hold the
+      // job, found by planning on the same nodes multiplied (up to 4,096 GPUs).
+      const TypeInfo* biggest = &types[0];
+      for (const auto& ti : types) {
+        if (ti.gpu->memory_bytes > biggest->gpu->memory_bytes) biggest = &ti;
+      }
+      std::string would_fit;
+      if (!job.gpus) {
+        for (int64_t factor = 2; biggest->count * factor <= 4096 && would_fit.empty();
+             factor *= 2) {
+          Cluster bigger;
+          bigger.name = "hypothetical";
+          int64_t nodes = (biggest->count * factor + biggest->gpus_per_node - 1) /
+                          biggest->gpus_per_node;
+          for (int64_t i = 0; i < nodes; ++i) {
+            bigger.nodes.push_back({"n" + std::to_string(i), biggest->gpu->name,
+                                    biggest->gpus_per_node, biggest->network_gbs});
+          }
+          JobSpec pinned = job;
+          pinned.gpu = biggest->gpu->name;
+          PlannerOptions quick = opt;
+          quick.top = 1;
+          auto r = PlanJob(pinned, bigger, catalog, quick);
+          if (r.ok() && !r->pareto.empty()) {
+            const Plan& f = r->pareto.front();
+            would_fit = fmt::format(
+                " It would fit on {} x {} (TP={} PP={} DP={}, {} recomputation); this cluster has "
+                "{}.",
+                f.gpus, f.gpu, f.tp, f.pp, f.dp, RecomputeName(f.recompute), biggest->count);
+          }
+        }
       }
       result.explanation +=
-          " more GPUs of a type (to shard further) or GPUs with more memory would fit it.";
+          would_fit.empty()
+              ? std::string(" More GPUs of a type (to shard further) or GPUs with more memory "
+                            "would fit it.")
+              : would_fit;
     }
     return result;
   }

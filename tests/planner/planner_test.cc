@@ -143,6 +143,9 @@ TEST(Planner, NothingFitsNamesEveryGpuType) {
   for (const char* gpu : {"A100-80GB", "V100-32GB", "RTX-3090"}) {
     EXPECT_NE(r.explanation.find(gpu), std::string::npos) << r.explanation;
   }
+  // ... and says what would fit: more of the cluster's largest GPUs.
+  EXPECT_NE(r.explanation.find("would fit on"), std::string::npos) << r.explanation;
+  EXPECT_NE(r.explanation.find("x A100-80GB"), std::string::npos) << r.explanation;
 }
 
 }  // namespace
