@@ -150,3 +150,35 @@ TEST(Planner, NothingFitsNamesEveryGpuType) {
 
 }  // namespace
 }  // namespace frenzy
+
+namespace frenzy {
+namespace {
+
+TEST(Planner, CostObjectiveRanksCheapestFirst) {
+  PlannerOptions o;
+  o.objective = Objective::kCost;
+  PlanResult r = Plan_(Job("llama-2-7b"), Bundled("cluster2048"), o);
+  ASSERT_GE(r.plans.size(), 2u);
+  for (size_t i = 1; i < r.plans.size(); ++i) {
+    ASSERT_TRUE(r.plans[i].cost && r.plans[i - 1].cost);
+    EXPECT_LE(*r.plans[i - 1].cost, *r.plans[i].cost);
+  }
+  // The fastest plan is never cheaper than the cheapest.
+  PlanResult fast = Plan_(Job("llama-2-7b"), Bundled("cluster2048"));
+  ASSERT_TRUE(fast.plans[0].cost);
+  EXPECT_GE(*fast.plans[0].cost, *r.plans[0].cost);
+  EXPECT_LE(fast.plans[0].total_s, r.plans[0].total_s);
+}
+
+TEST(Planner, TimeIsTokensOverThroughput) {
+  PlanResult r = Plan_(Job("llama-2-7b", 3e10), Bundled("cluster64"));
+  ASSERT_FALSE(r.plans.empty());
+  const auto& p = r.plans[0];
+  EXPECT_NEAR(p.total_s, 3e10 / p.tokens_per_s, 1e-6 * p.total_s);
+  // Twice the tokens, twice the time, same plan.
+  PlanResult twice = Plan_(Job("llama-2-7b", 6e10), Bundled("cluster64"));
+  EXPECT_NEAR(twice.plans[0].total_s, 2 * p.total_s, 1e-6 * p.total_s);
+}
+
+}  // namespace
+}  // namespace frenzy
