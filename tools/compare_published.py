@@ -171,8 +171,6 @@ def main():
                "unmodelled": ", ".join(unmodelled(r)),
                "metric": r["metric"], "measured_gib": meas / GIB, "marp_gib": pred / GIB,
                "marp_err": (pred - meas) / meas}
-        info["num_layers"] = info["num_layers"]
-        info["params"] = info["params"]
         if r["framework"] == "megatron":
             mf = megatron_formula(info, r)
             res["megatron_gib"], res["megatron_err"] = mf / GIB, (mf - meas) / meas

@@ -83,19 +83,17 @@ Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelP
     problems.emplace_back(std::move(field), std::move(msg));
   };
   auto s = [](int64_t v) { return std::to_string(v); };
-  for (auto [name, v] : {std::pair{"seq_len", t.seq_len}, std::pair{"micro_batch", t.micro_batch},
-                         std::pair{"tp", p.tp}, std::pair{"pp", p.pp}, std::pair{"dp", p.dp},
-                         std::pair{"cp", p.cp}, std::pair{"ep", p.ep}, std::pair{"vpp", p.vpp}}) {
-    if (v < 1) add(name, "must be at least 1, found " + s(v));
-  }
-  if (!problems.empty()) {
-    return InvalidArgument(problems[0].second, {}, problems[0].first);
-  }
+  // Every size must lie in [1, 2^24]: below is impossible, above is a typo.
   constexpr int64_t kMaxSize = int64_t{1} << 24;
   for (auto [name, v] : {std::pair{"seq_len", t.seq_len}, std::pair{"micro_batch", t.micro_batch},
                          std::pair{"tp", p.tp}, std::pair{"pp", p.pp}, std::pair{"dp", p.dp},
                          std::pair{"cp", p.cp}, std::pair{"ep", p.ep}, std::pair{"vpp", p.vpp}}) {
+    if (v < 1) add(name, "must be at least 1, found " + s(v));
     if (v > kMaxSize) add(name, "implausibly large: " + s(v));
+  }
+  // The checks below divide by these sizes.
+  if (!problems.empty()) {
+    return InvalidArgument(problems[0].second, {}, problems[0].first);
   }
   if (p.tp > 1 && m.num_heads % p.tp != 0) {
     add("tp", "tensor parallel size " + s(p.tp) + " must divide the number of attention heads (" +

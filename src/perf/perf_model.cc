@@ -120,9 +120,9 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t,
 
   // Compute of one micro-batch on the most loaded stage (ceil(L / pp) layers; the head's FLOPs
   // go to the last stage, which usually holds fewer layers, so they are spread evenly).
-  const double stage_share = std::ceil(static_cast<double>(m.num_layers) /
-                                       static_cast<double>(p.pp)) /
-                             static_cast<double>(m.num_layers);
+  const double stage_layers =
+      std::ceil(static_cast<double>(m.num_layers) / static_cast<double>(p.pp));
+  const double stage_share = stage_layers / static_cast<double>(m.num_layers);
   const double split = static_cast<double>(p.tp * p.cp);  // TP splits matmuls, CP tokens
   double mb_flops = flops_per_token * tokens_per_mb * stage_share / split;
   // Recomputation: full repeats each layer's forward (1/3 of its FLOPs); selective repeats the
@@ -151,13 +151,13 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t,
   if (t.recompute != Recompute::kNone) {
     layer_bytes = static_cast<double>(la.recomputed + la.saved);
   }
-  double stage_layers = std::ceil(static_cast<double>(m.num_layers) / static_cast<double>(p.pp));
   double mb_mem_bytes = 4.0 * layer_bytes * stage_layers;
 
   PerfBreakdown b;
-  double mb_compute = mb_flops / matmul_rate + mb_mem_bytes / mem_rate;
+  const double mb_compute = mb_flops / matmul_rate + mb_mem_bytes / mem_rate;
+  const double mb_recompute = mb_flops * recompute_fraction / matmul_rate;
   b.compute_s = mb_compute * static_cast<double>(microbatches);
-  b.recompute_s = mb_flops * recompute_fraction / matmul_rate * static_cast<double>(microbatches);
+  b.recompute_s = mb_recompute * static_cast<double>(microbatches);
 
   const double link_gbs = gpu.link_gbs / 2.0;  // vendors quote bidirectional bandwidth
   // Ranks are laid out TP innermost, then CP, DP, PP (Megatron-LM's order): a group stays on the
@@ -178,7 +178,7 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t,
 
   // Pipeline: bubble (p - 1) / (m v) of the ideal time (Narayanan et al. SC'21, §2.2), and the
   // sends that fill and drain it.
-  double per_mb = mb_compute + mb_flops * recompute_fraction / matmul_rate;
+  const double per_mb = mb_compute + mb_recompute;
   if (p.pp > 1) {
     b.pp_bubble_s = static_cast<double>(p.pp - 1) / static_cast<double>(p.vpp) * per_mb;
     double bytes = tokens_per_mb / static_cast<double>(p.cp * (p.sequence_parallel ? p.tp : 1)) *
