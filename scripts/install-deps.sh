@@ -11,4 +11,4 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   clang libclang-rt-14-dev \
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev \
   libgtest-dev libgmock-dev libbenchmark-dev \
-  libsqlite3-dev python3 python3-torch >/dev/null
+  libsqlite3-dev coinor-libcbc-dev python3 python3-torch >/dev/null

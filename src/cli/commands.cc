@@ -19,17 +19,21 @@
 #include "model/zoo.h"
 
 namespace frenzy::cli {
+
 namespace {
-
 int g_exit_code = 0;
+}  // namespace
 
-// Prints a failed status the way every subcommand does and records the exit code.
 void Fail(const Status& s) {
   std::cerr << "frenzy: error: " << s.ToString() << "\n";
   g_exit_code = s.code() == StatusCode::kInternal ? 1 : 2;
 }
 
+void SetExitCode(int code) { g_exit_code = code; }
+
 void PrintJson(const nlohmann::json& j) { std::cout << j.dump(2) << "\n"; }
+
+namespace {
 
 std::string Fmt1(double v) {
   std::string s = fmt::format("{:.1f}", v);
@@ -673,6 +677,8 @@ void RegisterCommands(CLI::App& app) {
     list->add_flag("--json", *list_json, "Machine-readable output");
     list->callback([list_json] { RunClusterList(*list_json); });
   }
+  RegisterTraceCommands(app);
+  RegisterSimulateCommands(app);
 }
 
 }  // namespace frenzy::cli

@@ -6,6 +6,9 @@
 #include <string_view>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
 
 namespace frenzy::cli {
 
@@ -13,6 +16,17 @@ inline constexpr std::string_view kVersion = "0.1.0";
 
 void RegisterCommands(CLI::App& app);
 int ExitCode();
+
+// Shared by the command files: print a failed status to stderr and record exit code 2 (1 for
+// internal errors); set the exit code; print one JSON document to stdout.
+void Fail(const Status& s);
+void SetExitCode(int code);
+void PrintJson(const nlohmann::json& j);
+
+// Defined in their own files: `frenzy trace ...` / `frenzy workload ...` (trace_commands.cc)
+// and `frenzy simulate` (simulate_commands.cc).
+void RegisterTraceCommands(CLI::App& app);
+void RegisterSimulateCommands(CLI::App& app);
 
 }  // namespace frenzy::cli
 

@@ -1,0 +1,179 @@
+// `frenzy simulate`: several policies on one workload in one run, side by side.
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include <fmt/core.h>
+
+#include "cli/commands.h"
+#include "hardware/cluster.h"
+#include "hardware/gpu.h"
+#include "sched/policy.h"
+#include "sim/engine.h"
+#include "sim/report.h"
+#include "sim/workload.h"
+
+namespace frenzy::cli {
+namespace {
+
+struct SimulateOptions {
+  std::string cluster = "cluster64";
+  std::string workload;
+  std::string policies = "fifo-static,tiresias,gavel,sia";
+  uint64_t seed = 1;
+  std::optional<double> memory_error;
+  double restart_s = 60;
+  double checkpoint_min = 30;
+  double mtbf_h = 0;
+  double repair_h = 1;
+  double max_hours = 0;
+  double margin = 0.10;
+  std::string out;
+  bool json = false;
+  bool no_progress = false;
+};
+
+Status WriteFile(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream f(p, std::ios::binary);
+  if (!f) return InvalidArgument("cannot write " + p.string(), {}, "out");
+  f << text;
+  if (!f) return InvalidArgument("write failed: " + p.string(), {}, "out");
+  return Status::Ok();
+}
+
+void RunSimulate(const SimulateOptions& o) {
+  const GpuCatalog& catalog = GpuCatalog::Default();
+  auto cluster = ResolveCluster(o.cluster, catalog);
+  if (!cluster.ok()) return Fail(cluster.status());
+  auto workload = ResolveWorkload(o.workload);
+  if (!workload.ok()) return Fail(workload.status());
+  std::vector<std::unique_ptr<Policy>> policies;
+  std::stringstream names(o.policies);
+  for (std::string name; std::getline(names, name, ',');) {
+    if (name.empty()) continue;
+    auto p = MakePolicy(name);
+    if (!p.ok()) return Fail(p.status());
+    policies.push_back(std::move(p).value());
+  }
+  if (policies.empty()) return Fail(InvalidArgument("no policy named", {}, "policy"));
+  if (o.memory_error && !(*o.memory_error >= 0 && *o.memory_error < 50)) {
+    return Fail(InvalidArgument("must be in [0, 50) percent", {}, "memory-error"));
+  }
+  if (!(o.restart_s >= 0) || !(o.checkpoint_min > 0) || !(o.mtbf_h >= 0) ||
+      !(o.repair_h >= 0) || !(o.margin >= 0)) {
+    return Fail(InvalidArgument(
+        "--restart-s, --mtbf-h, --repair-h and --margin must be >= 0, --checkpoint-min > 0", {},
+        "options"));
+  }
+  SimOptions so;
+  so.seed = o.seed;
+  so.memory_error_pct = o.memory_error;
+  so.memory_margin = o.margin;
+  so.restart_s = o.restart_s;
+  so.checkpoint_interval_s = o.checkpoint_min * 60;
+  so.node_mtbf_s = o.mtbf_h * 3600;
+  so.node_repair_s = o.repair_h * 3600;
+  if (o.max_hours > 0) so.max_time_s = o.max_hours * 3600;
+  so.wall_now_s = [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  bool bar = !o.no_progress && isatty(STDERR_FILENO);
+  OptionCache cache(*cluster, catalog, o.margin);
+  std::vector<SimResult> results;
+  for (auto& p : policies) {
+    std::string label(p->name());
+    if (bar) {
+      so.progress = [label](double f) {
+        int width = 30;
+        int filled = static_cast<int>(f * width);
+        std::cerr << fmt::format("\r{:<12} [{}{}] {:3.0f}%", label, std::string(filled, '#'),
+                                 std::string(width - filled, ' '), 100 * f)
+                  << std::flush;
+      };
+    }
+    auto r = Simulate(*workload, *cluster, catalog, *p, so, cache);
+    if (bar) std::cerr << "\r" << std::string(52, ' ') << "\r" << std::flush;
+    if (!r.ok()) return Fail(r.status());
+    results.push_back(std::move(*r));
+  }
+  if (!o.out.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.out, ec);
+    if (ec) return Fail(InvalidArgument("cannot create " + o.out + ": " + ec.message(), {}, "out"));
+    std::filesystem::path dir(o.out);
+    int64_t gpus = cluster->total_gpus();
+    for (const auto& [file, text] :
+         {std::pair<std::string, std::string>{"jobs.csv", JobsCsv(results)},
+          {"timeline.csv", TimelineCsv(results, gpus)},
+          {"jct_cdf.svg", JctCdfSvg(results)},
+          {"timeline.svg", TimelineSvg(results, gpus)}}) {
+      if (Status s = WriteFile(dir / file, text); !s.ok()) return Fail(s);
+    }
+    nlohmann::json summary = nlohmann::json::array();
+    for (const auto& r : results) summary.push_back(MetricsToJson(r.metrics));
+    if (Status s = WriteFile(dir / "summary.json", summary.dump(2) + "\n"); !s.ok()) {
+      return Fail(s);
+    }
+  }
+  if (o.json) {
+    nlohmann::json j;
+    j["cluster"] = cluster->name;
+    j["workload"] = workload->name;
+    j["seed"] = o.seed;
+    j["policies"] = nlohmann::json::array();
+    for (const auto& r : results) j["policies"].push_back(MetricsToJson(r.metrics));
+    PrintJson(j);
+    return;
+  }
+  std::cout << fmt::format("{} jobs of {} on {} ({} GPUs), seed {}\n\n", workload->jobs.size(),
+                           workload->name, cluster->name, cluster->total_gpus(), o.seed);
+  std::cout << ComparisonTable(results);
+  if (!o.out.empty()) {
+    std::cout << fmt::format("\nwrote jobs.csv, timeline.csv, summary.json, jct_cdf.svg and "
+                             "timeline.svg to {}\n",
+                             o.out);
+  }
+}
+
+}  // namespace
+
+void RegisterSimulateCommands(CLI::App& app) {
+  auto o = std::make_shared<SimulateOptions>();
+  auto* cmd = app.add_subcommand(
+      "simulate", "Replay a workload on a cluster under several scheduling policies.");
+  cmd->add_option("--cluster,-c", o->cluster, "Bundled cluster name or cluster file")
+      ->capture_default_str();
+  cmd->add_option("--workload,-w", o->workload, "Bundled workload name or workload CSV file")
+      ->required();
+  cmd->add_option("--policy,-p", o->policies, "Policies, comma-separated")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of the memory truth and failures")
+      ->capture_default_str();
+  cmd->add_option("--memory-error", o->memory_error,
+                  "Std. deviation of MARP's error, percent (default: its measured errors; 0: "
+                  "none)");
+  cmd->add_option("--margin", o->margin, "MARP safety margin for memory-aware plans")
+      ->capture_default_str();
+  cmd->add_option("--restart-s", o->restart_s, "Cost of each restart (checkpoint load), s")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-min", o->checkpoint_min, "Minutes between checkpoints")
+      ->capture_default_str();
+  cmd->add_option("--mtbf-h", o->mtbf_h, "Mean hours between failures per node (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--repair-h", o->repair_h, "Hours to repair a failed node")
+      ->capture_default_str();
+  cmd->add_option("--max-hours", o->max_hours, "Stop the simulated clock here (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--out,-o", o->out, "Folder for jobs.csv, timeline.csv and SVG plots");
+  cmd->add_flag("--no-progress", o->no_progress, "No progress bar");
+  cmd->add_flag("--json", o->json, "Machine-readable output");
+  cmd->callback([o] { RunSimulate(*o); });
+}
+
+}  // namespace frenzy::cli

@@ -1,0 +1,171 @@
+#include "sched/job_options.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "memory/memory_model.h"
+#include "perf/perf_model.h"
+
+namespace frenzy {
+namespace {
+
+struct TypeOfCluster {
+  const GpuType* gpu = nullptr;
+  int64_t count = 0;
+  int64_t gpus_per_node = 0;
+  double network_gbs = 0;
+};
+
+std::vector<TypeOfCluster> ClusterTypes(const Cluster& c, const GpuCatalog& cat) {
+  std::vector<TypeOfCluster> out;
+  for (const auto& node : c.nodes) {
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const TypeOfCluster& t) { return t.gpu->name == node.gpu; });
+    if (it == out.end()) {
+      const GpuType* g = cat.Find(node.gpu);
+      if (g == nullptr) continue;
+      out.push_back({g, 0, 0, node.network_gbs});
+      it = out.end() - 1;
+    }
+    it->count += node.gpus;
+    it->gpus_per_node = std::max(it->gpus_per_node, node.gpus);
+    it->network_gbs = std::min(it->network_gbs, node.network_gbs);
+  }
+  return out;
+}
+
+// The layout a user reaches for first: plain data parallelism, micro-batch 1, nothing saved.
+std::optional<RunOption> PlainDataParallel(const JobSpec& job, const TypeOfCluster& ti,
+                                           int type, int64_t gpus) {
+  if (job.global_batch % gpus != 0) return std::nullopt;
+  const GpuType& g = *ti.gpu;
+  TrainingSpec t;
+  if (job.model.arch == ArchKind::kEncoder) t.head = HeadType::kMaskedLm;
+  t.seq_len = job.seq_len;
+  t.global_batch = job.global_batch;
+  t.framework = job.framework;
+  t.precision = job.precision;
+  if ((t.precision == Precision::kBf16 || t.precision == Precision::kBf16Pure) &&
+      !g.bf16_tflops) {
+    t.precision = Precision::kFp16;
+  }
+  t.micro_batch = 1;
+  ParallelPlan p;
+  p.dp = gpus;
+  p.distributed_optimizer = gpus > 1 && job.framework == Framework::kMegatron;
+  auto mem = PredictMemory(job.model, t, p, StageDetail::kWorst);
+  if (!mem.ok()) return std::nullopt;
+  auto perf = PredictPerf(job.model, t, p, g, Network{ti.gpus_per_node, ti.network_gbs});
+  if (!perf.ok()) return std::nullopt;
+  RunOption o;
+  o.type = type;
+  o.gpus = gpus;
+  o.plan.gpu = g.name;
+  o.plan.gpus = gpus;
+  o.plan.dp = gpus;
+  o.plan.distributed_optimizer = p.distributed_optimizer;
+  o.plan.peak_bytes = mem->peak_bytes;
+  o.plan.device_bytes = mem->device_bytes;
+  o.plan.gpu_memory_bytes = g.memory_bytes;
+  o.plan.iteration_s = perf->iteration_s;
+  o.plan.tokens_per_s = perf->tokens_per_s;
+  o.plan.mfu = perf->mfu;
+  o.plan.total_s = job.tokens / perf->tokens_per_s;
+  o.fits_prediction = mem->device_bytes <= g.memory_bytes;
+  return o;
+}
+
+}  // namespace
+
+const RunOption* JobOptions::Find(int type, int64_t gpus) const {
+  auto it = std::lower_bound(options.begin(), options.end(), std::make_pair(type, gpus),
+                             [](const RunOption& o, const std::pair<int, int64_t>& k) {
+                               return std::make_pair(o.type, o.gpus) < k;
+                             });
+  if (it == options.end() || it->type != type || it->gpus != gpus) return nullptr;
+  return &*it;
+}
+
+const RunOption* JobOptions::Fastest(int type) const {
+  const RunOption* best = nullptr;
+  for (const auto& o : options) {
+    if (o.type != type) continue;
+    if (best == nullptr || o.plan.tokens_per_s > best->plan.tokens_per_s) best = &o;
+  }
+  return best;
+}
+
+std::vector<const RunOption*> JobOptions::OfType(int type) const {
+  std::vector<const RunOption*> out;
+  for (const auto& o : options) {
+    if (o.type == type) out.push_back(&o);
+  }
+  return out;
+}
+
+Result<JobOptions> BuildJobOptions(const JobSpec& job_in, const Cluster& cluster,
+                                   const GpuCatalog& catalog, OptionKind kind, double margin) {
+  JobSpec job = job_in;
+  job.gpu.reset();
+  job.gpus.reset();
+  if (!(job.tokens > 0)) job.tokens = 1e9;  // only speeds are kept
+  PlannerOptions po;
+  po.memory_margin = kind == OptionKind::kMarp ? margin : 0.0;
+  po.top = std::numeric_limits<int64_t>::max();
+  ASSIGN_OR_RETURN(PlanResult planned, PlanJob(job, cluster, catalog, po));
+
+  JobOptions out;
+  std::vector<TypeOfCluster> types = ClusterTypes(cluster, catalog);
+  for (const auto& t : types) out.types.push_back(t.gpu->name);
+  auto type_index = [&](const std::string& name) {
+    for (size_t i = 0; i < out.types.size(); ++i) {
+      if (out.types[i] == name) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  // plans are ranked fastest first: the first per (type, count) is the one to keep.
+  for (const Plan& p : planned.plans) {
+    int type = type_index(p.gpu);
+    if (type < 0) continue;
+    RunOption o{type, p.gpus, p, true};
+    out.options.push_back(o);
+  }
+  std::stable_sort(out.options.begin(), out.options.end(),
+                   [](const RunOption& a, const RunOption& b) {
+                     return std::make_pair(a.type, a.gpus) < std::make_pair(b.type, b.gpus);
+                   });
+  out.options.erase(std::unique(out.options.begin(), out.options.end(),
+                                [](const RunOption& a, const RunOption& b) {
+                                  return a.type == b.type && a.gpus == b.gpus;
+                                }),
+                    out.options.end());
+  if (kind == OptionKind::kHand) {
+    // Where nothing fits, users still ask: plain data parallelism on power-of-two counts.
+    for (size_t ti = 0; ti < types.size(); ++ti) {
+      for (int64_t n = 1; n <= types[ti].count; n *= 2) {
+        if (out.Find(static_cast<int>(ti), n) != nullptr) continue;
+        if (auto o = PlainDataParallel(job, types[ti], static_cast<int>(ti), n)) {
+          out.options.push_back(*o);
+        }
+      }
+    }
+    std::sort(out.options.begin(), out.options.end(), [](const RunOption& a, const RunOption& b) {
+      return std::make_pair(a.type, a.gpus) < std::make_pair(b.type, b.gpus);
+    });
+  }
+  return out;
+}
+
+Result<std::shared_ptr<const JobOptions>> OptionCache::Get(const std::string& model_key,
+                                                           const JobSpec& job, OptionKind kind) {
+  auto key = std::make_tuple(model_key, job.global_batch, job.seq_len,
+                             static_cast<int>(job.precision), static_cast<int>(kind));
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  ASSIGN_OR_RETURN(JobOptions built, BuildJobOptions(job, cluster_, catalog_, kind, margin_));
+  auto shared = std::make_shared<const JobOptions>(std::move(built));
+  cache_.emplace(key, shared);
+  return shared;
+}
+
+}  // namespace frenzy

@@ -1,0 +1,83 @@
+// JobOptions: the ways one job can run on a cluster — for every GPU type and GPU count, the
+// fastest layout the planner finds that fits in memory — so that schedulers choose among
+// (GPU type, count) pairs without calling the planner in their inner loops.
+//
+// Two tables are built per job, with different knowledge of memory:
+//  * kMarp: layouts whose MARP-predicted device memory fits with the planner's safety margin
+//    (what Frenzy offers a scheduler);
+//  * kHand: what a user tuning by hand would run — the fastest layout whose predicted memory
+//    fits with no margin at all, and where nothing fits, the plain data-parallel layout (micro-
+//    batch 1, no recomputation, TP = PP = 1) whatever its memory: the job that will crash.
+// Whether an option really fits is decided elsewhere (the simulator's memory truth).
+//
+// Building a table costs two planner passes (milliseconds); OptionCache shares tables between
+// jobs with the same (model, global batch, sequence length, precision).
+#ifndef FRENZY_SCHED_JOB_OPTIONS_H_
+#define FRENZY_SCHED_JOB_OPTIONS_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/status.h"
+#include "hardware/cluster.h"
+#include "hardware/gpu.h"
+#include "planner/planner.h"
+
+namespace frenzy {
+
+// One way to run a job.
+struct RunOption {
+  int type = 0;          // index into JobOptions::types (the cluster's GPU types)
+  int64_t gpus = 0;      // GPUs used (TP x PP x CP x DP)
+  Plan plan;             // the layout; plan.tokens_per_s is the predicted speed
+  bool fits_prediction;  // predicted device memory fits the GPU (kHand may hold false ones)
+};
+
+struct JobOptions {
+  std::vector<std::string> types;  // the cluster's GPU types, in cluster order
+  // Sorted by (type, gpus); at most one option per pair.
+  std::vector<RunOption> options;
+
+  // The option for exactly (type, gpus), or nullptr.
+  const RunOption* Find(int type, int64_t gpus) const;
+  // The fastest option of a type (ties: fewer GPUs), or nullptr when the type has none.
+  const RunOption* Fastest(int type) const;
+  // Options of one type, fewest GPUs first.
+  std::vector<const RunOption*> OfType(int type) const;
+};
+
+enum class OptionKind { kMarp, kHand };
+
+// The option table of `job` (its model, tokens, batch, sequence length and precision; GPU pins
+// are ignored) on `cluster`. Counts are limited to what the cluster has of each type.
+// `margin` is the MARP safety margin used for kMarp.
+Result<JobOptions> BuildJobOptions(const JobSpec& job, const Cluster& cluster,
+                                   const GpuCatalog& catalog, OptionKind kind, double margin);
+
+// Caches option tables by (model name, global batch, seq len, precision, kind). Not thread-safe.
+class OptionCache {
+ public:
+  OptionCache(const Cluster& cluster, const GpuCatalog& catalog, double margin)
+      : cluster_(cluster), catalog_(catalog), margin_(margin) {}
+  // `model_key` identifies the architecture (the workload's model column). Tokens only scale
+  // total time, so they are not part of the key: callers use plan.tokens_per_s.
+  Result<std::shared_ptr<const JobOptions>> Get(const std::string& model_key,
+                                                const JobSpec& job, OptionKind kind);
+  size_t size() const { return cache_.size(); }
+
+ private:
+  const Cluster& cluster_;
+  const GpuCatalog& catalog_;
+  double margin_;
+  std::map<std::tuple<std::string, int64_t, int64_t, int, int>,
+           std::shared_ptr<const JobOptions>>
+      cache_;
+};
+
+}  // namespace frenzy
+
+#endif  // FRENZY_SCHED_JOB_OPTIONS_H_

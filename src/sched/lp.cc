@@ -1,0 +1,206 @@
+// SolveLp: LinearProgram -> COIN-OR. Pure LPs go straight to CLP (dual simplex through
+// OsiClpSolverInterface): Gavel's allocation LP has thousands of columns and needs no branch and
+// bound. Programs with integer columns go to CBC through its C interface, which runs CbcMain1 —
+// the same presolve, cut generators and primal heuristics as the `cbc` command line, which plain
+// CbcModel::branchAndBound would not set up — with a time limit and a relative optimality gap.
+//
+// Both solvers are silenced (log level 0 on every message handler). Infinite bounds in the
+// program (std::numeric_limits<double>::infinity()) become COIN_DBL_MAX.
+#include "sched/lp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "Cbc_C_Interface.h"
+#include "ClpSimplex.hpp"
+#include "CoinFinite.hpp"
+#include "CoinMessageHandler.hpp"
+#include "CoinPackedMatrix.hpp"
+#include "OsiClpSolverInterface.hpp"
+
+namespace frenzy {
+
+int LinearProgram::AddVariable(double lo, double hi, double obj, bool is_integer) {
+  lower.push_back(lo);
+  upper.push_back(hi);
+  objective.push_back(obj);
+  integer.push_back(is_integer);
+  return static_cast<int>(lower.size()) - 1;
+}
+
+void LinearProgram::AddRow(std::vector<std::pair<int, double>> terms, double lo, double hi) {
+  rows.push_back(Row{std::move(terms), lo, hi});
+}
+
+namespace {
+
+// Relative gap at which branch and bound stops (Sia's artifact solves its ILP to 1e-4).
+constexpr double kRelativeGap = 1e-4;
+
+double Finite(double v) {
+  if (v >= COIN_DBL_MAX) return COIN_DBL_MAX;  // also +infinity
+  if (v <= -COIN_DBL_MAX) return -COIN_DBL_MAX;
+  return v;
+}
+
+// The constraint matrix in compressed sparse column form (what both solvers load).
+struct Csc {
+  std::vector<CoinBigIndex> start;
+  std::vector<int> index;
+  std::vector<double> value;
+};
+
+Csc ToCsc(const LinearProgram& lp) {
+  const size_t n = lp.lower.size();
+  std::vector<CoinBigIndex> count(n + 1, 0);
+  for (const auto& row : lp.rows) {
+    for (const auto& [col, coef] : row.terms) {
+      (void)coef;
+      ++count[static_cast<size_t>(col) + 1];
+    }
+  }
+  Csc m;
+  m.start.assign(n + 1, 0);
+  for (size_t c = 0; c < n; ++c) m.start[c + 1] = m.start[c] + count[c + 1];
+  m.index.resize(static_cast<size_t>(m.start[n]));
+  m.value.resize(static_cast<size_t>(m.start[n]));
+  std::vector<CoinBigIndex> next(m.start.begin(), m.start.end() - 1);
+  for (size_t r = 0; r < lp.rows.size(); ++r) {
+    for (const auto& [col, coef] : lp.rows[r].terms) {
+      CoinBigIndex k = next[static_cast<size_t>(col)]++;
+      m.index[static_cast<size_t>(k)] = static_cast<int>(r);
+      m.value[static_cast<size_t>(k)] = coef;
+    }
+  }
+  return m;
+}
+
+Status Validate(const LinearProgram& lp) {
+  const size_t n = lp.lower.size();
+  if (lp.upper.size() != n || lp.objective.size() != n || lp.integer.size() != n) {
+    return InvalidArgument("linear program: variable arrays differ in length");
+  }
+  for (size_t r = 0; r < lp.rows.size(); ++r) {
+    for (const auto& [col, coef] : lp.rows[r].terms) {
+      (void)coef;
+      if (col < 0 || static_cast<size_t>(col) >= n) {
+        return InvalidArgument("linear program: row " + std::to_string(r) +
+                               " names unknown variable " + std::to_string(col));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Result<LpSolution> SolveContinuous(const LinearProgram& lp, const Csc& m,
+                                   const std::vector<double>& col_lo,
+                                   const std::vector<double>& col_hi,
+                                   const std::vector<double>& row_lo,
+                                   const std::vector<double>& row_hi, double time_limit_s) {
+  const int ncols = static_cast<int>(lp.lower.size());
+  const int nrows = static_cast<int>(lp.rows.size());
+  CoinPackedMatrix matrix(true, nrows, ncols, m.start.back(), m.value.data(), m.index.data(),
+                          m.start.data(), nullptr);
+  OsiClpSolverInterface solver;
+  solver.messageHandler()->setLogLevel(0);
+  solver.getModelPtr()->setLogLevel(0);
+  solver.loadProblem(matrix, col_lo.data(), col_hi.data(), lp.objective.data(), row_lo.data(),
+                     row_hi.data());
+  solver.setObjSense(lp.maximize ? -1.0 : 1.0);
+  solver.getModelPtr()->setMaximumSeconds(time_limit_s);
+  solver.initialSolve();
+  if (solver.isProvenPrimalInfeasible()) {
+    return Status(StatusCode::kFailedPrecondition, "linear program is infeasible");
+  }
+  if (solver.isProvenDualInfeasible()) {
+    return Status(StatusCode::kFailedPrecondition, "linear program is unbounded");
+  }
+  LpSolution out;
+  out.optimal = solver.isProvenOptimal();
+  out.objective = solver.getObjValue();
+  const double* x = solver.getColSolution();
+  out.values.assign(x, x + ncols);
+  return out;
+}
+
+struct CbcDeleter {
+  void operator()(Cbc_Model* m) const { Cbc_deleteModel(m); }
+};
+
+Result<LpSolution> SolveInteger(const LinearProgram& lp, const Csc& m,
+                                const std::vector<double>& col_lo,
+                                const std::vector<double>& col_hi,
+                                const std::vector<double>& row_lo,
+                                const std::vector<double>& row_hi, double time_limit_s) {
+  const int ncols = static_cast<int>(lp.lower.size());
+  const int nrows = static_cast<int>(lp.rows.size());
+  std::unique_ptr<Cbc_Model, CbcDeleter> model(Cbc_newModel());
+  Cbc_loadProblem(model.get(), ncols, nrows, m.start.data(), m.index.data(), m.value.data(),
+                  col_lo.data(), col_hi.data(), lp.objective.data(), row_lo.data(),
+                  row_hi.data());
+  for (int c = 0; c < ncols; ++c) {
+    if (lp.integer[static_cast<size_t>(c)]) Cbc_setInteger(model.get(), c);
+  }
+  Cbc_setObjSense(model.get(), lp.maximize ? -1.0 : 1.0);
+  Cbc_setLogLevel(model.get(), 0);
+  Cbc_setParameter(model.get(), "log", "0");
+  Cbc_setParameter(model.get(), "slog", "0");
+  Cbc_setParameter(model.get(), "threads", "0");
+  const std::string seconds = std::to_string(std::max(time_limit_s, 0.01));
+  Cbc_setParameter(model.get(), "sec", seconds.c_str());
+  Cbc_setMaximumSeconds(model.get(), std::max(time_limit_s, 0.01));
+  Cbc_setAllowableFractionGap(model.get(), kRelativeGap);
+  const std::string gap = std::to_string(kRelativeGap);
+  Cbc_setParameter(model.get(), "ratio", gap.c_str());
+  Cbc_solve(model.get());
+  if (Cbc_isProvenInfeasible(model.get())) {
+    return Status(StatusCode::kFailedPrecondition, "integer program is infeasible");
+  }
+  if (Cbc_isContinuousUnbounded(model.get())) {
+    return Status(StatusCode::kFailedPrecondition, "integer program is unbounded");
+  }
+  const double* x = Cbc_bestSolution(model.get());
+  if (x == nullptr) {
+    // Time ran out before any integer solution: an answer the caller can act on (keep what
+    // runs), not a crash.
+    return Status(StatusCode::kFailedPrecondition,
+                  "integer program: no feasible solution found within " + seconds + " s");
+  }
+  LpSolution out;
+  out.optimal = Cbc_isProvenOptimal(model.get()) != 0;
+  out.objective = Cbc_getObjValue(model.get());
+  out.values.assign(x, x + ncols);
+  for (int c = 0; c < ncols; ++c) {
+    if (lp.integer[static_cast<size_t>(c)]) {
+      out.values[static_cast<size_t>(c)] = std::round(out.values[static_cast<size_t>(c)]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<LpSolution> SolveLp(const LinearProgram& lp, double time_limit_s) {
+  RETURN_IF_ERROR(Validate(lp));
+  if (lp.lower.empty()) return LpSolution{true, 0, {}};
+  const Csc m = ToCsc(lp);
+  std::vector<double> col_lo, col_hi, row_lo, row_hi;
+  col_lo.reserve(lp.lower.size());
+  col_hi.reserve(lp.lower.size());
+  for (size_t c = 0; c < lp.lower.size(); ++c) {
+    col_lo.push_back(Finite(lp.lower[c]));
+    col_hi.push_back(Finite(lp.upper[c]));
+  }
+  for (const auto& row : lp.rows) {
+    row_lo.push_back(Finite(row.lower));
+    row_hi.push_back(Finite(row.upper));
+  }
+  bool any_integer = false;
+  for (bool b : lp.integer) any_integer = any_integer || b;
+  if (!any_integer) return SolveContinuous(lp, m, col_lo, col_hi, row_lo, row_hi, time_limit_s);
+  return SolveInteger(lp, m, col_lo, col_hi, row_lo, row_hi, time_limit_s);
+}
+
+}  // namespace frenzy

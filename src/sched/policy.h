@@ -1,0 +1,124 @@
+// Policy: a scheduler reads a snapshot of the cluster and of the active jobs and returns
+// decisions (which queued jobs start where, which running jobs stop); the caller — the
+// simulator's engine or the daemon — applies them. A policy never does I/O, never reads a
+// clock and never draws randomness it was not given, so the same code runs under the
+// simulated clock and in production, and runs are deterministic.
+//
+// Jobs choose among RunOptions (sched/job_options.h): a GPU type, a GPU count and the layout
+// the planner found for them. Which option table a job's view carries depends on the policy
+// (options_kind): Frenzy offers MARP's memory-safe table; baselines that run what users ask for
+// get the hand-tuned one.
+#ifndef FRENZY_SCHED_POLICY_H_
+#define FRENZY_SCHED_POLICY_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "sched/job_options.h"
+
+namespace frenzy {
+
+// A node as policies see it.
+struct NodeView {
+  int type = 0;          // index into ClusterView::types
+  int64_t gpus = 0;      // GPUs on the node
+  int64_t free = 0;      // GPUs not allocated (0 when down)
+  bool up = true;
+};
+
+// Where a job runs: one of its options, and how many GPUs on which nodes.
+struct Allocation {
+  int option = -1;                                  // index into JobOptions::options
+  std::vector<std::pair<int, int64_t>> placement;   // (node index, GPUs on it)
+};
+
+struct JobView {
+  int64_t key = 0;            // stable handle (the job's index in the workload)
+  std::string id;
+  double submit_s = 0;
+  int64_t priority = 0;
+  const JobOptions* options = nullptr;  // the table this policy chooses from
+  // The user's own request (GPU type and count) as an option of `options`; -1 when the job
+  // has none or the cluster lacks the type or count.
+  int requested_option = -1;
+  // Only for policies that profile jobs before placing them (uses_profiled_memory): the ratio
+  // of the job's real peak memory to the predicted one, which a profiling run would reveal.
+  std::optional<double> profiled_memory_factor;
+
+  double total_tokens = 0;
+  double done_tokens = 0;      // progress kept at `progress_since_s` (checkpointed or not)
+  double progress_since_s = 0; // when the current rate began (after the restart pause)
+  double rate_tokens_per_s = 0;  // 0 when not running (or while restarting)
+
+  bool running = false;
+  Allocation alloc;            // valid when running
+  double run_start_s = -1;     // start of the current run
+  double first_start_s = -1;   // -1 until the job first ran
+  double attained_gpu_s = 0;   // GPU-seconds of service received so far (without current run)
+  int restarts = 0;            // times it was stopped and started again
+  int ooms = 0;                // out-of-memory crashes so far
+  std::vector<int> failed_options;  // options that crashed out of memory; never offer again
+
+  const RunOption& option(int i) const { return options->options[static_cast<size_t>(i)]; }
+  bool Failed(int option_index) const;
+  // Tokens done by `now` (extrapolating the current run).
+  double DoneAt(double now_s) const;
+  // GPU-seconds received by `now`, including the current run.
+  double AttainedAt(double now_s) const;
+};
+
+struct ClusterView {
+  std::vector<std::string> types;       // GPU type names, cluster order
+  std::vector<int64_t> gpu_memory_bytes;  // per type
+  std::vector<int64_t> gpus_per_node;     // per type (largest node)
+  std::vector<NodeView> nodes;
+  int64_t TotalOfType(int type) const;
+  int64_t FreeOfType(int type) const;
+};
+
+struct Snapshot {
+  double now_s = 0;
+  const ClusterView* cluster = nullptr;
+  // Queued and running jobs, in arrival order (then key).
+  std::span<const JobView> jobs;
+  // Increases whenever the set of jobs or of usable GPUs changes (arrival, completion, crash,
+  // failure, repair); policies may cache work done for an unchanged value.
+  int64_t change_seq = 0;
+};
+
+struct Decisions {
+  std::vector<int64_t> stop;  // running jobs to stop (they checkpoint and return to the queue)
+  // Jobs to start, applied in order after the stops. A running job listed here without being
+  // stopped first is moved (stopped and restarted on the new allocation).
+  std::vector<std::pair<int64_t, Allocation>> start;
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string_view name() const = 0;
+  virtual OptionKind options_kind() const = 0;
+  // True for policies that measure jobs before placing them (Gavel, Sia profile throughput):
+  // their job views carry profiled_memory_factor.
+  virtual bool uses_profiled_memory() const { return false; }
+  // Called after every batch of simultaneous events (arrival, completion, crash, failure).
+  virtual bool event_driven() const { return true; }
+  // > 0: also called every round_s seconds while jobs are active (round-based policies).
+  virtual double round_s() const { return 0; }
+  virtual Decisions Schedule(const Snapshot& snapshot) = 0;
+};
+
+// The policies by name: "fifo-static", "tiresias", "gavel", "sia" (and later ones).
+Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name);
+std::vector<std::string> PolicyNames();
+
+}  // namespace frenzy
+
+#endif  // FRENZY_SCHED_POLICY_H_

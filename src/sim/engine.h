@@ -1,0 +1,116 @@
+// The trace-driven simulator: replays a workload on a cluster under one scheduling policy with a
+// discrete-event clock, and measures what the field compares (JCT, queueing, utilisation, OOM
+// crashes, scheduling overhead).
+//
+// Events are ordered by (time, sequence number), so a run is a deterministic function of its
+// inputs and seed. Event kinds: job arrival, job completion, out-of-memory crash, scheduling
+// round, node failure and repair. After every batch of simultaneous events an event-driven
+// policy is asked for decisions; round-based policies are also asked every round.
+//
+// Model of a job (see docs/simulator.md):
+//  * it progresses at its option's predicted tokens/s (perf model) while running;
+//  * a restart (any start after the first) first pays `restart_s` (checkpoint load) without
+//    progress; a job stopped by its policy checkpoints first and loses nothing;
+//  * memory truth: the job's real peak = MARP's prediction x its memory factor, drawn once per
+//    job (`memory_error_pct`: normal with that standard deviation; unset: drawn from MARP's
+//    measured errors on published Megatron runs). Placed where the real peak exceeds the GPU,
+//    it crashes `oom_after_s` into its run, keeps only progress up to its last checkpoint, and
+//    that option is marked failed for it; after `max_ooms` crashes the job is given up;
+//  * node failures (exponential, mean `node_mtbf_s`) crash the jobs on the node, which keep
+//    their last checkpoint (one every `checkpoint_interval_s` of progress).
+//
+// The engine never contains policy logic; it validates decisions and reports a policy's invalid
+// decision as an Internal error.
+#ifndef FRENZY_SIM_ENGINE_H_
+#define FRENZY_SIM_ENGINE_H_
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "hardware/cluster.h"
+#include "hardware/gpu.h"
+#include "sched/job_options.h"
+#include "sched/policy.h"
+#include "sim/workload.h"
+
+namespace frenzy {
+
+struct SimOptions {
+  uint64_t seed = 1;
+  std::optional<double> memory_error_pct;  // std. deviation, %; unset: measured distribution
+  double memory_margin = 0.10;             // MARP margin for the kMarp option tables
+  double restart_s = 60;                   // paid by every restart
+  double checkpoint_interval_s = 1800;     // of progress between checkpoints
+  double oom_after_s = 30;                 // into a run, when an OOM crash happens
+  int max_ooms = 5;                        // crashes before a job is given up
+  double node_mtbf_s = 0;                  // 0: no node failures
+  double node_repair_s = 3600;
+  double max_time_s = std::numeric_limits<double>::infinity();  // stop the clock here
+  // Wall clock for measuring the policy's overhead, in seconds (injected: the engine never
+  // reads a clock itself). Unset: overhead is reported as 0.
+  std::function<double()> wall_now_s;
+  // Called now and then with the fraction of jobs done (for a progress bar).
+  std::function<void(double)> progress;
+};
+
+// kImpossible: no option at all (the model cannot run on any GPU type and count of the cluster
+// with this policy's table, or the job itself is impossible, e.g. longer sequences than the
+// model's positions); the job is dropped at arrival.
+enum class JobOutcome { kFinished, kGivenUp, kUnfinished, kImpossible };
+const char* JobOutcomeName(JobOutcome o);
+
+struct JobRecord {
+  std::string id, model;
+  double submit_s = 0, first_start_s = -1, finish_s = -1;
+  JobOutcome outcome = JobOutcome::kUnfinished;
+  std::string gpu;       // of the last run
+  int64_t gpus = 0;      // of the last run
+  int ooms = 0, restarts = 0, failures = 0;
+  double gpu_s = 0;      // GPU-seconds allocated
+  double wasted_gpu_s = 0;  // of which lost: crashed runs, lost progress, restart pauses
+  double memory_factor = 1;
+  double jct_s() const { return finish_s - submit_s; }
+};
+
+struct TimelinePoint {
+  double t_s = 0;
+  int64_t queued = 0, running = 0, busy_gpus = 0;
+};
+
+struct PolicyMetrics {
+  std::string policy;
+  int64_t jobs = 0, finished = 0, given_up = 0, unfinished = 0, impossible = 0;
+  double avg_jct_s = 0, p50_jct_s = 0, p95_jct_s = 0, p99_jct_s = 0;  // finished jobs
+  double makespan_s = 0;      // first arrival to last completion
+  double avg_queue_s = 0;     // arrival to first start, jobs that started
+  double gpu_util = 0;        // allocated GPU-s / (GPUs x makespan)
+  double gpu_util_useful = 0; // allocated minus wasted
+  double gpu_hours = 0, wasted_gpu_hours = 0;
+  int64_t oom_events = 0, node_failures = 0, restarts = 0;
+  int64_t sched_calls = 0;
+  double sched_overhead_ms_mean = 0, sched_overhead_ms_p99 = 0, sched_overhead_ms_max = 0,
+         sched_overhead_ms_total = 0;
+  int64_t events = 0;
+  double sim_wall_s = 0;  // wall time of the whole run (0 without a wall clock)
+};
+
+struct SimResult {
+  PolicyMetrics metrics;
+  std::vector<JobRecord> jobs;          // in workload order
+  std::vector<TimelinePoint> timeline;  // at most ~4,000 points
+};
+
+// Resolves models and builds option tables for every job (shared through `cache` between the
+// policies of one run), then simulates.
+Result<SimResult> Simulate(const Workload& workload, const Cluster& cluster,
+                           const GpuCatalog& catalog, Policy& policy, const SimOptions& options,
+                           OptionCache& cache);
+
+}  // namespace frenzy
+
+#endif  // FRENZY_SIM_ENGINE_H_
