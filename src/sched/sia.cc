@@ -39,7 +39,8 @@
 //    reveal exactly these numbers;
 //  * configurations are power-of-two counts rather than Sia's (nodes, GPUs) list (1, 2, 4, 8 on
 //    one node, then whole nodes): with 8-GPU nodes the two coincide up to 16 GPUs;
-//  * Sia's allocation-change penalty lambda_a is defined but unused in its solver; left out;
+//  * Sia's allocation-change penalty lambda_a is defined but unused in its solver; left out,
+//    except for a 1e-6 bonus on the current configuration that breaks exact ties without churn;
 //  * placement does not evict other jobs to defragment (Sia's "smart placement" is also off in
 //    its simulator); a configuration that cannot be placed on the free nodes waits a round.
 #include <algorithm>
@@ -59,6 +60,9 @@ constexpr double kP = -0.5;                // fairness exponent (Sia simulator d
 constexpr double kLambdaNoAlloc = 1.1;     // reward for allocating a job (Sia default)
 constexpr double kRestartPenaltyS = 60;    // delta of the re-allocation factor
 constexpr double kSolverTimeLimitS = 5;
+// Exact ties (e.g. a running and a queued job, both at their smallest configuration) go to the
+// current allocation rather than to an arbitrary swap that costs two restarts.
+constexpr double kKeepTieBreak = 1e-6;
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 bool PowerOfTwo(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
@@ -134,7 +138,8 @@ class Sia final : public Policy {
         if (pinned && idx != current) continue;
         double goodput = o.plan.tokens_per_s / min_tput;
         if (j.running && idx != current) goodput *= realloc;
-        const double gain = kLambdaNoAlloc - std::pow(std::max(goodput, 1e-9), kP);
+        double gain = kLambdaNoAlloc - std::pow(std::max(goodput, 1e-9), kP);
+        if (idx == current) gain += kKeepTieBreak;
         const int v = lp.AddVariable(pinned ? 1 : 0, 1, gain, true);
         vars.push_back({i, idx});
         one_config.emplace_back(v, 1.0);

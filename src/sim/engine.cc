@@ -93,6 +93,8 @@ class Engine {
   std::vector<TimelinePoint> timeline_;
   PolicyMetrics m_;
   double busy_gpu_s_ = 0;
+  int64_t running_ = 0;    // jobs running now
+  int64_t busy_gpus_ = 0;  // GPUs allocated now
 };
 
 Status Engine::Prepare() {
@@ -216,6 +218,8 @@ void Engine::StopRun(JobView& v, double now, bool graceful) {
   }
   v.attained_gpu_s += gpus * ran;
   v.done_tokens = done;
+  --running_;
+  busy_gpus_ -= o.gpus;
   v.running = false;
   v.rate_tokens_per_s = 0;
   v.alloc = Allocation{};
@@ -249,6 +253,8 @@ Status Engine::StartRun(JobView& v, const Allocation& a, double now) {
   if (!restart) v.first_start_s = now;
   if (restart) ++v.restarts;
   v.running = true;
+  ++running_;
+  busy_gpus_ += o.gpus;
   v.alloc = a;
   v.run_start_s = now;
   v.progress_since_s = now + (restart ? opt_.restart_s : 0.0);
@@ -307,14 +313,9 @@ void Engine::Finish(int64_t key, JobOutcome outcome, double now) {
 void Engine::Sample(double now) {
   TimelinePoint p;
   p.t_s = now;
-  for (const JobView& v : active_) {
-    if (v.running) {
-      ++p.running;
-      p.busy_gpus += v.option(v.alloc.option).gpus;
-    } else {
-      ++p.queued;
-    }
-  }
+  p.running = running_;
+  p.queued = static_cast<int64_t>(active_.size()) - running_;
+  p.busy_gpus = busy_gpus_;
   if (!timeline_.empty() && timeline_.back().t_s == now) {
     timeline_.back() = p;
   } else {
@@ -448,9 +449,7 @@ Result<SimResult> Engine::Run() {
       RETURN_IF_ERROR(Invoke(now, acted));
       // Nothing runs, nothing more arrives or gets repaired, the policy starts nothing: what
       // is left can never run.
-      bool stuck = !acted && arrived == total && opt_.node_mtbf_s <= 0 &&
-                   std::none_of(active_.begin(), active_.end(),
-                                [](const JobView& v) { return v.running; });
+      bool stuck = !acted && arrived == total && opt_.node_mtbf_s <= 0 && running_ == 0;
       if (stuck) break;
     }
     if (round > 0 && !round_pending_ && !active_.empty()) {

@@ -241,6 +241,31 @@ TEST(Gavel, ScaleFactorIsTheRequestedCount) {
   EXPECT_EQ(jobs[0].option(jobs[0].alloc.option).gpus, 8);
 }
 
+// Profiling shows the requested 1-GPU layout does not fit anywhere (x1.3): the job runs on the
+// smallest count that does (2), as its user would resubmit it, rather than never.
+TEST(Gavel, RequestedCountThatFitsNowhereBecomesTheSmallestThatFits) {
+  ClusterView c = MakeCluster({{"gpu", 40, 1, 8}});
+  JobOptions table = Table(c, {Opt(0, 1, 5, 35), Opt(0, 2, 9, 20), Opt(0, 4, 16, 12)});
+  std::vector<JobView> jobs = {MakeJob(0, &table, 1)};
+  jobs[0].profiled_memory_factor = 1.3;
+  auto gavel = MakeGavelPolicy();
+  Apply(gavel->Schedule(Snap(0, c, jobs, 1)), 0, c, jobs);
+  ASSERT_TRUE(jobs[0].running);
+  EXPECT_EQ(jobs[0].option(jobs[0].alloc.option).gpus, 2);
+}
+
+// A hand-tuned table may hold two layouts for one (type, count): Gavel runs the faster one that
+// fits.
+TEST(Gavel, PicksTheFastestUsableLayoutForTheRequestedCount) {
+  ClusterView c = MakeCluster({{"gpu", 40, 1, 8}});
+  JobOptions table = Table(c, {Opt(0, 4, 16, 39), Opt(0, 4, 20, 60), Opt(0, 4, 12, 20)});
+  std::vector<JobView> jobs = {MakeJob(0, &table, 4)};
+  auto gavel = MakeGavelPolicy();
+  Apply(gavel->Schedule(Snap(0, c, jobs, 1)), 0, c, jobs);
+  ASSERT_TRUE(jobs[0].running);
+  EXPECT_DOUBLE_EQ(jobs[0].option(jobs[0].alloc.option).plan.tokens_per_s, 16);
+}
+
 // Scale: 1,000 active jobs on 4 types x 16 GPUs. The LP (4,000 time fractions) must solve and
 // the round must respect every type's capacity.
 TEST(Gavel, SolvesTheAllocationLpForAThousandJobs) {
