@@ -12,12 +12,12 @@
 // (t, s_j); 0 where that option does not exist, exceeds the type's GPUs, crashed out of memory
 // (JobView::Failed), or does not fit once the profiled memory factor is applied (Gavel profiles
 // jobs, so it knows which layouts really fit: device_bytes x profiled_memory_factor <= GPU
-// memory). Jobs that run nowhere are left out of the LP (they would pin the minimum at 0). Normalisation is Gavel's: T_eq[j] is the
-// job's throughput under the "proportional" equal share, X_eq[j][t] = N_t / sum_t' N_t' (Gavel's
-// ProportionalPolicy, cluster split evenly across types and rows rescaled to sum to 1), i.e.
-// T_eq[j] = sum_t T[j][t] N_t / N. All priority weights w_j are 1 (the trace's priorities are not
-// Gavel weights). Multiplying by s_j follows Gavel: a 1-GPU job gets s_j times the time of an
-// s_j-GPU job with the same normalised throughput.
+// memory). Jobs that run nowhere are left out of the LP (they would pin the minimum at 0).
+// Normalisation is Gavel's: T_eq[j] is the job's throughput under the "proportional" equal share,
+// X_eq[j][t] = N_t / sum_t' N_t' (Gavel's ProportionalPolicy, cluster split evenly across types and
+// rows rescaled to sum to 1), i.e. T_eq[j] = sum_t T[j][t] N_t / N. All priority weights w_j are 1
+// (the trace's priorities are not Gavel weights). Multiplying by s_j follows Gavel: a 1-GPU job
+// gets s_j times the time of an s_j-GPU job with the same normalised throughput.
 //
 // Mechanism (§5, round-based scheduling). Rounds are 6 minutes. Each round every (job, type)
 // pair gets priority X[j][t] / f[j][t], f being the fraction of its time since arrival the job
@@ -43,12 +43,13 @@
 //    would never run and would vanish from the JCT statistics;
 //  * if the LP fails (it should not: X = 0 is always feasible), every X is 0 and the greedy
 //    order degenerates to arrival order for the round.
+#include "sched/gavel.h"
+
 #include <algorithm>
 #include <limits>
 #include <unordered_map>
 #include <vector>
 
-#include "sched/gavel.h"
 #include "sched/lp.h"
 #include "sched/placement.h"
 
@@ -246,8 +247,8 @@ class Gavel final : public Policy {
       double equal_share = 0;
       for (size_t t = 0; t < types; ++t) {
         if (option[i][t] >= 0) {
-          equal_share += j.option(option[i][t]).plan.tokens_per_s *
-                         static_cast<double>(capacity[t]) / total;
+          equal_share +=
+              j.option(option[i][t]).plan.tokens_per_s * static_cast<double>(capacity[t]) / total;
         }
       }
       if (equal_share <= 0) continue;  // runs nowhere: left out (it would pin the min at 0)

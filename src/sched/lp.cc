@@ -138,8 +138,7 @@ Result<LpSolution> SolveInteger(const LinearProgram& lp, const Csc& m,
   const int nrows = static_cast<int>(lp.rows.size());
   std::unique_ptr<Cbc_Model, CbcDeleter> model(Cbc_newModel());
   Cbc_loadProblem(model.get(), ncols, nrows, m.start.data(), m.index.data(), m.value.data(),
-                  col_lo.data(), col_hi.data(), lp.objective.data(), row_lo.data(),
-                  row_hi.data());
+                  col_lo.data(), col_hi.data(), lp.objective.data(), row_lo.data(), row_hi.data());
   for (int c = 0; c < ncols; ++c) {
     if (lp.integer[static_cast<size_t>(c)]) Cbc_setInteger(model.get(), c);
   }

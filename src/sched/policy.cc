@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "sched/baselines.h"
+#include "sched/frenzy_policy.h"
 #include "sched/gavel.h"
 #include "sched/sia.h"
 
@@ -39,7 +40,11 @@ int64_t ClusterView::FreeOfType(int type) const {
   return n;
 }
 
-std::vector<std::string> PolicyNames() { return {"fifo-static", "tiresias", "gavel", "sia"}; }
+std::vector<std::string> PolicyNames() {
+  return {"fifo-static",    "tiresias",         "gavel",
+          "sia",            "frenzy",           "frenzy-no-sjf",
+          "frenzy-no-hetero", "frenzy-no-elastic", "frenzy-no-backfill"};
+}
 
 Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name) {
   std::unique_ptr<Policy> p;
@@ -47,6 +52,25 @@ Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name) {
   if (name == "tiresias") p = MakeTiresiasPolicy();
   if (name == "gavel") p = MakeGavelPolicy();
   if (name == "sia") p = MakeSiaPolicy();
+  // Frenzy and its ablations (one ingredient switched off each; docs/scheduling.md).
+  FrenzyKnobs k;
+  if (name == "frenzy") p = MakeFrenzyPolicy(k, std::string(name));
+  if (name == "frenzy-no-sjf") {
+    k.shortest_first = false;
+    p = MakeFrenzyPolicy(k, std::string(name));
+  }
+  if (name == "frenzy-no-hetero") {
+    k.hetero_choice = false;
+    p = MakeFrenzyPolicy(k, std::string(name));
+  }
+  if (name == "frenzy-no-elastic") {
+    k.elastic_count = false;
+    p = MakeFrenzyPolicy(k, std::string(name));
+  }
+  if (name == "frenzy-no-backfill") {
+    k.backfill = false;
+    p = MakeFrenzyPolicy(k, std::string(name));
+  }
   if (p == nullptr) {
     std::string known;
     for (const auto& n : PolicyNames()) known += (known.empty() ? "" : ", ") + n;

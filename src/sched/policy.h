@@ -83,11 +83,52 @@ struct ClusterView {
   int64_t FreeOfType(int type) const;
 };
 
+// A read-only list of jobs: either a contiguous array of views or an array of pointers to
+// views (what the engine keeps, so that finishing a job moves pointers, not views). Indexing
+// and iteration yield `const JobView&` either way.
+class JobList {
+ public:
+  JobList() = default;
+  JobList(std::span<const JobView> views) : views_(views.data()), n_(views.size()) {}  // NOLINT
+  JobList(const std::vector<JobView>& views)  // NOLINT: implicit by design
+      : views_(views.data()), n_(views.size()) {}
+  JobList(std::span<const JobView* const> pointers)  // NOLINT: implicit by design
+      : pointers_(pointers.data()), n_(pointers.size()) {}
+
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  const JobView& operator[](size_t i) const { return pointers_ ? *pointers_[i] : views_[i]; }
+
+  class Iterator {
+   public:
+    Iterator(const JobList* list, size_t i) : list_(list), i_(i) {}
+    const JobView& operator*() const { return (*list_)[i_]; }
+    const JobView* operator->() const { return &(*list_)[i_]; }
+    Iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    bool operator==(const Iterator& o) const { return i_ == o.i_; }
+    bool operator!=(const Iterator& o) const { return i_ != o.i_; }
+
+   private:
+    const JobList* list_;
+    size_t i_;
+  };
+  Iterator begin() const { return Iterator(this, 0); }
+  Iterator end() const { return Iterator(this, n_); }
+
+ private:
+  const JobView* views_ = nullptr;
+  const JobView* const* pointers_ = nullptr;
+  size_t n_ = 0;
+};
+
 struct Snapshot {
   double now_s = 0;
   const ClusterView* cluster = nullptr;
   // Queued and running jobs, in arrival order (then key).
-  std::span<const JobView> jobs;
+  JobList jobs;
   // Increases whenever the set of jobs or of usable GPUs changes (arrival, completion, crash,
   // failure, repair); policies may cache work done for an unchanged value.
   int64_t change_seq = 0;

@@ -43,6 +43,8 @@
 //    except for a 1e-6 bonus on the current configuration that breaks exact ties without churn;
 //  * placement does not evict other jobs to defragment (Sia's "smart placement" is also off in
 //    its simulator); a configuration that cannot be placed on the free nodes waits a round.
+#include "sched/sia.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -50,15 +52,14 @@
 
 #include "sched/lp.h"
 #include "sched/placement.h"
-#include "sched/sia.h"
 
 namespace frenzy {
 namespace {
 
-constexpr double kRoundS = 60;             // Sia's scheduling interval
-constexpr double kP = -0.5;                // fairness exponent (Sia simulator default)
-constexpr double kLambdaNoAlloc = 1.1;     // reward for allocating a job (Sia default)
-constexpr double kRestartPenaltyS = 60;    // delta of the re-allocation factor
+constexpr double kRoundS = 60;           // Sia's scheduling interval
+constexpr double kP = -0.5;              // fairness exponent (Sia simulator default)
+constexpr double kLambdaNoAlloc = 1.1;   // reward for allocating a job (Sia default)
+constexpr double kRestartPenaltyS = 60;  // delta of the re-allocation factor
 constexpr double kSolverTimeLimitS = 5;
 // Exact ties (e.g. a running and a queued job, both at their smallest configuration) go to the
 // current allocation rather than to an arbitrary swap that costs two restarts.

@@ -83,7 +83,8 @@ class Engine {
   std::vector<JobState> jobs_;     // by key
   std::vector<size_t> order_;      // workload index -> key
   std::vector<int> requested_;     // by key: the user's request as an option index, or -1
-  std::vector<JobView> active_;    // queued and running, by key
+  std::vector<JobView> views_;     // by key (filled at arrival)
+  std::vector<JobView*> active_;   // queued and running, by key (pointers into views_)
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   int64_t seq_ = 0;
   int64_t change_seq_ = 0;
@@ -122,6 +123,7 @@ Status Engine::Prepare() {
   order_.assign(w_.jobs.size(), 0);
   requested_.assign(w_.jobs.size(), -1);
   jobs_.resize(w_.jobs.size());
+  views_.resize(w_.jobs.size());
   std::map<std::string, ModelSpec> models;
   std::normal_distribution<double> normal(0.0, opt_.memory_error_pct.value_or(0) / 100.0);
   std::uniform_int_distribution<size_t> pick(0, std::size(kMeasuredMarpErrors) - 1);
@@ -183,9 +185,9 @@ Status Engine::Prepare() {
 
 JobView* Engine::Active(int64_t key) {
   auto it = std::lower_bound(active_.begin(), active_.end(), key,
-                             [](const JobView& v, int64_t k) { return v.key < k; });
-  if (it == active_.end() || it->key != key) return nullptr;
-  return &*it;
+                             [](const JobView* v, int64_t k) { return v->key < k; });
+  if (it == active_.end() || (*it)->key != key) return nullptr;
+  return *it;
 }
 
 // Ends the current run. Graceful (the policy stopped it): a checkpoint is written at the stop.
@@ -305,7 +307,8 @@ void Engine::Finish(int64_t key, JobOutcome outcome, double now) {
   js.record.ooms = v->ooms;
   js.record.restarts = v->restarts;
   if (outcome == JobOutcome::kFinished) js.record.finish_s = now;
-  active_.erase(active_.begin() + (v - active_.data()));
+  active_.erase(std::lower_bound(active_.begin(), active_.end(), key,
+                                 [](const JobView* a, int64_t k) { return a->key < k; }));
   ++done_;
   ++change_seq_;
 }
@@ -327,7 +330,7 @@ Status Engine::Invoke(double now, bool& acted) {
   Snapshot s;
   s.now_s = now;
   s.cluster = &view_;
-  s.jobs = active_;
+  s.jobs = std::span<const JobView* const>(active_.data(), active_.size());
   s.change_seq = change_seq_;
   double t0 = opt_.wall_now_s ? opt_.wall_now_s() : 0.0;
   Decisions d = policy_.Schedule(s);
@@ -369,9 +372,11 @@ Result<SimResult> Engine::Run() {
           v.total_tokens = js.spec.tokens;
           if (profiled) v.profiled_memory_factor = js.factor;
           v.requested_option = requested_[static_cast<size_t>(e.job)];
+          JobView* slot = &views_[static_cast<size_t>(e.job)];
+          *slot = std::move(v);
           auto pos = std::lower_bound(active_.begin(), active_.end(), e.job,
-                                      [](const JobView& a, int64_t k) { return a.key < k; });
-          active_.insert(pos, std::move(v));
+                                      [](const JobView* a, int64_t k) { return a->key < k; });
+          active_.insert(pos, slot);
           ++arrived;
           ++change_seq_;
           changed = true;
@@ -417,7 +422,7 @@ Result<SimResult> Engine::Run() {
           node.up = false;
           ++m_.node_failures;
           for (size_t i = 0; i < active_.size(); ++i) {
-            JobView& v = active_[i];
+            JobView& v = *active_[i];
             if (!v.running) continue;
             bool on = std::any_of(v.alloc.placement.begin(), v.alloc.placement.end(),
                                   [&](const auto& p) { return p.first == e.node; });
@@ -464,11 +469,11 @@ Result<SimResult> Engine::Run() {
     if (active_.empty() && arrived == total) break;
   }
   // Whatever is still active did not finish.
-  for (JobView& v : active_) {
-    if (v.running) StopRun(v, now, /*graceful=*/true);
-    JobState& js = jobs_[static_cast<size_t>(v.key)];
+  for (JobView* v : active_) {
+    if (v->running) StopRun(*v, now, /*graceful=*/true);
+    JobState& js = jobs_[static_cast<size_t>(v->key)];
     js.record.outcome = JobOutcome::kUnfinished;
-    js.record.ooms = v.ooms;
+    js.record.ooms = v->ooms;
   }
 
   SimResult r;

@@ -32,8 +32,8 @@ ClusterView MakeCluster(const std::vector<TypeSpec>& specs) {
     c.gpu_memory_bytes.push_back(specs[t].memory_gib * kGiB);
     c.gpus_per_node.push_back(specs[t].gpus_per_node);
     for (int n = 0; n < specs[t].nodes; ++n) {
-      c.nodes.push_back(NodeView{static_cast<int>(t), specs[t].gpus_per_node,
-                                 specs[t].gpus_per_node, true});
+      c.nodes.push_back(
+          NodeView{static_cast<int>(t), specs[t].gpus_per_node, specs[t].gpus_per_node, true});
     }
   }
   return c;
@@ -114,8 +114,7 @@ void Apply(const Decisions& d, double now_s, ClusterView& c, std::vector<JobView
   }
 }
 
-Snapshot Snap(double now_s, const ClusterView& c, const std::vector<JobView>& jobs,
-              int64_t seq) {
+Snapshot Snap(double now_s, const ClusterView& c, const std::vector<JobView>& jobs, int64_t seq) {
   return Snapshot{now_s, &c, std::span<const JobView>(jobs), seq};
 }
 
@@ -154,8 +153,8 @@ TEST(Gavel, HeterogeneityAwareMaxMinShareIsRealisedOverRounds) {
     Apply(gavel->Schedule(Snap(now, c, jobs, 1)), now, c, jobs);
     for (size_t i = 0; i < jobs.size(); ++i) {
       if (jobs[i].running) {
-        normalised[i] += jobs[i].option(jobs[i].alloc.option).plan.tokens_per_s /
-                         equal_share[i] / rounds;
+        normalised[i] +=
+            jobs[i].option(jobs[i].alloc.option).plan.tokens_per_s / equal_share[i] / rounds;
         slow_busy += TypeOf(jobs[i]) == 1 ? 1 : 0;
       }
     }
@@ -178,8 +177,7 @@ TEST(Gavel, HeterogeneityAwareMaxMinShareIsRealisedOverRounds) {
 TEST(Gavel, RoundRobinsOverRounds) {
   ClusterView c = MakeCluster({{"gpu", 80, 1, 1}});
   JobOptions table = Table(c, {Opt(0, 1, 5)});
-  std::vector<JobView> jobs = {MakeJob(0, &table, 1), MakeJob(1, &table, 1),
-                               MakeJob(2, &table, 1)};
+  std::vector<JobView> jobs = {MakeJob(0, &table, 1), MakeJob(1, &table, 1), MakeJob(2, &table, 1)};
   auto gavel = MakeGavelPolicy();
   std::vector<int64_t> runner;
   for (int r = 0; r < 9; ++r) {
@@ -269,8 +267,8 @@ TEST(Gavel, PicksTheFastestUsableLayoutForTheRequestedCount) {
 // Scale: 1,000 active jobs on 4 types x 16 GPUs. The LP (4,000 time fractions) must solve and
 // the round must respect every type's capacity.
 TEST(Gavel, SolvesTheAllocationLpForAThousandJobs) {
-  ClusterView c = MakeCluster(
-      {{"h100", 80, 2, 8}, {"a100", 80, 2, 8}, {"v100", 32, 2, 8}, {"t4", 16, 4, 4}});
+  ClusterView c =
+      MakeCluster({{"h100", 80, 2, 8}, {"a100", 80, 2, 8}, {"v100", 32, 2, 8}, {"t4", 16, 4, 4}});
   std::vector<JobOptions> tables;
   tables.reserve(20);
   for (int k = 0; k < 20; ++k) {

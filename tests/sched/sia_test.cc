@@ -34,8 +34,8 @@ ClusterView MakeCluster(const std::vector<TypeSpec>& specs) {
     c.gpu_memory_bytes.push_back(specs[t].memory_gib * kGiB);
     c.gpus_per_node.push_back(specs[t].gpus_per_node);
     for (int n = 0; n < specs[t].nodes; ++n) {
-      c.nodes.push_back(NodeView{static_cast<int>(t), specs[t].gpus_per_node,
-                                 specs[t].gpus_per_node, true});
+      c.nodes.push_back(
+          NodeView{static_cast<int>(t), specs[t].gpus_per_node, specs[t].gpus_per_node, true});
     }
   }
   return c;
@@ -280,8 +280,8 @@ TEST(Sia, JobInCheckpointRestoreKeepsItsConfig) {
 // Sia never picks them, even though they are 5x faster.
 TEST(Sia, NeverPicksAConfigWhoseProfiledMemoryDoesNotFit) {
   ClusterView c = MakeCluster({{"fast-small", 40, 1, 8}, {"slow-big", 80, 1, 8}});
-  JobOptions table = Table(c, {Opt(0, 1, 5, 35), Opt(0, 2, 10, 35), Opt(1, 1, 1, 35),
-                               Opt(1, 2, 2, 35)});
+  JobOptions table =
+      Table(c, {Opt(0, 1, 5, 35), Opt(0, 2, 10, 35), Opt(1, 1, 1, 35), Opt(1, 2, 2, 35)});
   std::vector<JobView> jobs = {MakeJob(0, &table)};
   jobs[0].profiled_memory_factor = 1.3;
   auto sia = MakeSiaPolicy();

@@ -1,0 +1,39 @@
+// frenzy: Frenzy's heterogeneity-aware scheduling (HAS). Event-driven, no solver in the loop.
+// It uses what only Frenzy has: MARP's memory-safe option table per job (every (GPU type,
+// count) where the job fits with the safety margin, with its predicted speed) and the job's
+// predicted remaining time. The algorithm, its complexity and its knobs: docs/scheduling.md.
+#ifndef FRENZY_SCHED_FRENZY_POLICY_H_
+#define FRENZY_SCHED_FRENZY_POLICY_H_
+
+#include <memory>
+#include <string>
+
+#include "sched/policy.h"
+
+namespace frenzy {
+
+// Each ingredient can be switched off (for the ablation in bench/RESULTS.md).
+struct FrenzyKnobs {
+  // Order waiting jobs by predicted remaining time (shortest first); off: arrival order.
+  bool shortest_first = true;
+  // Choose the GPU type by predicted speed and by what the choice costs other waiting jobs
+  // (scarce GPU types are kept for jobs that fit nowhere else); off: first type with room.
+  bool hetero_choice = true;
+  // Choose the GPU count: as many as still scale well (per-GPU speed at least
+  // `efficiency_floor` of the best per-GPU speed); off: the fewest GPUs that fit.
+  bool elastic_count = true;
+  double efficiency_floor = 0.8;
+  // Start any waiting job that fits now, behind a blocked one (backfilling); a job waiting longer
+  // than `starve_factor` x its predicted run time (at least `starve_min_s`) reserves GPUs so
+  // that later jobs cannot starve it. Off: strict order, the first blocked job stops the round.
+  bool backfill = true;
+  double starve_factor = 2.0;
+  double starve_min_s = 3600;
+};
+
+// `name` is what reports call it ("frenzy", or an ablation's name).
+std::unique_ptr<Policy> MakeFrenzyPolicy(FrenzyKnobs knobs = {}, std::string name = "frenzy");
+
+}  // namespace frenzy
+
+#endif  // FRENZY_SCHED_FRENZY_POLICY_H_
