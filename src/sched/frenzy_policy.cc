@@ -1,15 +1,22 @@
 // frenzy (HAS): see frenzy_policy.h and docs/scheduling.md.
 //
-// One decision, for Q waiting jobs with at most K options each on T GPU types and N nodes:
-//   1. per waiting job, its predicted remaining time on its fastest option: O(Q K);
-//   2. order: jobs past their starvation limit first (by arrival), then shortest remaining
-//      time first: O(Q log Q);
-//   3. per job in that order, the option to start now: among options that have not crashed and
-//      whose GPU type has room (free GPUs minus reservations), keep the GPU counts that still
-//      scale (per-GPU speed >= efficiency_floor x the type's best per-GPU speed for this job),
-//      and pick the one with the least predicted run time x the scarcity of its type; then the
-//      shared gang placement (fewest nodes, TP groups inside a node): O(Q (K + N)).
-// No solver, no iteration to convergence: O(Q (K + N) + Q log Q) per decision.
+// One decision, for Q waiting and R running jobs with at most K options each, T GPU types and
+// N nodes:
+//   1. per waiting job, its predicted remaining time on its fastest option and its relative
+//      per-GPU speed on each type; from these, each type's value (how much the waiting jobs,
+//      on average, get out of one of its GPUs): O(Q K);
+//   2. order: jobs past their starvation limit first (by arrival), then shortest predicted
+//      remaining time first: O(Q log Q);
+//   3. per job in that order, the option to start now, among options that have not crashed and
+//      whose type has room (free GPUs minus reservations): while other jobs wait, the cheapest
+//      in value-weighted GPU-seconds (GPUs x run time x the type's value: every job lands where
+//      it has a comparative advantage and takes no more GPUs than scale well); when it is the
+//      last one waiting, the fastest whose per-GPU speed is still efficient. Never an option
+//      more than max_slowdown x slower than its best (it could not move later for free). Then
+//      the shared gang placement (fewest nodes, TP groups inside a node): O(Q (K + N));
+//   4. if nobody is left waiting, running jobs move to free GPUs where they finish much sooner
+//      (restart included): O(R (K + N)).
+// No solver, no iteration to convergence: O((Q + R)(K + N) + Q log Q) per decision.
 #include "sched/frenzy_policy.h"
 
 #include <algorithm>
@@ -38,34 +45,34 @@ class FrenzyPolicy final : public Policy {
 
     struct Waiting {
       const JobView* job;
-      double best_s;   // predicted remaining run time on its fastest option
+      double best_s;  // predicted remaining run time on its fastest usable option
       bool starving;
-      int only_type;   // the one type it can run on, or -1
     };
     std::vector<Waiting> waiting;
-    // Demand from jobs that fit on one GPU type only: the scarcity of that type for others.
-    std::vector<double> exclusive(types, 0);
+    // Value of a GPU of each type: the mean, over waiting jobs, of their per-GPU speed on it
+    // relative to their best type (0 where they do not fit).
+    std::vector<double> value(types, 0);
+    std::vector<double> per_gpu(types);
     for (const JobView& j : s.jobs) {
       if (j.running) continue;
       double left = std::max(0.0, j.total_tokens - j.done_tokens);
       double best = kInf;
-      int only = -2;
-      int64_t min_gpus = 0;
+      std::fill(per_gpu.begin(), per_gpu.end(), 0.0);
       for (size_t i = 0; i < j.options->options.size(); ++i) {
         const RunOption& o = j.options->options[i];
-        if (o.gpus > total[static_cast<size_t>(o.type)] || j.Failed(static_cast<int>(i))) {
-          continue;
-        }
+        if (!Usable(j, i, total)) continue;
         best = std::min(best, left / o.plan.tokens_per_s);
-        only = only == -2 || only == o.type ? o.type : -1;
-        if (min_gpus == 0 || o.gpus < min_gpus) min_gpus = o.gpus;
+        auto& p = per_gpu[static_cast<size_t>(o.type)];
+        p = std::max(p, o.plan.tokens_per_s / static_cast<double>(o.gpus));
       }
-      if (best == kInf) continue;  // nothing left to offer; waits for GPUs to come back
+      if (best == kInf) continue;  // nothing usable now (e.g. nodes down); waits
+      double top = *std::max_element(per_gpu.begin(), per_gpu.end());
+      for (size_t t = 0; t < types; ++t) value[t] += per_gpu[t] / top;
       double waited = s.now_s - j.submit_s;
       bool starving = k_.backfill && waited > std::max(k_.starve_min_s, k_.starve_factor * best);
-      waiting.push_back({&j, best, starving, only >= 0 ? only : -1});
-      if (only >= 0) exclusive[static_cast<size_t>(only)] += static_cast<double>(min_gpus);
+      waiting.push_back({&j, best, starving});
     }
+    for (double& v : value) v = std::max(v, 1e-3);  // an unwanted type is nearly free
     std::stable_sort(waiting.begin(), waiting.end(), [&](const Waiting& a, const Waiting& b) {
       if (a.starving != b.starving) return a.starving;
       if (a.starving || !k_.shortest_first) return a.job->key < b.job->key;
@@ -75,43 +82,41 @@ class FrenzyPolicy final : public Policy {
     Decisions d;
     FreeMap free(c);
     std::vector<int64_t> reserved(types, 0);
-    for (const Waiting& w : waiting) {
-      const JobView& j = *w.job;
+    size_t placed = 0;
+    for (size_t w = 0; w < waiting.size(); ++w) {
+      const Waiting& wj = waiting[w];
+      const JobView& j = *wj.job;
       const auto& opts = j.options->options;
       double left = std::max(0.0, j.total_tokens - j.done_tokens);
-      // The best per-GPU speed of this job on each type: the yardstick of scaling.
-      std::vector<double> best_per_gpu(types, 0);
+      bool others_wait = w + 1 < waiting.size();
+      bool patient =
+          k_.max_slowdown > 0 && s.now_s - j.submit_s < k_.max_slowdown * wj.best_s;
+      std::fill(per_gpu.begin(), per_gpu.end(), 0.0);
       for (size_t i = 0; i < opts.size(); ++i) {
-        const RunOption& o = opts[i];
-        if (j.Failed(static_cast<int>(i))) continue;
-        auto& b = best_per_gpu[static_cast<size_t>(o.type)];
-        b = std::max(b, o.plan.tokens_per_s / static_cast<double>(o.gpus));
+        if (!Usable(j, i, total)) continue;
+        auto& p = per_gpu[static_cast<size_t>(opts[i].type)];
+        p = std::max(p, opts[i].plan.tokens_per_s / static_cast<double>(opts[i].gpus));
       }
       int pick = -1;
       double pick_score = kInf;
       for (size_t i = 0; i < opts.size(); ++i) {
         const RunOption& o = opts[i];
         size_t t = static_cast<size_t>(o.type);
-        if (j.Failed(static_cast<int>(i))) continue;
+        if (!Usable(j, i, total)) continue;
         if (free.FreeOfType(o.type) - reserved[t] < o.gpus) continue;
-        double per_gpu = o.plan.tokens_per_s / static_cast<double>(o.gpus);
+        double run_s = left / o.plan.tokens_per_s;
+        if (patient && run_s > k_.max_slowdown * wj.best_s) continue;
+        double gpus = static_cast<double>(o.gpus);
         double score;
-        if (k_.elastic_count) {
-          if (per_gpu < k_.efficiency_floor * best_per_gpu[t]) continue;
-          score = left / o.plan.tokens_per_s;
+        if (!k_.elastic_count) {
+          score = gpus * 1e12 + run_s;  // the fewest GPUs, then the fastest
+        } else if (others_wait || k_.start_small) {
+          score = gpus * run_s * (k_.hetero_choice ? value[t] : 1.0);
         } else {
-          // The fewest GPUs: rank by count first, speed second.
-          score = static_cast<double>(o.gpus) * 1e12 + left / o.plan.tokens_per_s;
+          if (o.plan.tokens_per_s / gpus < k_.efficiency_floor * per_gpu[t]) continue;
+          score = run_s;
         }
-        if (k_.hetero_choice) {
-          // Taking GPUs that jobs fitting nowhere else are waiting for costs them time.
-          double others = exclusive[t] - (w.only_type == o.type ? 1.0 : 0.0);
-          double room = static_cast<double>(std::max<int64_t>(1, free.FreeOfType(o.type)));
-          if (w.only_type != o.type) score *= 1.0 + std::max(0.0, others) / room;
-        } else {
-          // Heterogeneity-blind: the first type (cluster order) with room.
-          score += static_cast<double>(o.type) * 1e15;
-        }
+        if (!k_.hetero_choice) score += static_cast<double>(o.type) * 1e15;  // first type
         if (score < pick_score) {
           pick_score = score;
           pick = static_cast<int>(i);
@@ -121,31 +126,56 @@ class FrenzyPolicy final : public Policy {
         const RunOption& o = opts[static_cast<size_t>(pick)];
         if (auto placement = free.Place(o.type, o.gpus, o.plan.tp)) {
           d.start.push_back({j.key, Allocation{pick, std::move(*placement)}});
-          if (w.only_type == o.type) {
-            exclusive[static_cast<size_t>(o.type)] =
-                std::max(0.0, exclusive[static_cast<size_t>(o.type)] - static_cast<double>(o.gpus));
-          }
+          ++placed;
           continue;
         }
       }
-      if (!k_.backfill) break;  // strict order: the first blocked job stops the round
-      if (w.starving) {
-        // Reserve for it what its smallest fitting option needs on its fastest type, so that
-        // jobs behind it cannot keep taking those GPUs.
-        const RunOption* want = nullptr;
-        for (size_t i = 0; i < opts.size(); ++i) {
-          const RunOption& o = opts[i];
-          if (j.Failed(static_cast<int>(i)) || o.gpus > total[static_cast<size_t>(o.type)]) {
-            continue;
-          }
-          if (want == nullptr || o.plan.tokens_per_s / static_cast<double>(o.gpus) >
-                                     want->plan.tokens_per_s / static_cast<double>(want->gpus)) {
-            want = &o;
+      if (k_.preempt && Preempt(s, j, left, wj.best_s, total, free, d)) {
+        ++placed;
+        continue;
+      }
+      if (!k_.backfill) break;  // strict order: the first blocked job ends the round
+      if (wj.starving) Reserve(j, total, free, reserved);
+    }
+
+    // Adaptivity: nobody is left waiting; running jobs take free GPUs where they finish much
+    // sooner, longest remaining first.
+    if (k_.move && placed == waiting.size()) {
+      std::vector<const JobView*> running;
+      for (const JobView& j : s.jobs) {
+        bool stopped = std::find(d.stop.begin(), d.stop.end(), j.key) != d.stop.end();
+        if (j.running && !stopped && s.now_s >= j.progress_since_s) running.push_back(&j);
+      }
+      std::stable_sort(running.begin(), running.end(), [&](const JobView* a, const JobView* b) {
+        return a->DoneAt(s.now_s) / a->total_tokens < b->DoneAt(s.now_s) / b->total_tokens;
+      });
+      for (const JobView* j : running) {
+        const RunOption& cur = j->option(j->alloc.option);
+        double left = std::max(0.0, j->total_tokens - j->DoneAt(s.now_s));
+        double now_s = left / cur.plan.tokens_per_s;
+        // Its own GPUs count as free for the move.
+        free.Release(j->alloc.placement);
+        int pick = -1;
+        double pick_s = k_.move_gain * now_s;
+        for (size_t i = 0; i < j->options->options.size(); ++i) {
+          const RunOption& o = j->options->options[i];
+          if (static_cast<int>(i) == j->alloc.option || !Usable(*j, i, total)) continue;
+          if (free.FreeOfType(o.type) < o.gpus) continue;
+          double t = k_.restart_s + left / o.plan.tokens_per_s;
+          if (t < pick_s) {
+            pick_s = t;
+            pick = static_cast<int>(i);
           }
         }
-        if (want != nullptr) {
-          size_t t = static_cast<size_t>(want->type);
-          reserved[t] += std::min<int64_t>(want->gpus, free.FreeOfType(want->type) - reserved[t]);
+        std::optional<std::vector<std::pair<int, int64_t>>> placement;
+        if (pick >= 0) {
+          const RunOption& o = j->option(pick);
+          placement = free.Place(o.type, o.gpus, o.plan.tp);
+        }
+        if (placement) {
+          d.start.push_back({j->key, Allocation{pick, std::move(*placement)}});
+        } else {
+          free.Take(j->alloc.placement);  // it stays: its GPUs are taken again
         }
       }
     }
@@ -153,6 +183,110 @@ class FrenzyPolicy final : public Policy {
   }
 
  private:
+  static bool Usable(const JobView& j, size_t i, const std::vector<int64_t>& total) {
+    const RunOption& o = j.options->options[i];
+    return o.gpus <= total[static_cast<size_t>(o.type)] && !j.Failed(static_cast<int>(i));
+  }
+
+  // Shortest remaining time first, with hysteresis: stops running jobs (on one GPU type) that
+  // have much longer to go than `j`, to start `j` on its most GPU-efficient option there.
+  bool Preempt(const Snapshot& s, const JobView& j, double left, double best_s,
+               const std::vector<int64_t>& total, FreeMap& free, Decisions& d) {
+    const auto& opts = j.options->options;
+    // Victims: running jobs not already stopped or moved this round that ran long enough and
+    // have much longer to go. A victim with a smaller option on its type is shrunk to it (and
+    // restarted there) rather than stopped, when it has longer to go than j at all.
+    struct Victim {
+      double remaining_s;
+      const JobView* job;
+      int shrink_to;  // option index, or -1: stop
+      int64_t freed;
+    };
+    std::vector<Victim> victims;
+    for (const JobView& r : s.jobs) {
+      if (!r.running || s.now_s - r.run_start_s < k_.preempt_min_run_s) continue;
+      bool touched = std::any_of(d.start.begin(), d.start.end(),
+                                 [&](const auto& st) { return st.first == r.key; }) ||
+                     std::find(d.stop.begin(), d.stop.end(), r.key) != d.stop.end();
+      if (touched) continue;
+      const RunOption& o = r.option(r.alloc.option);
+      double remaining = std::max(0.0, r.total_tokens - r.DoneAt(s.now_s)) / o.plan.tokens_per_s;
+      int shrink = -1;
+      for (size_t i = 0; i < r.options->options.size(); ++i) {
+        const RunOption& so = r.options->options[i];
+        if (so.type != o.type || so.gpus >= o.gpus || !Usable(r, i, total)) continue;
+        if (shrink < 0 || so.gpus > r.option(shrink).gpus) shrink = static_cast<int>(i);
+      }
+      if (shrink >= 0 && remaining > k_.shrink_ratio * best_s) {
+        victims.push_back({remaining, &r, shrink, o.gpus - r.option(shrink).gpus});
+      } else if (remaining > k_.preempt_ratio * best_s) {
+        victims.push_back({remaining, &r, -1, o.gpus});
+      }
+    }
+    if (victims.empty()) return false;
+    std::sort(victims.begin(), victims.end(),
+              [](const Victim& a, const Victim& b) { return a.remaining_s > b.remaining_s; });
+    // The most GPU-efficient option of j (fewest GPU-seconds) that the victims can make room for.
+    int best = -1;
+    double best_cost = kInf;
+    std::vector<const Victim*> chosen;
+    for (size_t i = 0; i < opts.size(); ++i) {
+      const RunOption& o = opts[i];
+      if (!Usable(j, i, total)) continue;
+      double cost = static_cast<double>(o.gpus) * left / o.plan.tokens_per_s;
+      if (cost >= best_cost) continue;
+      int64_t room = free.FreeOfType(o.type);
+      std::vector<const Victim*> take;
+      for (const Victim& v : victims) {
+        if (room >= o.gpus) break;
+        if (v.job->option(v.job->alloc.option).type != o.type) continue;
+        room += v.freed;
+        take.push_back(&v);
+      }
+      if (room < o.gpus) continue;
+      best = static_cast<int>(i);
+      best_cost = cost;
+      chosen = std::move(take);
+    }
+    if (best < 0) return false;
+    for (const Victim* v : chosen) free.Release(v->job->alloc.placement);
+    const RunOption& o = opts[static_cast<size_t>(best)];
+    auto placement = free.Place(o.type, o.gpus, o.plan.tp);
+    if (!placement) {
+      for (const Victim* v : chosen) free.Take(v->job->alloc.placement);
+      return false;
+    }
+    d.start.push_back({j.key, Allocation{best, std::move(*placement)}});
+    for (const Victim* v : chosen) {
+      d.stop.push_back(v->job->key);
+      if (v->shrink_to < 0) continue;
+      const RunOption& so = v->job->option(v->shrink_to);
+      if (auto p = free.Place(so.type, so.gpus, so.plan.tp)) {
+        d.start.push_back({v->job->key, Allocation{v->shrink_to, std::move(*p)}});
+      }
+    }
+    return true;
+  }
+
+  // Keeps, for a starving job, the GPUs its most GPU-efficient option needs on that type, so
+  // that jobs behind it cannot keep taking them.
+  void Reserve(const JobView& j, const std::vector<int64_t>& total, const FreeMap& free,
+               std::vector<int64_t>& reserved) const {
+    const RunOption* want = nullptr;
+    for (size_t i = 0; i < j.options->options.size(); ++i) {
+      const RunOption& o = j.options->options[i];
+      if (!Usable(j, i, total)) continue;
+      if (want == nullptr || o.plan.tokens_per_s / static_cast<double>(o.gpus) >
+                                 want->plan.tokens_per_s / static_cast<double>(want->gpus)) {
+        want = &o;
+      }
+    }
+    if (want == nullptr) return;
+    size_t t = static_cast<size_t>(want->type);
+    reserved[t] += std::max<int64_t>(
+        0, std::min<int64_t>(want->gpus, free.FreeOfType(want->type) - reserved[t]));
+  }
+
   FrenzyKnobs k_;
   std::string name_;
 };

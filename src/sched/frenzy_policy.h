@@ -22,6 +22,9 @@ struct FrenzyKnobs {
   // Choose the GPU count: as many as still scale well (per-GPU speed at least
   // `efficiency_floor` of the best per-GPU speed); off: the fewest GPUs that fit.
   bool elastic_count = true;
+  // Start every job on its most GPU-efficient option even when nobody else waits (it grows by
+  // moving when GPUs stay free).
+  bool start_small = true;
   double efficiency_floor = 0.8;
   // Start any waiting job that fits now, behind a blocked one (backfilling); a job waiting longer
   // than `starve_factor` x its predicted run time (at least `starve_min_s`) reserves GPUs so
@@ -29,6 +32,22 @@ struct FrenzyKnobs {
   bool backfill = true;
   double starve_factor = 2.0;
   double starve_min_s = 3600;
+  // > 0: do not start a job on an option more than `max_slowdown` x slower than its fastest
+  // one unless it has waited that long already. Off by default: waiting for fast GPUs instead of
+  // starting now raised the average JCT on lab-synthetic from 5.8 h to 9.2 h (bench/RESULTS.md).
+  double max_slowdown = 0;
+  // Move a running job to free GPUs where it finishes sooner when nobody is waiting for them and
+  // the remaining time drops below `move_gain` x the current one, restart included.
+  bool move = true;
+  double move_gain = 0.7;
+  double restart_s = 60;  // what a move costs (the simulator's default restart pause)
+  // Preempt (shortest remaining time first): a waiting job that fits nowhere now may shrink or
+  // stop running jobs whose remaining time is over `preempt_ratio` x its own run time and that have
+  // run at least `preempt_min_run_s` since they last started; they checkpoint and wait.
+  bool preempt = true;
+  double preempt_ratio = 4.0;
+  double shrink_ratio = 1.0;  // a running job shrinks (to its next smaller count) for a shorter one
+  double preempt_min_run_s = 1800;
 };
 
 // `name` is what reports call it ("frenzy", or an ablation's name).

@@ -82,12 +82,26 @@ Status Validate(const LinearProgram& lp) {
   if (lp.upper.size() != n || lp.objective.size() != n || lp.integer.size() != n) {
     return InvalidArgument("linear program: variable arrays differ in length");
   }
+  // CLP asserts (aborts) on inverted bounds instead of reporting them: check them here.
+  for (size_t c = 0; c < n; ++c) {
+    if (std::isnan(lp.lower[c]) || std::isnan(lp.upper[c]) || lp.lower[c] > lp.upper[c] ||
+        !std::isfinite(lp.objective[c])) {
+      return InvalidArgument("linear program: variable " + std::to_string(c) +
+                             " has bounds [" + std::to_string(lp.lower[c]) + ", " +
+                             std::to_string(lp.upper[c]) + "] or a non-finite objective");
+    }
+  }
   for (size_t r = 0; r < lp.rows.size(); ++r) {
-    for (const auto& [col, coef] : lp.rows[r].terms) {
-      (void)coef;
-      if (col < 0 || static_cast<size_t>(col) >= n) {
+    const auto& row = lp.rows[r];
+    if (std::isnan(row.lower) || std::isnan(row.upper) || row.lower > row.upper) {
+      return InvalidArgument("linear program: row " + std::to_string(r) + " has bounds [" +
+                             std::to_string(row.lower) + ", " + std::to_string(row.upper) + "]");
+    }
+    for (const auto& [col, coef] : row.terms) {
+      if (col < 0 || static_cast<size_t>(col) >= n || !std::isfinite(coef)) {
         return InvalidArgument("linear program: row " + std::to_string(r) +
-                               " names unknown variable " + std::to_string(col));
+                               " names unknown variable " + std::to_string(col) +
+                               " or has a non-finite coefficient");
       }
     }
   }

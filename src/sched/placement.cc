@@ -65,4 +65,11 @@ void FreeMap::Release(const std::vector<std::pair<int, int64_t>>& placement) {
   }
 }
 
+void FreeMap::Take(const std::vector<std::pair<int, int64_t>>& placement) {
+  for (const auto& [n, g] : placement) {
+    free_[static_cast<size_t>(n)] -= g;
+    free_of_type_[static_cast<size_t>(cluster_.nodes[static_cast<size_t>(n)].type)] -= g;
+  }
+}
+
 }  // namespace frenzy

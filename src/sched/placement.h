@@ -26,6 +26,8 @@ class FreeMap {
   std::optional<std::vector<std::pair<int, int64_t>>> Place(int type, int64_t gpus, int64_t tp);
   // Returns a placement's GPUs (e.g. of a job the policy decided to stop).
   void Release(const std::vector<std::pair<int, int64_t>>& placement);
+  // Takes exactly these GPUs (REQUIRES: they are free), e.g. to undo a Release.
+  void Take(const std::vector<std::pair<int, int64_t>>& placement);
 
  private:
   const ClusterView& cluster_;

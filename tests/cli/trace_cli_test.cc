@@ -46,12 +46,12 @@ std::string ReadText(const std::string& path) {
   return ss.str();
 }
 
-const std::string kTraces = std::string(FRENZY_SOURCE_DIR) + "/../shared/traces";
+const std::string kTraces = std::string(FRENZY_SOURCE_DIR) + "/tests/data/traces";
 
 TEST(TraceCli, ConvertsAnItpTraceWithASummary) {
   std::string out = TempPath("itp.csv");
   CliRun r = Frenzy("trace convert --from itp " + kTraces +
-                    "/microsoft-itp-2021/cluster04.csv --max-jobs 100 --out " + out + " --json");
+                    "/itp-cluster04-head.csv --max-jobs 100 --out " + out + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["jobs"], 100);
@@ -62,7 +62,7 @@ TEST(TraceCli, ConvertsAnItpTraceWithASummary) {
   EXPECT_EQ(csv.rfind("job_id,submit_s,model,tokens", 0), 0u) << csv.substr(0, 100);
   // The converted file replays: simulate reads it (checked by parsing it back in the command).
   CliRun text = Frenzy("trace convert --from itp " + kTraces +
-                       "/microsoft-itp-2021/cluster04.csv --max-jobs 100 --out " + out);
+                       "/itp-cluster04-head.csv --max-jobs 100 --out " + out);
   ASSERT_EQ(text.exit_code, 0) << text.out;
   EXPECT_NE(text.out.find("median error"), std::string::npos) << text.out;
 }
@@ -103,9 +103,9 @@ TEST(TraceCli, CsvNeedsColumnsAndUsesThem) {
 }
 
 TEST(TraceCli, ConvertsAGavelTrace) {
-  std::string dir = kTraces + "/gavel-philly-msr/seed0";
   std::string out = TempPath("philly.csv");
-  CliRun r = Frenzy("trace convert --from gavel " + dir + "/0e4a51.trace --max-jobs 50 --out " +
+  CliRun r = Frenzy("trace convert --from gavel " + kTraces +
+                    "/gavel-0e4a51-head.trace --max-jobs 50 --out " +
                     out + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(nlohmann::json::parse(r.out)["jobs"], 50);
