@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <unordered_map>
 #include <vector>
 
 #include "sched/placement.h"
@@ -35,7 +36,9 @@ class FrenzyPolicy final : public Policy {
  public:
   FrenzyPolicy(FrenzyKnobs k, std::string name) : k_(k), name_(std::move(name)) {}
   std::string_view name() const override { return name_; }
-  OptionKind options_kind() const override { return OptionKind::kMarp; }
+  OptionKind options_kind() const override {
+    return k_.memory_aware ? OptionKind::kMarp : OptionKind::kHand;
+  }
 
   Decisions Schedule(const Snapshot& s) override {
     const ClusterView& c = *s.cluster;
@@ -47,32 +50,74 @@ class FrenzyPolicy final : public Policy {
       const JobView* job;
       double best_s;  // predicted remaining run time on its fastest usable option
       bool starving;
+      size_t row;       // into per_gpu_of / min_gpus_of
     };
     std::vector<Waiting> waiting;
     // Value of a GPU of each type: the mean, over waiting jobs, of their per-GPU speed on it
     // relative to their best type (0 where they do not fit).
     std::vector<double> value(types, 0);
-    std::vector<double> per_gpu(types);
+    // Per waiting job: its best per-GPU speed on each type, and its smallest GPU count.
+    std::vector<double> per_gpu_of;
+    std::vector<int64_t> min_gpus_of;
+    std::vector<const JobView*> running;
+    struct TableStats {
+      std::vector<double> per_gpu;
+      int64_t min_gpus;
+      double max_tps;
+    };
+    std::unordered_map<const JobOptions*, TableStats> stats;
     for (const JobView& j : s.jobs) {
-      if (j.running) continue;
-      double left = std::max(0.0, j.total_tokens - j.done_tokens);
-      double best = kInf;
-      std::fill(per_gpu.begin(), per_gpu.end(), 0.0);
-      for (size_t i = 0; i < j.options->options.size(); ++i) {
-        const RunOption& o = j.options->options[i];
-        if (!Usable(j, i, total)) continue;
-        best = std::min(best, left / o.plan.tokens_per_s);
-        auto& p = per_gpu[static_cast<size_t>(o.type)];
-        p = std::max(p, o.plan.tokens_per_s / static_cast<double>(o.gpus));
+      if (j.running) {
+        running.push_back(&j);
+        continue;
       }
-      if (best == kInf) continue;  // nothing usable now (e.g. nodes down); waits
-      double top = *std::max_element(per_gpu.begin(), per_gpu.end());
+      double left = std::max(0.0, j.total_tokens - j.done_tokens);
+      size_t row = min_gpus_of.size();
+      per_gpu_of.resize(per_gpu_of.size() + types, 0.0);
+      min_gpus_of.push_back(0);
+      double* per_gpu = &per_gpu_of[row * types];
+      int64_t& min_gpus = min_gpus_of.back();
+      double max_tps = 0;
+      // Jobs of one class share a table: its statistics are computed once per decision
+      // (unless the job has crashed options of its own).
+      auto cached = j.failed_options.empty() ? stats.find(j.options) : stats.end();
+      if (cached != stats.end()) {
+        const TableStats& ts = cached->second;
+        std::copy(ts.per_gpu.begin(), ts.per_gpu.end(), per_gpu);
+        min_gpus = ts.min_gpus;
+        max_tps = ts.max_tps;
+      } else {
+        for (size_t i = 0; i < j.options->options.size(); ++i) {
+          const RunOption& o = j.options->options[i];
+          if (!Usable(j, i, total)) continue;
+          max_tps = std::max(max_tps, o.plan.tokens_per_s);
+          double& p = per_gpu[static_cast<size_t>(o.type)];
+          p = std::max(p, o.plan.tokens_per_s / static_cast<double>(o.gpus));
+          if (min_gpus == 0 || o.gpus < min_gpus) min_gpus = o.gpus;
+        }
+        if (j.failed_options.empty()) {
+          stats.emplace(j.options,
+                        TableStats{std::vector<double>(per_gpu, per_gpu + types), min_gpus,
+                                   max_tps});
+        }
+      }
+      double best = max_tps > 0 ? left / max_tps : kInf;
+      if (best == kInf) {  // nothing usable now (e.g. nodes down); waits
+        per_gpu_of.resize(row * types);
+        min_gpus_of.pop_back();
+        continue;
+      }
+      double top = *std::max_element(per_gpu, per_gpu + types);
       for (size_t t = 0; t < types; ++t) value[t] += per_gpu[t] / top;
       double waited = s.now_s - j.submit_s;
       bool starving = k_.backfill && waited > std::max(k_.starve_min_s, k_.starve_factor * best);
-      waiting.push_back({&j, best, starving});
+      waiting.push_back({&j, best, starving, row});
     }
-    for (double& v : value) v = std::max(v, 1e-3);  // an unwanted type is nearly free
+    std::vector<double> weight(types, 1.0);
+    for (size_t t = 0; t < types; ++t) {
+      // An unwanted type is nearly free.
+      if (k_.hetero_choice) weight[t] = std::pow(std::max(value[t], 1e-3), k_.value_weight);
+    }
     std::stable_sort(waiting.begin(), waiting.end(), [&](const Waiting& a, const Waiting& b) {
       if (a.starving != b.starving) return a.starving;
       if (a.starving || !k_.shortest_first) return a.job->key < b.job->key;
@@ -91,19 +136,36 @@ class FrenzyPolicy final : public Policy {
       bool others_wait = w + 1 < waiting.size();
       bool patient =
           k_.max_slowdown > 0 && s.now_s - j.submit_s < k_.max_slowdown * wj.best_s;
-      std::fill(per_gpu.begin(), per_gpu.end(), 0.0);
-      for (size_t i = 0; i < opts.size(); ++i) {
-        if (!Usable(j, i, total)) continue;
-        auto& p = per_gpu[static_cast<size_t>(opts[i].type)];
-        p = std::max(p, opts[i].plan.tokens_per_s / static_cast<double>(opts[i].gpus));
+      const double* per_gpu = &per_gpu_of[wj.row * types];
+      const int64_t min_gpus = min_gpus_of[wj.row];
+      int64_t free_total = 0;
+      for (size_t t = 0; t < types; ++t) {
+        free_total += free.FreeOfType(static_cast<int>(t)) - reserved[t];
       }
       int pick = -1;
       double pick_score = kInf;
-      for (size_t i = 0; i < opts.size(); ++i) {
+      // Options are sorted by (type, GPUs): once a count is too big for a type, so are the
+      // rest of that type.
+      auto next_type = [&](size_t i) {
+        int t = opts[i].type;
+        return static_cast<size_t>(
+            std::partition_point(opts.begin() + static_cast<std::ptrdiff_t>(i), opts.end(),
+                                 [t](const RunOption& o) { return o.type == t; }) -
+            opts.begin());
+      };
+      const double share =
+          static_cast<double>(free_total) / static_cast<double>(waiting.size() - w);
+      for (size_t i = 0; i < opts.size() && free_total >= min_gpus;) {
         const RunOption& o = opts[i];
         size_t t = static_cast<size_t>(o.type);
-        if (!Usable(j, i, total)) continue;
-        if (free.FreeOfType(o.type) - reserved[t] < o.gpus) continue;
+        bool fair = !(k_.elastic_count && (others_wait || k_.start_small)) ||
+                    static_cast<double>(o.gpus) <= std::max(1.0, share) || o.gpus <= min_gpus;
+        if (free.FreeOfType(o.type) - reserved[t] < o.gpus || !fair) {
+          i = next_type(i);
+          continue;
+        }
+        ++i;
+        if (!Usable(j, i - 1, total)) continue;
         double run_s = left / o.plan.tokens_per_s;
         if (patient && run_s > k_.max_slowdown * wj.best_s) continue;
         double gpus = static_cast<double>(o.gpus);
@@ -111,7 +173,10 @@ class FrenzyPolicy final : public Policy {
         if (!k_.elastic_count) {
           score = gpus * 1e12 + run_s;  // the fewest GPUs, then the fastest
         } else if (others_wait || k_.start_small) {
-          score = gpus * run_s * (k_.hetero_choice ? value[t] : 1.0);
+          // A fair share of what is free (checked above), the fastest within it, scarce
+          // types cost more.
+          if (o.plan.tokens_per_s / gpus < k_.efficiency_floor * per_gpu[t]) continue;
+          score = run_s * weight[t];
         } else {
           if (o.plan.tokens_per_s / gpus < k_.efficiency_floor * per_gpu[t]) continue;
           score = run_s;
@@ -119,7 +184,7 @@ class FrenzyPolicy final : public Policy {
         if (!k_.hetero_choice) score += static_cast<double>(o.type) * 1e15;  // first type
         if (score < pick_score) {
           pick_score = score;
-          pick = static_cast<int>(i);
+          pick = static_cast<int>(i - 1);
         }
       }
       if (pick >= 0) {
@@ -130,7 +195,8 @@ class FrenzyPolicy final : public Policy {
           continue;
         }
       }
-      if (k_.preempt && Preempt(s, j, left, wj.best_s, total, free, d)) {
+      if (k_.preempt && !running.empty() &&
+          Preempt(s, running, j, left, wj.best_s, total, free, d)) {
         ++placed;
         continue;
       }
@@ -141,15 +207,15 @@ class FrenzyPolicy final : public Policy {
     // Adaptivity: nobody is left waiting; running jobs take free GPUs where they finish much
     // sooner, longest remaining first.
     if (k_.move && placed == waiting.size()) {
-      std::vector<const JobView*> running;
-      for (const JobView& j : s.jobs) {
-        bool stopped = std::find(d.stop.begin(), d.stop.end(), j.key) != d.stop.end();
-        if (j.running && !stopped && s.now_s >= j.progress_since_s) running.push_back(&j);
+      std::vector<const JobView*> movable;
+      for (const JobView* j : running) {
+        bool stopped = std::find(d.stop.begin(), d.stop.end(), j->key) != d.stop.end();
+        if (!stopped && s.now_s >= j->progress_since_s) movable.push_back(j);
       }
-      std::stable_sort(running.begin(), running.end(), [&](const JobView* a, const JobView* b) {
+      std::stable_sort(movable.begin(), movable.end(), [&](const JobView* a, const JobView* b) {
         return a->DoneAt(s.now_s) / a->total_tokens < b->DoneAt(s.now_s) / b->total_tokens;
       });
-      for (const JobView* j : running) {
+      for (const JobView* j : movable) {
         const RunOption& cur = j->option(j->alloc.option);
         double left = std::max(0.0, j->total_tokens - j->DoneAt(s.now_s));
         double now_s = left / cur.plan.tokens_per_s;
@@ -190,8 +256,9 @@ class FrenzyPolicy final : public Policy {
 
   // Shortest remaining time first, with hysteresis: stops running jobs (on one GPU type) that
   // have much longer to go than `j`, to start `j` on its most GPU-efficient option there.
-  bool Preempt(const Snapshot& s, const JobView& j, double left, double best_s,
-               const std::vector<int64_t>& total, FreeMap& free, Decisions& d) {
+  bool Preempt(const Snapshot& s, const std::vector<const JobView*>& running, const JobView& j,
+               double left, double best_s, const std::vector<int64_t>& total, FreeMap& free,
+               Decisions& d) {
     const auto& opts = j.options->options;
     // Victims: running jobs not already stopped or moved this round that ran long enough and
     // have much longer to go. A victim with a smaller option on its type is shrunk to it (and
@@ -203,8 +270,9 @@ class FrenzyPolicy final : public Policy {
       int64_t freed;
     };
     std::vector<Victim> victims;
-    for (const JobView& r : s.jobs) {
-      if (!r.running || s.now_s - r.run_start_s < k_.preempt_min_run_s) continue;
+    for (const JobView* rp : running) {
+      const JobView& r = *rp;
+      if (s.now_s - r.run_start_s < k_.preempt_min_run_s) continue;
       bool touched = std::any_of(d.start.begin(), d.start.end(),
                                  [&](const auto& st) { return st.first == r.key; }) ||
                      std::find(d.stop.begin(), d.stop.end(), r.key) != d.stop.end();

@@ -14,11 +14,15 @@ namespace frenzy {
 
 // Each ingredient can be switched off (for the ablation in bench/RESULTS.md).
 struct FrenzyKnobs {
+  // Choose among MARP's memory-safe options; off: among the hand-tuned ones (what users would
+  // run, which may crash out of memory), to measure what memory awareness is worth.
+  bool memory_aware = true;
   // Order waiting jobs by predicted remaining time (shortest first); off: arrival order.
   bool shortest_first = true;
   // Choose the GPU type by predicted speed and by what the choice costs other waiting jobs
   // (scarce GPU types are kept for jobs that fit nowhere else); off: first type with room.
   bool hetero_choice = true;
+  double value_weight = 1.0;  // exponent of a type's value in the choice
   // Choose the GPU count: as many as still scale well (per-GPU speed at least
   // `efficiency_floor` of the best per-GPU speed); off: the fewest GPUs that fit.
   bool elastic_count = true;

@@ -41,9 +41,9 @@ int64_t ClusterView::FreeOfType(int type) const {
 }
 
 std::vector<std::string> PolicyNames() {
-  return {"fifo-static",    "tiresias",         "gavel",
-          "sia",            "frenzy",           "frenzy-no-sjf",
-          "frenzy-no-hetero", "frenzy-no-elastic", "frenzy-no-backfill"};
+  return {"fifo-static",       "tiresias",          "gavel",           "sia",
+          "frenzy",            "frenzy-no-marp",    "frenzy-no-sjf",   "frenzy-no-hetero",
+          "frenzy-no-elastic", "frenzy-no-backfill", "frenzy-no-preempt", "frenzy-no-move"};
 }
 
 Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name) {
@@ -65,6 +65,18 @@ Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name) {
   }
   if (name == "frenzy-no-elastic") {
     k.elastic_count = false;
+    p = MakeFrenzyPolicy(k, std::string(name));
+  }
+  if (name == "frenzy-no-marp") {
+    k.memory_aware = false;
+    p = MakeFrenzyPolicy(k, std::string(name));
+  }
+  if (name == "frenzy-no-preempt") {
+    k.preempt = false;
+    p = MakeFrenzyPolicy(k, std::string(name));
+  }
+  if (name == "frenzy-no-move") {
+    k.move = false;
     p = MakeFrenzyPolicy(k, std::string(name));
   }
   if (name == "frenzy-no-backfill") {

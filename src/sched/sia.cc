@@ -103,15 +103,28 @@ class Sia final : public Policy {
       size_t job;
       int option;
     };
+    // Jobs in their checkpoint-restore pause keep their configuration (Sia's hard constraint).
+    // They are taken out of the program (their GPUs out of the capacity) rather than entered as
+    // variables fixed to 1: CLP 1.17 can abort on an assertion in branch and bound with fixed
+    // integer columns, and the reduced program has the same optimum.
+    std::vector<int> chosen(s.jobs.size(), -1);
+    for (size_t i = 0; i < s.jobs.size(); ++i) {
+      const JobView& j = s.jobs[i];
+      if (!j.running || s.now_s >= j.progress_since_s || !Usable(j, j.alloc.option, c)) continue;
+      chosen[i] = j.alloc.option;
+      const RunOption& o = j.option(j.alloc.option);
+      capacity[static_cast<size_t>(o.type)] -= o.gpus;
+    }
+    for (auto& cap : capacity) cap = std::max<int64_t>(cap, 0);
     std::vector<Var> vars;
     LinearProgram lp;
     lp.maximize = true;
     std::vector<std::vector<std::pair<int, double>>> per_type(types);
     for (size_t i = 0; i < s.jobs.size(); ++i) {
       const JobView& j = s.jobs[i];
+      if (chosen[i] >= 0) continue;  // pinned
       const auto& opts = j.options->options;
       const int current = j.running ? j.alloc.option : -1;
-      const bool current_ok = current >= 0 && Usable(j, current, c);
       // Usable configurations and the job's slowest one (the normalisation).
       std::vector<int> usable;
       double min_tput = kInfinity;
@@ -129,19 +142,17 @@ class Sia final : public Policy {
       if (usable.empty()) continue;
       const int64_t current_gpus = current >= 0 ? j.option(current).gpus : 0;
       const double realloc = j.running ? ReallocFactor(j, s.now_s) : 1.0;
-      const bool pinned = current_ok && s.now_s < j.progress_since_s;  // checkpoint-restore
       std::vector<std::pair<int, double>> one_config;
       for (int idx : usable) {
         const RunOption& o = j.option(idx);
         const size_t t = static_cast<size_t>(o.type);
         const int64_t limit = std::max(2 * current_gpus, smallest[t]);
         if (idx != current && o.gpus > limit) continue;  // at most 2x per round
-        if (pinned && idx != current) continue;
         double goodput = o.plan.tokens_per_s / min_tput;
         if (j.running && idx != current) goodput *= realloc;
         double gain = kLambdaNoAlloc - std::pow(std::max(goodput, 1e-9), kP);
         if (idx == current) gain += kKeepTieBreak;
-        const int v = lp.AddVariable(pinned ? 1 : 0, 1, gain, true);
+        const int v = lp.AddVariable(0, 1, gain, true);
         vars.push_back({i, idx});
         one_config.emplace_back(v, 1.0);
         per_type[t].emplace_back(v, static_cast<double>(o.gpus));
@@ -157,7 +168,6 @@ class Sia final : public Policy {
     auto solved = SolveLp(lp, kSolverTimeLimitS);
     if (!solved.ok()) return {};  // no incumbent in time: everything keeps running as it is
 
-    std::vector<int> chosen(s.jobs.size(), -1);
     for (size_t v = 0; v < vars.size(); ++v) {
       if (solved->values[v] > 0.5) chosen[vars[v].job] = vars[v].option;
     }

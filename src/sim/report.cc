@@ -139,18 +139,18 @@ nlohmann::json MetricsToJson(const PolicyMetrics& m) {
 
 std::string ComparisonTable(const std::vector<SimResult>& results) {
   std::string s = fmt::format(
-      "{:<12} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>6} {:>6} {:>5} {:>9} {:>10} "
+      "{:<18} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>6} {:>6} {:>5} {:>9} {:>10} "
       "{:>9}\n",
       "POLICY", "DONE", "LOST", "AVG JCT", "P50 JCT", "P99 JCT", "MAKESPAN", "AVG QUEUE",
       "GPU-HOURS", "UTIL", "USEFUL", "OOMS", "WASTED", "SCHED MEAN", "SCHED MAX");
-  s += fmt::format("{:<12} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>6} {:>6} {:>5} "
+  s += fmt::format("{:<18} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>6} {:>6} {:>5} "
                    "{:>9} {:>10} {:>9}\n",
                    "", "jobs", "jobs", "h", "h", "h", "h", "h", "", "%", "%", "", "GPU-h", "ms",
                    "ms");
   for (const auto& r : results) {
     const PolicyMetrics& m = r.metrics;
     s += fmt::format(
-        "{:<12} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9.0f} {:>6.1f} {:>6.1f} {:>5} "
+        "{:<18} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9.0f} {:>6.1f} {:>6.1f} {:>5} "
         "{:>9.1f} {:>10.3f} {:>9.3f}\n",
         m.policy, m.finished, m.given_up + m.unfinished + m.impossible, Hours(m.avg_jct_s), Hours(m.p50_jct_s),
         Hours(m.p99_jct_s), Hours(m.makespan_s), Hours(m.avg_queue_s), m.gpu_hours,
