@@ -10,10 +10,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
-#include "Cbc_C_Interface.h"
+#include "CbcModel.hpp"
 #include "ClpSimplex.hpp"
 #include "CoinFinite.hpp"
 #include "CoinMessageHandler.hpp"
@@ -139,10 +141,9 @@ Result<LpSolution> SolveContinuous(const LinearProgram& lp, const Csc& m,
   return out;
 }
 
-struct CbcDeleter {
-  void operator()(Cbc_Model* m) const { Cbc_deleteModel(m); }
-};
-
+// Branch and bound with CbcModel on CLP, without the stand-alone driver's preprocessing (the
+// driver, Cbc_solve, aborted on a CLP assertion on a few of Sia's small programs with Debian's
+// CBC 2.10.8 / CLP 1.17.6; plain branch and bound solves the same programs).
 Result<LpSolution> SolveInteger(const LinearProgram& lp, const Csc& m,
                                 const std::vector<double>& col_lo,
                                 const std::vector<double>& col_hi,
@@ -150,46 +151,46 @@ Result<LpSolution> SolveInteger(const LinearProgram& lp, const Csc& m,
                                 const std::vector<double>& row_hi, double time_limit_s) {
   const int ncols = static_cast<int>(lp.lower.size());
   const int nrows = static_cast<int>(lp.rows.size());
-  std::unique_ptr<Cbc_Model, CbcDeleter> model(Cbc_newModel());
-  Cbc_loadProblem(model.get(), ncols, nrows, m.start.data(), m.index.data(), m.value.data(),
-                  col_lo.data(), col_hi.data(), lp.objective.data(), row_lo.data(), row_hi.data());
+  CoinPackedMatrix matrix(true, nrows, ncols, m.start.back(), m.value.data(), m.index.data(),
+                          m.start.data(), nullptr);
+  OsiClpSolverInterface solver;
+  solver.messageHandler()->setLogLevel(0);
+  solver.getModelPtr()->setLogLevel(0);
+  solver.loadProblem(matrix, col_lo.data(), col_hi.data(), lp.objective.data(), row_lo.data(),
+                     row_hi.data());
   for (int c = 0; c < ncols; ++c) {
-    if (lp.integer[static_cast<size_t>(c)]) Cbc_setInteger(model.get(), c);
+    if (lp.integer[static_cast<size_t>(c)]) solver.setInteger(c);
   }
-  Cbc_setObjSense(model.get(), lp.maximize ? -1.0 : 1.0);
-  Cbc_setLogLevel(model.get(), 0);
-  Cbc_setParameter(model.get(), "log", "0");
-  Cbc_setParameter(model.get(), "slog", "0");
-  Cbc_setParameter(model.get(), "threads", "0");
-  const std::string seconds = std::to_string(std::max(time_limit_s, 0.01));
-  Cbc_setParameter(model.get(), "sec", seconds.c_str());
-  Cbc_setMaximumSeconds(model.get(), std::max(time_limit_s, 0.01));
-  Cbc_setAllowableFractionGap(model.get(), kRelativeGap);
-  const std::string gap = std::to_string(kRelativeGap);
-  Cbc_setParameter(model.get(), "ratio", gap.c_str());
-  Cbc_solve(model.get());
-  if (Cbc_isProvenInfeasible(model.get())) {
+  solver.setObjSense(lp.maximize ? -1.0 : 1.0);
+  CbcModel model(solver);
+  model.setLogLevel(0);
+  model.messageHandler()->setLogLevel(0);
+  model.solver()->messageHandler()->setLogLevel(0);
+  model.setMaximumSeconds(std::max(time_limit_s, 0.01));
+  model.setAllowableFractionGap(kRelativeGap);
+  model.initialSolve();
+  if (model.isProvenInfeasible() || model.solver()->isProvenPrimalInfeasible()) {
     return Status(StatusCode::kFailedPrecondition, "integer program is infeasible");
   }
-  if (Cbc_isContinuousUnbounded(model.get())) {
+  if (model.solver()->isProvenDualInfeasible()) {
     return Status(StatusCode::kFailedPrecondition, "integer program is unbounded");
   }
-  const double* x = Cbc_bestSolution(model.get());
+  model.branchAndBound();
+  if (model.isProvenInfeasible()) {
+    return Status(StatusCode::kFailedPrecondition, "integer program is infeasible");
+  }
+  const double* x = model.bestSolution();
   if (x == nullptr) {
     // Time ran out before any integer solution: an answer the caller can act on (keep what
     // runs), not a crash.
     return Status(StatusCode::kFailedPrecondition,
-                  "integer program: no feasible solution found within " + seconds + " s");
+                  "integer program: no feasible solution found within " +
+                      std::to_string(time_limit_s) + " s");
   }
   LpSolution out;
-  out.optimal = Cbc_isProvenOptimal(model.get()) != 0;
-  out.objective = Cbc_getObjValue(model.get());
+  out.optimal = model.isProvenOptimal();
+  out.objective = model.getObjValue();
   out.values.assign(x, x + ncols);
-  for (int c = 0; c < ncols; ++c) {
-    if (lp.integer[static_cast<size_t>(c)]) {
-      out.values[static_cast<size_t>(c)] = std::round(out.values[static_cast<size_t>(c)]);
-    }
-  }
   return out;
 }
 
@@ -197,6 +198,22 @@ Result<LpSolution> SolveInteger(const LinearProgram& lp, const Csc& m,
 
 Result<LpSolution> SolveLp(const LinearProgram& lp, double time_limit_s) {
   RETURN_IF_ERROR(Validate(lp));
+  if (const char* dump = std::getenv("FRENZY_LP_DUMP_TMP")) {
+    FILE* f = std::fopen(dump, "w");
+    if (f) {
+      std::fprintf(f, "%zu %zu %d\n", lp.lower.size(), lp.rows.size(), lp.maximize ? 1 : 0);
+      for (size_t c = 0; c < lp.lower.size(); ++c) {
+        std::fprintf(f, "%.17g %.17g %.17g %d\n", lp.lower[c], lp.upper[c], lp.objective[c],
+                     lp.integer[c] ? 1 : 0);
+      }
+      for (const auto& r : lp.rows) {
+        std::fprintf(f, "%.17g %.17g %zu", r.lower, r.upper, r.terms.size());
+        for (const auto& [c, v] : r.terms) std::fprintf(f, " %d %.17g", c, v);
+        std::fprintf(f, "\n");
+      }
+      std::fclose(f);
+    }
+  }
   if (lp.lower.empty()) return LpSolution{true, 0, {}};
   const Csc m = ToCsc(lp);
   std::vector<double> col_lo, col_hi, row_lo, row_hi;
