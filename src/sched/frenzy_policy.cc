@@ -39,6 +39,7 @@ class FrenzyPolicy final : public Policy {
   OptionKind options_kind() const override {
     return k_.memory_aware ? OptionKind::kMarp : OptionKind::kHand;
   }
+  double round_s() const override { return k_.round_s; }
 
   Decisions Schedule(const Snapshot& s) override {
     const ClusterView& c = *s.cluster;

@@ -45,6 +45,8 @@ struct FrenzyKnobs {
   bool move = true;
   double move_gain = 0.7;
   double restart_s = 60;  // what a move costs (the simulator's default restart pause)
+  // > 0: also decide every round_s seconds (moves and preemptions need no event to pay off).
+  double round_s = 0;
   // Preempt (shortest remaining time first): a waiting job that fits nowhere now may shrink or
   // stop running jobs whose remaining time is over `preempt_ratio` x its own run time and that have
   // run at least `preempt_min_run_s` since they last started; they checkpoint and wait.

@@ -198,7 +198,8 @@ Result<LpSolution> SolveInteger(const LinearProgram& lp, const Csc& m,
 
 Result<LpSolution> SolveLp(const LinearProgram& lp, double time_limit_s) {
   RETURN_IF_ERROR(Validate(lp));
-  if (const char* dump = std::getenv("FRENZY_LP_DUMP_TMP")) {
+  // Debugging aid (docs/simulator.md): FRENZY_LP_DUMP=FILE keeps the last program in FILE.
+  if (const char* dump = std::getenv("FRENZY_LP_DUMP")) {
     FILE* f = std::fopen(dump, "w");
     if (f) {
       std::fprintf(f, "%zu %zu %d\n", lp.lower.size(), lp.rows.size(), lp.maximize ? 1 : 0);

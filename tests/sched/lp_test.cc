@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <limits>
+#include <string>
+#include <vector>
 
 namespace frenzy {
 namespace {
@@ -69,6 +73,57 @@ TEST(SolveLp, RowNamingUnknownVariableIsRejected) {
   auto r = SolveLp(lp);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace frenzy
+
+namespace frenzy {
+namespace {
+
+// A program Sia built while replaying philly-64 (written by FRENZY_LP_DUMP): CBC's stand-alone
+// driver aborted on a CLP assertion on it. Format: "vars rows maximize", then per variable
+// "lower upper objective integer", then per row "lower upper n (col coef)*n".
+TEST(Lp, SiaProgramThatAbortedCbcDriverSolves) {
+  std::string path = std::string(FRENZY_SOURCE_DIR) + "/tests/data/lp/sia-clp-abort.txt";
+  FILE* f = std::fopen(path.c_str(), "r");
+  ASSERT_NE(f, nullptr) << path;
+  size_t n = 0, r = 0;
+  int mx = 0;
+  ASSERT_EQ(std::fscanf(f, "%zu %zu %d", &n, &r, &mx), 3);
+  LinearProgram lp;
+  lp.maximize = mx != 0;
+  for (size_t c = 0; c < n; ++c) {
+    double lo, hi, ob;
+    int in;
+    ASSERT_EQ(std::fscanf(f, "%lf %lf %lf %d", &lo, &hi, &ob, &in), 4);
+    lp.AddVariable(lo, hi, ob, in != 0);
+  }
+  for (size_t i = 0; i < r; ++i) {
+    double lo, hi;
+    size_t k;
+    ASSERT_EQ(std::fscanf(f, "%lf %lf %zu", &lo, &hi, &k), 3);
+    std::vector<std::pair<int, double>> terms;
+    for (size_t q = 0; q < k; ++q) {
+      int c;
+      double v;
+      ASSERT_EQ(std::fscanf(f, "%d %lf", &c, &v), 2);
+      terms.emplace_back(c, v);
+    }
+    lp.AddRow(std::move(terms), lo, hi);
+  }
+  std::fclose(f);
+  auto s = SolveLp(lp, 5);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(s->optimal);
+  EXPECT_NEAR(s->objective, 2.84847, 1e-4);
+  // Integral, and every capacity row holds.
+  for (double v : s->values) EXPECT_NEAR(v, std::round(v), 1e-6);
+  for (const auto& row : lp.rows) {
+    double sum = 0;
+    for (const auto& [c, coef] : row.terms) sum += coef * s->values[static_cast<size_t>(c)];
+    EXPECT_LE(sum, row.upper + 1e-6);
+  }
 }
 
 }  // namespace
