@@ -167,6 +167,12 @@ class FrenzyPolicy final : public Policy {
         }
         ++i;
         if (!Usable(j, i - 1, total)) continue;
+        // The smallest count of a type is always a candidate (it is what fits); larger ones
+        // only while they scale.
+        bool smallest_of_type = i - 1 == 0 || opts[i - 2].type != o.type;
+        bool scales = smallest_of_type ||
+                      o.plan.tokens_per_s / static_cast<double>(o.gpus) >=
+                          k_.efficiency_floor * per_gpu[t];
         double run_s = left / o.plan.tokens_per_s;
         if (patient && run_s > k_.max_slowdown * wj.best_s) continue;
         double gpus = static_cast<double>(o.gpus);
@@ -176,10 +182,10 @@ class FrenzyPolicy final : public Policy {
         } else if (others_wait || k_.start_small) {
           // A fair share of what is free (checked above), the fastest within it, scarce
           // types cost more.
-          if (o.plan.tokens_per_s / gpus < k_.efficiency_floor * per_gpu[t]) continue;
+          if (!scales) continue;
           score = run_s * weight[t];
         } else {
-          if (o.plan.tokens_per_s / gpus < k_.efficiency_floor * per_gpu[t]) continue;
+          if (!scales) continue;
           score = run_s;
         }
         if (!k_.hetero_choice) score += static_cast<double>(o.type) * 1e15;  // first type

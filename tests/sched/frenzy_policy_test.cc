@@ -163,3 +163,25 @@ TEST(FrenzyPolicy, RunningJobMovesToFreeFasterGpusWhenNobodyWaits) {
 
 }  // namespace
 }  // namespace frenzy
+
+namespace frenzy {
+namespace {
+
+// Regression: a job whose smallest count runs at under 80% of its best per-GPU speed (it needs
+// recomputation to fit there) and whose larger counts exceed its fair share must still start:
+// the smallest count of a type is always a candidate.
+TEST(FrenzyPolicy, SmallestCountStartsEvenWhenItScalesPoorly) {
+  ClusterView c = TwoTypes();
+  JobOptions t = Table(100, 0);
+  for (auto& o : t.options) {
+    if (o.gpus == 1) o.plan.tokens_per_s = 50;  // half the per-GPU speed of 2 or 4 GPUs
+  }
+  std::vector<JobView> jobs;
+  for (int k = 0; k < 6; ++k) jobs.push_back(Waiting(k, t, 1e6, k));  // share: 4/6 GPU each
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(10, c, jobs));
+  ASSERT_FALSE(d.start.empty());
+  EXPECT_EQ(Chosen(t, d, 0).gpus, 1);
+}
+
+}  // namespace
+}  // namespace frenzy
