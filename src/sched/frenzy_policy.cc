@@ -213,7 +213,7 @@ class FrenzyPolicy final : public Policy {
 
     // Adaptivity: nobody is left waiting; running jobs take free GPUs where they finish much
     // sooner, longest remaining first.
-    if (k_.move && placed == waiting.size()) {
+    if (k_.move && (k_.move_while_waiting || placed == waiting.size())) {
       std::vector<const JobView*> movable;
       for (const JobView* j : running) {
         bool stopped = std::find(d.stop.begin(), d.stop.end(), j->key) != d.stop.end();
@@ -233,7 +233,7 @@ class FrenzyPolicy final : public Policy {
         for (size_t i = 0; i < j->options->options.size(); ++i) {
           const RunOption& o = j->options->options[i];
           if (static_cast<int>(i) == j->alloc.option || !Usable(*j, i, total)) continue;
-          if (free.FreeOfType(o.type) < o.gpus) continue;
+          if (free.FreeOfType(o.type) - reserved[static_cast<size_t>(o.type)] < o.gpus) continue;
           double t = k_.restart_s + left / o.plan.tokens_per_s;
           if (t < pick_s) {
             pick_s = t;

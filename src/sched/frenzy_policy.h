@@ -43,6 +43,8 @@ struct FrenzyKnobs {
   // Move a running job to free GPUs where it finishes sooner when nobody is waiting for them and
   // the remaining time drops below `move_gain` x the current one, restart included.
   bool move = true;
+  // Also move while jobs wait, onto GPUs none of them could take in this decision.
+  bool move_while_waiting = true;
   double move_gain = 0.7;
   double restart_s = 60;  // what a move costs (the simulator's default restart pause)
   // > 0: also decide every round_s seconds (moves and preemptions need no event to pay off).
