@@ -12,30 +12,7 @@
 namespace frenzy {
 namespace {
 
-struct TypeInfo {
-  const GpuType* gpu = nullptr;
-  int64_t count = 0;          // GPUs of this type in the cluster
-  int64_t gpus_per_node = 0;  // largest node of this type
-  double network_gbs = 0;     // slowest node of this type
-};
-
-std::vector<TypeInfo> TypesOf(const Cluster& c, const GpuCatalog& cat) {
-  std::vector<TypeInfo> out;
-  for (const auto& node : c.nodes) {
-    auto it = std::find_if(out.begin(), out.end(),
-                           [&](const TypeInfo& t) { return t.gpu->name == node.gpu; });
-    if (it == out.end()) {
-      const GpuType* g = cat.Find(node.gpu);
-      if (g == nullptr) continue;
-      out.push_back({g, 0, 0, node.network_gbs});
-      it = out.end() - 1;
-    }
-    it->count += node.gpus;
-    it->gpus_per_node = std::max(it->gpus_per_node, node.gpus);
-    it->network_gbs = std::min(it->network_gbs, node.network_gbs);
-  }
-  return out;
-}
+using TypeInfo = ClusterGpuType;
 
 std::vector<int64_t> Divisors(int64_t n, int64_t limit) {
   std::vector<int64_t> d;
@@ -60,12 +37,30 @@ std::string Gib(int64_t b) { return fmt::format("{:.0f}", static_cast<double>(b)
 
 }  // namespace
 
+std::vector<ClusterGpuType> ClusterGpuTypes(const Cluster& c, const GpuCatalog& cat) {
+  std::vector<ClusterGpuType> out;
+  for (const auto& node : c.nodes) {
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const ClusterGpuType& t) { return t.gpu->name == node.gpu; });
+    if (it == out.end()) {
+      const GpuType* g = cat.Find(node.gpu);
+      if (g == nullptr) continue;
+      out.push_back({g, 0, 0, node.network_gbs});
+      it = out.end() - 1;
+    }
+    it->count += node.gpus;
+    it->gpus_per_node = std::max(it->gpus_per_node, node.gpus);
+    it->network_gbs = std::min(it->network_gbs, node.network_gbs);
+  }
+  return out;
+}
+
 Result<PlanResult> PlanJob(const JobSpec& job, const Cluster& cluster, const GpuCatalog& catalog,
                            const PlannerOptions& opt) {
   if (!(job.tokens > 0)) return InvalidArgument("must be positive", {}, "tokens");
   if (job.global_batch < 1) return InvalidArgument("must be at least 1", {}, "global_batch");
   if (job.seq_len < 1) return InvalidArgument("must be at least 1", {}, "seq_len");
-  std::vector<TypeInfo> types = TypesOf(cluster, catalog);
+  std::vector<TypeInfo> types = ClusterGpuTypes(cluster, catalog);
   if (job.gpu) {
     const GpuType* pinned = catalog.Find(*job.gpu);
     if (pinned == nullptr) return NotFound("unknown GPU type '" + *job.gpu + "'", {}, "gpu");

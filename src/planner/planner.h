@@ -74,6 +74,17 @@ struct PlanResult {
   std::string explanation;   // why the winner won, or why nothing fits and what would
 };
 
+// One GPU type of a cluster as the planner sees it: how many GPUs, the largest node (the TP
+// limit) and the slowest node's network. In order of first appearance in the cluster; nodes
+// whose type is not in the catalog are left out.
+struct ClusterGpuType {
+  const GpuType* gpu = nullptr;
+  int64_t count = 0;
+  int64_t gpus_per_node = 0;
+  double network_gbs = 0;
+};
+std::vector<ClusterGpuType> ClusterGpuTypes(const Cluster& cluster, const GpuCatalog& catalog);
+
 Result<PlanResult> PlanJob(const JobSpec& job, const Cluster& cluster, const GpuCatalog& catalog,
                            const PlannerOptions& options);
 

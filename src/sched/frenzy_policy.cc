@@ -211,9 +211,14 @@ class FrenzyPolicy final : public Policy {
       if (wj.starving) Reserve(j, total, free, reserved);
     }
 
-    // Adaptivity: nobody is left waiting; running jobs take free GPUs where they finish much
-    // sooner, longest remaining first.
-    if (k_.move && (k_.move_while_waiting || placed == waiting.size())) {
+    // Adaptivity: running jobs take GPUs that no waiting job could take in this decision (with
+    // move_while_waiting off: only when nobody is left waiting) where they finish much sooner,
+    // least progress first. Nothing to do when no GPU is left free.
+    int64_t left_free = 0;
+    for (size_t t = 0; t < types; ++t) {
+      left_free += free.FreeOfType(static_cast<int>(t)) - reserved[t];
+    }
+    if (k_.move && left_free > 0 && (k_.move_while_waiting || placed == waiting.size())) {
       std::vector<const JobView*> movable;
       for (const JobView* j : running) {
         bool stopped = std::find(d.stop.begin(), d.stop.end(), j->key) != d.stop.end();

@@ -9,30 +9,7 @@
 namespace frenzy {
 namespace {
 
-struct TypeOfCluster {
-  const GpuType* gpu = nullptr;
-  int64_t count = 0;
-  int64_t gpus_per_node = 0;
-  double network_gbs = 0;
-};
-
-std::vector<TypeOfCluster> ClusterTypes(const Cluster& c, const GpuCatalog& cat) {
-  std::vector<TypeOfCluster> out;
-  for (const auto& node : c.nodes) {
-    auto it = std::find_if(out.begin(), out.end(),
-                           [&](const TypeOfCluster& t) { return t.gpu->name == node.gpu; });
-    if (it == out.end()) {
-      const GpuType* g = cat.Find(node.gpu);
-      if (g == nullptr) continue;
-      out.push_back({g, 0, 0, node.network_gbs});
-      it = out.end() - 1;
-    }
-    it->count += node.gpus;
-    it->gpus_per_node = std::max(it->gpus_per_node, node.gpus);
-    it->network_gbs = std::min(it->network_gbs, node.network_gbs);
-  }
-  return out;
-}
+using TypeOfCluster = ClusterGpuType;
 
 // The layout a user reaches for first: plain data parallelism, micro-batch 1, nothing saved.
 std::optional<RunOption> PlainDataParallel(const JobSpec& job, const TypeOfCluster& ti,
@@ -115,7 +92,7 @@ Result<JobOptions> BuildJobOptions(const JobSpec& job_in, const Cluster& cluster
   ASSIGN_OR_RETURN(PlanResult planned, PlanJob(job, cluster, catalog, po));
 
   JobOptions out;
-  std::vector<TypeOfCluster> types = ClusterTypes(cluster, catalog);
+  std::vector<TypeOfCluster> types = ClusterGpuTypes(cluster, catalog);
   for (const auto& t : types) out.types.push_back(t.gpu->name);
   auto type_index = [&](const std::string& name) {
     for (size_t i = 0; i < out.types.size(); ++i) {

@@ -1,6 +1,8 @@
 // Runs the real `frenzy` binary as a user would and checks its output and exit codes.
 #include <gtest/gtest.h>
 
+#include "cli_run.h"
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -11,23 +13,8 @@
 
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr together
-};
-
-CliRun Frenzy(const std::string& args) {
-  std::string cmd = std::string(FRENZY_BIN) + " " + args + " 2>&1";
-  CliRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using frenzy::testing::CliRun;
+using frenzy::testing::Frenzy;
 
 std::string TempFile(const std::string& name, const std::string& contents) {
   auto path = std::filesystem::temp_directory_path() / ("frenzy-cli-test-" + name);

@@ -2,6 +2,8 @@
 // determinism for a seed, and clear errors for bad input.
 #include <gtest/gtest.h>
 
+#include "cli_run.h"
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -12,23 +14,8 @@
 
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;  // stdout (and stderr when merged)
-};
-
-CliRun Frenzy(const std::string& args, bool merge_stderr = true) {
-  std::string cmd = std::string(FRENZY_BIN) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  CliRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using frenzy::testing::CliRun;
+using frenzy::testing::Frenzy;
 
 std::string TempFile(const std::string& name, const std::string& contents) {
   auto path = (std::filesystem::temp_directory_path() / ("frenzy-sim-cli-" + name)).string();
