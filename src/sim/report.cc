@@ -266,14 +266,23 @@ std::string TimelineSvg(const std::vector<SimResult>& results, int64_t total_gpu
   s += Axes(bottom, "Queue length (jobs waiting)", "time, hours", "jobs waiting",
             NiceTicks(0, tmax, 8), NiceTicks(0, qmax, 5), "{:g}");
   for (size_t i = 0; i < results.size(); ++i) {
+    // Step lines: a value holds until the next sample.
     std::string u, q;
+    double prev_util = -1, prev_queued = -1;
     for (const auto& p : results[i].timeline) {
       double t = p.t_s / 3600;
       double util = total_gpus > 0 ? static_cast<double>(p.busy_gpus) /
                                          static_cast<double>(total_gpus)
                                    : 0;
+      double queued = static_cast<double>(p.queued);
+      if (prev_util >= 0) {
+        u += fmt::format("{:.1f},{:.1f} ", top.X(t), top.Y(prev_util));
+        q += fmt::format("{:.1f},{:.1f} ", bottom.X(t), bottom.Y(prev_queued));
+      }
       u += fmt::format("{:.1f},{:.1f} ", top.X(t), top.Y(util));
-      q += fmt::format("{:.1f},{:.1f} ", bottom.X(t), bottom.Y(static_cast<double>(p.queued)));
+      q += fmt::format("{:.1f},{:.1f} ", bottom.X(t), bottom.Y(queued));
+      prev_util = util;
+      prev_queued = queued;
     }
     const char* c = kColours[i % std::size(kColours)];
     s += fmt::format(
