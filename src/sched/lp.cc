@@ -1,8 +1,7 @@
 // SolveLp: LinearProgram -> COIN-OR. Pure LPs go straight to CLP (dual simplex through
 // OsiClpSolverInterface): Gavel's allocation LP has thousands of columns and needs no branch and
-// bound. Programs with integer columns go to CBC through its C interface, which runs CbcMain1 —
-// the same presolve, cut generators and primal heuristics as the `cbc` command line, which plain
-// CbcModel::branchAndBound would not set up — with a time limit and a relative optimality gap.
+// bound. Programs with integer columns go to CBC's branch and bound (CbcModel on the same CLP
+// interface) with a time limit and a relative optimality gap.
 //
 // Both solvers are silenced (log level 0 on every message handler). Infinite bounds in the
 // program (std::numeric_limits<double>::infinity()) become COIN_DBL_MAX.
@@ -110,21 +109,39 @@ Status Validate(const LinearProgram& lp) {
   return Status::Ok();
 }
 
-Result<LpSolution> SolveContinuous(const LinearProgram& lp, const Csc& m,
-                                   const std::vector<double>& col_lo,
-                                   const std::vector<double>& col_hi,
-                                   const std::vector<double>& row_lo,
-                                   const std::vector<double>& row_hi, double time_limit_s) {
+// Loads `lp` into a silenced CLP interface: matrix, bounds (infinite ones as COIN_DBL_MAX),
+// objective and sense, integer columns.
+void Load(const LinearProgram& lp, OsiClpSolverInterface& solver) {
   const int ncols = static_cast<int>(lp.lower.size());
   const int nrows = static_cast<int>(lp.rows.size());
+  const Csc m = ToCsc(lp);
+  std::vector<double> col_lo, col_hi, row_lo, row_hi;
+  col_lo.reserve(lp.lower.size());
+  col_hi.reserve(lp.lower.size());
+  for (size_t c = 0; c < lp.lower.size(); ++c) {
+    col_lo.push_back(Finite(lp.lower[c]));
+    col_hi.push_back(Finite(lp.upper[c]));
+  }
+  for (const auto& row : lp.rows) {
+    row_lo.push_back(Finite(row.lower));
+    row_hi.push_back(Finite(row.upper));
+  }
   CoinPackedMatrix matrix(true, nrows, ncols, m.start.back(), m.value.data(), m.index.data(),
                           m.start.data(), nullptr);
-  OsiClpSolverInterface solver;
   solver.messageHandler()->setLogLevel(0);
   solver.getModelPtr()->setLogLevel(0);
   solver.loadProblem(matrix, col_lo.data(), col_hi.data(), lp.objective.data(), row_lo.data(),
                      row_hi.data());
+  for (int c = 0; c < ncols; ++c) {
+    if (lp.integer[static_cast<size_t>(c)]) solver.setInteger(c);
+  }
   solver.setObjSense(lp.maximize ? -1.0 : 1.0);
+}
+
+Result<LpSolution> SolveContinuous(const LinearProgram& lp, double time_limit_s) {
+  const int ncols = static_cast<int>(lp.lower.size());
+  OsiClpSolverInterface solver;
+  Load(lp, solver);
   solver.getModelPtr()->setMaximumSeconds(time_limit_s);
   solver.initialSolve();
   if (solver.isProvenPrimalInfeasible()) {
@@ -144,24 +161,10 @@ Result<LpSolution> SolveContinuous(const LinearProgram& lp, const Csc& m,
 // Branch and bound with CbcModel on CLP, without the stand-alone driver's preprocessing (the
 // driver, Cbc_solve, aborted on a CLP assertion on a few of Sia's small programs with Debian's
 // CBC 2.10.8 / CLP 1.17.6; plain branch and bound solves the same programs).
-Result<LpSolution> SolveInteger(const LinearProgram& lp, const Csc& m,
-                                const std::vector<double>& col_lo,
-                                const std::vector<double>& col_hi,
-                                const std::vector<double>& row_lo,
-                                const std::vector<double>& row_hi, double time_limit_s) {
+Result<LpSolution> SolveInteger(const LinearProgram& lp, double time_limit_s) {
   const int ncols = static_cast<int>(lp.lower.size());
-  const int nrows = static_cast<int>(lp.rows.size());
-  CoinPackedMatrix matrix(true, nrows, ncols, m.start.back(), m.value.data(), m.index.data(),
-                          m.start.data(), nullptr);
   OsiClpSolverInterface solver;
-  solver.messageHandler()->setLogLevel(0);
-  solver.getModelPtr()->setLogLevel(0);
-  solver.loadProblem(matrix, col_lo.data(), col_hi.data(), lp.objective.data(), row_lo.data(),
-                     row_hi.data());
-  for (int c = 0; c < ncols; ++c) {
-    if (lp.integer[static_cast<size_t>(c)]) solver.setInteger(c);
-  }
-  solver.setObjSense(lp.maximize ? -1.0 : 1.0);
+  Load(lp, solver);
   CbcModel model(solver);
   model.setLogLevel(0);
   model.messageHandler()->setLogLevel(0);
@@ -216,22 +219,9 @@ Result<LpSolution> SolveLp(const LinearProgram& lp, double time_limit_s) {
     }
   }
   if (lp.lower.empty()) return LpSolution{true, 0, {}};
-  const Csc m = ToCsc(lp);
-  std::vector<double> col_lo, col_hi, row_lo, row_hi;
-  col_lo.reserve(lp.lower.size());
-  col_hi.reserve(lp.lower.size());
-  for (size_t c = 0; c < lp.lower.size(); ++c) {
-    col_lo.push_back(Finite(lp.lower[c]));
-    col_hi.push_back(Finite(lp.upper[c]));
-  }
-  for (const auto& row : lp.rows) {
-    row_lo.push_back(Finite(row.lower));
-    row_hi.push_back(Finite(row.upper));
-  }
   bool any_integer = false;
   for (bool b : lp.integer) any_integer = any_integer || b;
-  if (!any_integer) return SolveContinuous(lp, m, col_lo, col_hi, row_lo, row_hi, time_limit_s);
-  return SolveInteger(lp, m, col_lo, col_hi, row_lo, row_hi, time_limit_s);
+  return any_integer ? SolveInteger(lp, time_limit_s) : SolveContinuous(lp, time_limit_s);
 }
 
 }  // namespace frenzy
