@@ -60,23 +60,13 @@ constexpr double kRoundS = 360;           // Gavel's default round length (§5)
 constexpr double kSolverTimeLimitS = 30;  // the LP is far faster; a guard against pathologies
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-// Gavel knows (from profiling) whether an option really fits in memory.
-bool Usable(const JobView& j, int option, const ClusterView& c) {
-  if (option < 0 || j.Failed(option)) return false;
-  const RunOption& o = j.option(option);
-  if (o.plan.tokens_per_s <= 0) return false;
-  const double factor = j.profiled_memory_factor.value_or(1.0);
-  return static_cast<double>(o.plan.device_bytes) * factor <=
-         static_cast<double>(c.gpu_memory_bytes[static_cast<size_t>(o.type)]);
-}
-
 // The fastest usable option for exactly (type, gpus), or -1. (A hand-tuned table may hold two
 // layouts for one pair: the tuned one and the plain data-parallel fallback.)
 int BestOption(const JobView& j, int type, int64_t gpus, const ClusterView& c) {
   int best = -1;
   for (size_t i = 0; i < j.options->options.size(); ++i) {
     const RunOption& o = j.options->options[i];
-    if (o.type != type || o.gpus != gpus || !Usable(j, static_cast<int>(i), c)) continue;
+    if (o.type != type || o.gpus != gpus || !j.Runnable(static_cast<int>(i), c)) continue;
     if (best < 0 || o.plan.tokens_per_s > j.option(best).plan.tokens_per_s) {
       best = static_cast<int>(i);
     }
@@ -92,7 +82,7 @@ int64_t ScaleFactor(const JobView& j, const ClusterView& c) {
   int64_t best = 0;
   for (size_t i = 0; i < j.options->options.size(); ++i) {
     const RunOption& o = j.options->options[i];
-    if (o.gpus < requested || !Usable(j, static_cast<int>(i), c)) continue;
+    if (o.gpus < requested || !j.Runnable(static_cast<int>(i), c)) continue;
     if (o.gpus > c.TotalOfType(o.type)) continue;
     if (best == 0 || o.gpus < best) best = o.gpus;
   }

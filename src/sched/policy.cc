@@ -1,6 +1,8 @@
 #include "sched/policy.h"
 
 #include <algorithm>
+#include <string_view>
+#include <utility>
 
 #include "sched/baselines.h"
 #include "sched/frenzy_policy.h"
@@ -12,6 +14,14 @@ namespace frenzy {
 bool JobView::Failed(int option_index) const {
   return std::find(failed_options.begin(), failed_options.end(), option_index) !=
          failed_options.end();
+}
+
+bool JobView::Runnable(int option_index, const ClusterView& cluster) const {
+  if (option_index < 0 || Failed(option_index)) return false;
+  const RunOption& o = option(option_index);
+  if (o.plan.tokens_per_s <= 0) return false;
+  return static_cast<double>(o.plan.device_bytes) * profiled_memory_factor.value_or(1.0) <=
+         static_cast<double>(cluster.gpu_memory_bytes[static_cast<size_t>(o.type)]);
 }
 
 double JobView::DoneAt(double now_s) const {
@@ -40,10 +50,25 @@ int64_t ClusterView::FreeOfType(int type) const {
   return n;
 }
 
+namespace {
+
+// Frenzy's ablations: one ingredient switched off each (docs/scheduling.md).
+constexpr std::pair<std::string_view, bool FrenzyKnobs::*> kFrenzyAblations[] = {
+    {"frenzy-no-marp", &FrenzyKnobs::memory_aware},
+    {"frenzy-no-sjf", &FrenzyKnobs::shortest_first},
+    {"frenzy-no-hetero", &FrenzyKnobs::hetero_choice},
+    {"frenzy-no-elastic", &FrenzyKnobs::elastic_count},
+    {"frenzy-no-backfill", &FrenzyKnobs::backfill},
+    {"frenzy-no-preempt", &FrenzyKnobs::preempt},
+    {"frenzy-no-move", &FrenzyKnobs::move},
+};
+
+}  // namespace
+
 std::vector<std::string> PolicyNames() {
-  return {"fifo-static",       "tiresias",          "gavel",           "sia",
-          "frenzy",            "frenzy-no-marp",    "frenzy-no-sjf",   "frenzy-no-hetero",
-          "frenzy-no-elastic", "frenzy-no-backfill", "frenzy-no-preempt", "frenzy-no-move"};
+  std::vector<std::string> names = {"fifo-static", "tiresias", "gavel", "sia", "frenzy"};
+  for (const auto& [name, knob] : kFrenzyAblations) names.emplace_back(name);
+  return names;
 }
 
 Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name) {
@@ -52,35 +77,11 @@ Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name) {
   if (name == "tiresias") p = MakeTiresiasPolicy();
   if (name == "gavel") p = MakeGavelPolicy();
   if (name == "sia") p = MakeSiaPolicy();
-  // Frenzy and its ablations (one ingredient switched off each; docs/scheduling.md).
-  FrenzyKnobs k;
-  if (name == "frenzy") p = MakeFrenzyPolicy(k, std::string(name));
-  if (name == "frenzy-no-sjf") {
-    k.shortest_first = false;
-    p = MakeFrenzyPolicy(k, std::string(name));
-  }
-  if (name == "frenzy-no-hetero") {
-    k.hetero_choice = false;
-    p = MakeFrenzyPolicy(k, std::string(name));
-  }
-  if (name == "frenzy-no-elastic") {
-    k.elastic_count = false;
-    p = MakeFrenzyPolicy(k, std::string(name));
-  }
-  if (name == "frenzy-no-marp") {
-    k.memory_aware = false;
-    p = MakeFrenzyPolicy(k, std::string(name));
-  }
-  if (name == "frenzy-no-preempt") {
-    k.preempt = false;
-    p = MakeFrenzyPolicy(k, std::string(name));
-  }
-  if (name == "frenzy-no-move") {
-    k.move = false;
-    p = MakeFrenzyPolicy(k, std::string(name));
-  }
-  if (name == "frenzy-no-backfill") {
-    k.backfill = false;
+  if (name == "frenzy") p = MakeFrenzyPolicy();
+  for (const auto& [ablation, knob] : kFrenzyAblations) {
+    if (name != ablation) continue;
+    FrenzyKnobs k;
+    k.*knob = false;
     p = MakeFrenzyPolicy(k, std::string(name));
   }
   if (p == nullptr) {

@@ -27,20 +27,22 @@ namespace frenzy {
 
 // A node as policies see it.
 struct NodeView {
-  int type = 0;          // index into ClusterView::types
-  int64_t gpus = 0;      // GPUs on the node
-  int64_t free = 0;      // GPUs not allocated (0 when down)
+  int type = 0;      // index into ClusterView::types
+  int64_t gpus = 0;  // GPUs on the node
+  int64_t free = 0;  // GPUs not allocated (0 when down)
   bool up = true;
 };
 
 // Where a job runs: one of its options, and how many GPUs on which nodes.
 struct Allocation {
-  int option = -1;                                  // index into JobOptions::options
-  std::vector<std::pair<int, int64_t>> placement;   // (node index, GPUs on it)
+  int option = -1;                                 // index into JobOptions::options
+  std::vector<std::pair<int, int64_t>> placement;  // (node index, GPUs on it)
 };
 
+struct ClusterView;
+
 struct JobView {
-  int64_t key = 0;            // stable handle (the job's index in the workload)
+  int64_t key = 0;  // stable handle (the job's index in the workload)
   std::string id;
   double submit_s = 0;
   int64_t priority = 0;
@@ -53,21 +55,24 @@ struct JobView {
   std::optional<double> profiled_memory_factor;
 
   double total_tokens = 0;
-  double done_tokens = 0;      // progress kept at `progress_since_s` (checkpointed or not)
-  double progress_since_s = 0; // when the current rate began (after the restart pause)
+  double done_tokens = 0;        // progress kept at `progress_since_s` (checkpointed or not)
+  double progress_since_s = 0;   // when the current rate began (after the restart pause)
   double rate_tokens_per_s = 0;  // 0 when not running (or while restarting)
 
   bool running = false;
-  Allocation alloc;            // valid when running
-  double run_start_s = -1;     // start of the current run
-  double first_start_s = -1;   // -1 until the job first ran
-  double attained_gpu_s = 0;   // GPU-seconds of service received so far (without current run)
-  int restarts = 0;            // times it was stopped and started again
-  int ooms = 0;                // out-of-memory crashes so far
+  Allocation alloc;                 // valid when running
+  double run_start_s = -1;          // start of the current run
+  double first_start_s = -1;        // -1 until the job first ran
+  double attained_gpu_s = 0;        // GPU-seconds of service received so far (without current run)
+  int restarts = 0;                 // times it was stopped and started again
+  int ooms = 0;                     // out-of-memory crashes so far
   std::vector<int> failed_options;  // options that crashed out of memory; never offer again
 
   const RunOption& option(int i) const { return options->options[static_cast<size_t>(i)]; }
   bool Failed(int option_index) const;
+  // An option that can be run: it exists, has not crashed, has a speed, and its device memory
+  // (times profiled_memory_factor when the view carries one) fits the GPU.
+  bool Runnable(int option_index, const ClusterView& cluster) const;
   // Tokens done by `now` (extrapolating the current run).
   double DoneAt(double now_s) const;
   // GPU-seconds received by `now`, including the current run.
@@ -75,7 +80,7 @@ struct JobView {
 };
 
 struct ClusterView {
-  std::vector<std::string> types;       // GPU type names, cluster order
+  std::vector<std::string> types;         // GPU type names, cluster order
   std::vector<int64_t> gpu_memory_bytes;  // per type
   std::vector<int64_t> gpus_per_node;     // per type (largest node)
   std::vector<NodeView> nodes;

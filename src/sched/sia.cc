@@ -68,16 +68,6 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 bool PowerOfTwo(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
 
-// Sia profiles jobs, so it knows whether an option really fits in memory.
-bool Usable(const JobView& j, int option, const ClusterView& c) {
-  if (option < 0 || j.Failed(option)) return false;
-  const RunOption& o = j.option(option);
-  if (o.plan.tokens_per_s <= 0) return false;
-  const double factor = j.profiled_memory_factor.value_or(1.0);
-  return static_cast<double>(o.plan.device_bytes) * factor <=
-         static_cast<double>(c.gpu_memory_bytes[static_cast<size_t>(o.type)]);
-}
-
 // Pollux's re-allocation factor (the default in Sia's simulator).
 double ReallocFactor(const JobView& j, double now_s) {
   const double age = now_s - j.submit_s;
@@ -110,7 +100,7 @@ class Sia final : public Policy {
     std::vector<int> chosen(s.jobs.size(), -1);
     for (size_t i = 0; i < s.jobs.size(); ++i) {
       const JobView& j = s.jobs[i];
-      if (!j.running || s.now_s >= j.progress_since_s || !Usable(j, j.alloc.option, c)) continue;
+      if (!j.running || s.now_s >= j.progress_since_s || !j.Runnable(j.alloc.option, c)) continue;
       chosen[i] = j.alloc.option;
       const RunOption& o = j.option(j.alloc.option);
       capacity[static_cast<size_t>(o.type)] -= o.gpus;
@@ -134,7 +124,7 @@ class Sia final : public Policy {
         const size_t t = static_cast<size_t>(o.type);
         const int idx = static_cast<int>(k);
         const bool offered = PowerOfTwo(o.gpus) && o.gpus <= capacity[t];
-        if (!Usable(j, idx, c) || !(offered || idx == current)) continue;
+        if (!j.Runnable(idx, c) || !(offered || idx == current)) continue;
         usable.push_back(idx);
         min_tput = std::min(min_tput, o.plan.tokens_per_s);
         if (smallest[t] == 0 || o.gpus < smallest[t]) smallest[t] = o.gpus;
