@@ -64,14 +64,16 @@ class Tiresias final : public Policy {
 
   Decisions Schedule(const Snapshot& s) override {
     const ClusterView& c = *s.cluster;
+    // Queues first, FIFO within a queue (the snapshot is in arrival order: a stable sort by
+    // queue keeps it).
+    std::vector<std::pair<int, const JobView*>> queued;
+    queued.reserve(s.jobs.size());
+    for (const JobView& j : s.jobs) queued.emplace_back(QueueOf(j.AttainedAt(s.now_s)), &j);
+    std::stable_sort(queued.begin(), queued.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
     std::vector<const JobView*> order;
-    order.reserve(s.jobs.size());
-    for (const JobView& j : s.jobs) order.push_back(&j);
-    std::stable_sort(order.begin(), order.end(), [&](const JobView* a, const JobView* b) {
-      int qa = QueueOf(a->AttainedAt(s.now_s)), qb = QueueOf(b->AttainedAt(s.now_s));
-      if (qa != qb) return qa < qb;
-      return a->submit_s < b->submit_s;  // FIFO within a queue
-    });
+    order.reserve(queued.size());
+    for (const auto& [q, j] : queued) order.push_back(j);
     // Admit by priority while GPUs remain, counting per GPU type: a running job keeps its
     // type; a waiting one takes the first type (cluster order) with room for its count —
     // heterogeneity-unaware, but never admitting a job no type could hold.
@@ -100,11 +102,14 @@ class Tiresias final : public Policy {
     }
     Decisions d;
     FreeMap free(c);
+    std::vector<const JobView*> kept;
+    for (const auto& [j, option] : admitted) {
+      if (j->running) kept.push_back(j);
+    }
+    std::sort(kept.begin(), kept.end());
     for (const JobView& j : s.jobs) {
       if (!j.running) continue;
-      bool kept = std::any_of(admitted.begin(), admitted.end(),
-                              [&](const auto& a) { return a.first == &j; });
-      if (!kept) {
+      if (!std::binary_search(kept.begin(), kept.end(), &j)) {
         d.stop.push_back(j.key);
         free.Release(j.alloc.placement);
       }
