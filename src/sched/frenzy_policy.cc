@@ -128,6 +128,7 @@ class FrenzyPolicy final : public Policy {
     Decisions d;
     FreeMap free(c);
     std::vector<int64_t> reserved(types, 0);
+    std::vector<char> touched(running.size(), 0);
     size_t placed = 0;
     for (size_t w = 0; w < waiting.size(); ++w) {
       const Waiting& wj = waiting[w];
@@ -203,7 +204,7 @@ class FrenzyPolicy final : public Policy {
         }
       }
       if (k_.preempt && !running.empty() &&
-          Preempt(s, running, j, left, wj.best_s, total, free, d)) {
+          Preempt(s, running, touched, j, left, wj.best_s, total, free, d)) {
         ++placed;
         continue;
       }
@@ -220,9 +221,8 @@ class FrenzyPolicy final : public Policy {
     }
     if (k_.move && left_free > 0 && (k_.move_while_waiting || placed == waiting.size())) {
       std::vector<const JobView*> movable;
-      for (const JobView* j : running) {
-        bool stopped = std::find(d.stop.begin(), d.stop.end(), j->key) != d.stop.end();
-        if (!stopped && s.now_s >= j->progress_since_s) movable.push_back(j);
+      for (size_t r = 0; r < running.size(); ++r) {
+        if (!touched[r] && s.now_s >= running[r]->progress_since_s) movable.push_back(running[r]);
       }
       std::stable_sort(movable.begin(), movable.end(), [&](const JobView* a, const JobView* b) {
         return a->DoneAt(s.now_s) / a->total_tokens < b->DoneAt(s.now_s) / b->total_tokens;
@@ -268,9 +268,11 @@ class FrenzyPolicy final : public Policy {
 
   // Shortest remaining time first, with hysteresis: stops running jobs (on one GPU type) that
   // have much longer to go than `j`, to start `j` on its most GPU-efficient option there.
-  bool Preempt(const Snapshot& s, const std::vector<const JobView*>& running, const JobView& j,
-               double left, double best_s, const std::vector<int64_t>& total, FreeMap& free,
-               Decisions& d) {
+  // `touched` flags the running jobs already stopped or moved in this decision (parallel to
+  // `running`); Preempt sets it for its victims.
+  bool Preempt(const Snapshot& s, const std::vector<const JobView*>& running,
+               std::vector<char>& touched, const JobView& j, double left, double best_s,
+               const std::vector<int64_t>& total, FreeMap& free, Decisions& d) {
     const auto& opts = j.options->options;
     // Victims: running jobs not already stopped or moved this round that ran long enough and
     // have much longer to go. A victim with a smaller option on its type is shrunk to it (and
@@ -278,17 +280,14 @@ class FrenzyPolicy final : public Policy {
     struct Victim {
       double remaining_s;
       const JobView* job;
+      size_t index;   // in `running`
       int shrink_to;  // option index, or -1: stop
       int64_t freed;
     };
     std::vector<Victim> victims;
-    for (const JobView* rp : running) {
-      const JobView& r = *rp;
-      if (s.now_s - r.run_start_s < k_.preempt_min_run_s) continue;
-      bool touched = std::any_of(d.start.begin(), d.start.end(),
-                                 [&](const auto& st) { return st.first == r.key; }) ||
-                     std::find(d.stop.begin(), d.stop.end(), r.key) != d.stop.end();
-      if (touched) continue;
+    for (size_t index = 0; index < running.size(); ++index) {
+      const JobView& r = *running[index];
+      if (touched[index] || s.now_s - r.run_start_s < k_.preempt_min_run_s) continue;
       const RunOption& o = r.option(r.alloc.option);
       double remaining = std::max(0.0, r.total_tokens - r.DoneAt(s.now_s)) / o.plan.tokens_per_s;
       int shrink = -1;
@@ -298,9 +297,9 @@ class FrenzyPolicy final : public Policy {
         if (shrink < 0 || so.gpus > r.option(shrink).gpus) shrink = static_cast<int>(i);
       }
       if (shrink >= 0 && remaining > k_.shrink_ratio * best_s) {
-        victims.push_back({remaining, &r, shrink, o.gpus - r.option(shrink).gpus});
+        victims.push_back({remaining, &r, index, shrink, o.gpus - r.option(shrink).gpus});
       } else if (remaining > k_.preempt_ratio * best_s) {
-        victims.push_back({remaining, &r, -1, o.gpus});
+        victims.push_back({remaining, &r, index, -1, o.gpus});
       }
     }
     if (victims.empty()) return false;
@@ -339,6 +338,7 @@ class FrenzyPolicy final : public Policy {
     d.start.push_back({j.key, Allocation{best, std::move(*placement)}});
     for (const Victim* v : chosen) {
       d.stop.push_back(v->job->key);
+      touched[v->index] = 1;
       if (v->shrink_to < 0) continue;
       const RunOption& so = v->job->option(v->shrink_to);
       if (auto p = free.Place(so.type, so.gpus, so.plan.tp)) {
