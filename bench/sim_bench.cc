@@ -1,16 +1,16 @@
 // The simulator's cost: whole replays of generated workloads with fifo-static (events per second
 // as a counter), and one scheduling decision of each baseline on a loaded snapshot.
+#include <benchmark/benchmark.h>
+
 #include <algorithm>
 #include <map>
 
-#include <benchmark/benchmark.h>
-
 #include "hardware/cluster.h"
+#include "model/zoo.h"
+#include "sched/job_options.h"
 #include "sched/policy.h"
 #include "sim/engine.h"
 #include "sim/generator.h"
-#include "model/zoo.h"
-#include "sched/job_options.h"
 
 namespace frenzy {
 namespace {
@@ -40,8 +40,8 @@ void BM_SimulateFifo(benchmark::State& state, const char* cluster_name) {
     events += r->metrics.events;
     benchmark::DoNotOptimize(r->metrics.avg_jct_s);
   }
-  state.counters["events/s"] = benchmark::Counter(static_cast<double>(events),
-                                                  benchmark::Counter::kIsRate);
+  state.counters["events/s"] =
+      benchmark::Counter(static_cast<double>(events), benchmark::Counter::kIsRate);
 }
 BENCHMARK_CAPTURE(BM_SimulateFifo, cluster64, "cluster64")
     ->Arg(1000)

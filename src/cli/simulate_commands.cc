@@ -1,4 +1,5 @@
 // `frenzy simulate`: several policies on one workload in one run, side by side.
+#include <fmt/core.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -7,8 +8,6 @@
 #include <iostream>
 #include <memory>
 #include <sstream>
-
-#include <fmt/core.h>
 
 #include "cli/commands.h"
 #include "hardware/cluster.h"
@@ -64,8 +63,8 @@ void RunSimulate(const SimulateOptions& o) {
   if (o.memory_error && !(*o.memory_error >= 0 && *o.memory_error < 50)) {
     return Fail(InvalidArgument("must be in [0, 50) percent", {}, "memory-error"));
   }
-  if (!(o.restart_s >= 0) || !(o.checkpoint_min > 0) || !(o.mtbf_h >= 0) ||
-      !(o.repair_h >= 0) || !(o.margin >= 0)) {
+  if (!(o.restart_s >= 0) || !(o.checkpoint_min > 0) || !(o.mtbf_h >= 0) || !(o.repair_h >= 0) ||
+      !(o.margin >= 0)) {
     return Fail(InvalidArgument(
         "--restart-s, --mtbf-h, --repair-h and --margin must be >= 0, --checkpoint-min > 0", {},
         "options"));
@@ -135,9 +134,10 @@ void RunSimulate(const SimulateOptions& o) {
                            workload->name, cluster->name, cluster->total_gpus(), o.seed);
   std::cout << ComparisonTable(results);
   if (!o.out.empty()) {
-    std::cout << fmt::format("\nwrote jobs.csv, timeline.csv, summary.json, jct_cdf.svg and "
-                             "timeline.svg to {}\n",
-                             o.out);
+    std::cout << fmt::format(
+        "\nwrote jobs.csv, timeline.csv, summary.json, jct_cdf.svg and "
+        "timeline.svg to {}\n",
+        o.out);
   }
 }
 
@@ -151,8 +151,7 @@ void RegisterSimulateCommands(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--workload,-w", o->workload, "Bundled workload name or workload CSV file")
       ->required();
-  cmd->add_option("--policy,-p", o->policies, "Policies, comma-separated")
-      ->capture_default_str();
+  cmd->add_option("--policy,-p", o->policies, "Policies, comma-separated")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the memory truth and failures")
       ->capture_default_str();
   cmd->add_option("--memory-error", o->memory_error,

@@ -51,7 +51,7 @@ class FrenzyPolicy final : public Policy {
       const JobView* job;
       double best_s;  // predicted remaining run time on its fastest usable option
       bool starving;
-      size_t row;       // into per_gpu_of / min_gpus_of
+      size_t row;  // into per_gpu_of / min_gpus_of
     };
     std::vector<Waiting> waiting;
     // Value of a GPU of each type: the mean, over waiting jobs, of their per-GPU speed on it
@@ -97,9 +97,8 @@ class FrenzyPolicy final : public Policy {
           if (min_gpus == 0 || o.gpus < min_gpus) min_gpus = o.gpus;
         }
         if (j.failed_options.empty()) {
-          stats.emplace(j.options,
-                        TableStats{std::vector<double>(per_gpu, per_gpu + types), min_gpus,
-                                   max_tps});
+          stats.emplace(j.options, TableStats{std::vector<double>(per_gpu, per_gpu + types),
+                                              min_gpus, max_tps});
         }
       }
       double best = max_tps > 0 ? left / max_tps : kInf;
@@ -136,8 +135,7 @@ class FrenzyPolicy final : public Policy {
       const auto& opts = j.options->options;
       double left = std::max(0.0, j.total_tokens - j.done_tokens);
       bool others_wait = w + 1 < waiting.size();
-      bool patient =
-          k_.max_slowdown > 0 && s.now_s - j.submit_s < k_.max_slowdown * wj.best_s;
+      bool patient = k_.max_slowdown > 0 && s.now_s - j.submit_s < k_.max_slowdown * wj.best_s;
       const double* per_gpu = &per_gpu_of[wj.row * types];
       const int64_t min_gpus = min_gpus_of[wj.row];
       int64_t free_total = 0;
@@ -171,9 +169,8 @@ class FrenzyPolicy final : public Policy {
         // The smallest count of a type is always a candidate (it is what fits); larger ones
         // only while they scale.
         bool smallest_of_type = i - 1 == 0 || opts[i - 2].type != o.type;
-        bool scales = smallest_of_type ||
-                      o.plan.tokens_per_s / static_cast<double>(o.gpus) >=
-                          k_.efficiency_floor * per_gpu[t];
+        bool scales = smallest_of_type || o.plan.tokens_per_s / static_cast<double>(o.gpus) >=
+                                              k_.efficiency_floor * per_gpu[t];
         double run_s = left / o.plan.tokens_per_s;
         if (patient && run_s > k_.max_slowdown * wj.best_s) continue;
         double gpus = static_cast<double>(o.gpus);

@@ -12,8 +12,8 @@ namespace {
 using TypeOfCluster = ClusterGpuType;
 
 // The layout a user reaches for first: plain data parallelism, micro-batch 1, nothing saved.
-std::optional<RunOption> PlainDataParallel(const JobSpec& job, const TypeOfCluster& ti,
-                                           int type, int64_t gpus) {
+std::optional<RunOption> PlainDataParallel(const JobSpec& job, const TypeOfCluster& ti, int type,
+                                           int64_t gpus) {
   if (job.global_batch % gpus != 0) return std::nullopt;
   const GpuType& g = *ti.gpu;
   TrainingSpec t;
@@ -22,8 +22,7 @@ std::optional<RunOption> PlainDataParallel(const JobSpec& job, const TypeOfClust
   t.global_batch = job.global_batch;
   t.framework = job.framework;
   t.precision = job.precision;
-  if ((t.precision == Precision::kBf16 || t.precision == Precision::kBf16Pure) &&
-      !g.bf16_tflops) {
+  if ((t.precision == Precision::kBf16 || t.precision == Precision::kBf16Pure) && !g.bf16_tflops) {
     t.precision = Precision::kFp16;
   }
   t.micro_batch = 1;

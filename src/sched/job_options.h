@@ -65,16 +65,15 @@ class OptionCache {
       : cluster_(cluster), catalog_(catalog), margin_(margin) {}
   // `model_key` identifies the architecture (the workload's model column). Tokens only scale
   // total time, so they are not part of the key: callers use plan.tokens_per_s.
-  Result<std::shared_ptr<const JobOptions>> Get(const std::string& model_key,
-                                                const JobSpec& job, OptionKind kind);
+  Result<std::shared_ptr<const JobOptions>> Get(const std::string& model_key, const JobSpec& job,
+                                                OptionKind kind);
   size_t size() const { return cache_.size(); }
 
  private:
   const Cluster& cluster_;
   const GpuCatalog& catalog_;
   double margin_;
-  std::map<std::tuple<std::string, int64_t, int64_t, int, int>,
-           std::shared_ptr<const JobOptions>>
+  std::map<std::tuple<std::string, int64_t, int64_t, int, int>, std::shared_ptr<const JobOptions>>
       cache_;
 };
 

@@ -87,9 +87,9 @@ Status Validate(const LinearProgram& lp) {
   for (size_t c = 0; c < n; ++c) {
     if (std::isnan(lp.lower[c]) || std::isnan(lp.upper[c]) || lp.lower[c] > lp.upper[c] ||
         !std::isfinite(lp.objective[c])) {
-      return InvalidArgument("linear program: variable " + std::to_string(c) +
-                             " has bounds [" + std::to_string(lp.lower[c]) + ", " +
-                             std::to_string(lp.upper[c]) + "] or a non-finite objective");
+      return InvalidArgument("linear program: variable " + std::to_string(c) + " has bounds [" +
+                             std::to_string(lp.lower[c]) + ", " + std::to_string(lp.upper[c]) +
+                             "] or a non-finite objective");
     }
   }
   for (size_t r = 0; r < lp.rows.size(); ++r) {

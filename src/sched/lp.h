@@ -30,7 +30,7 @@ struct LinearProgram {
 };
 
 struct LpSolution {
-  bool optimal = false;       // false: time limit hit or infeasible (values are the best found)
+  bool optimal = false;  // false: time limit hit or infeasible (values are the best found)
   double objective = 0;
   std::vector<double> values;
 };

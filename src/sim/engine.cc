@@ -1,12 +1,12 @@
 #include "sim/engine.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <queue>
 #include <random>
-
-#include <fmt/core.h>
 
 #include "model/zoo.h"
 
@@ -16,7 +16,7 @@ namespace {
 // MARP's measured errors on published Megatron-LM runs (bench/RESULTS.md, "MARP against
 // published measurements", rows pub019-pub031: (predicted - measured) / measured). A job's real
 // peak is predicted / (1 + error).
-constexpr double kMeasuredMarpErrors[] = {-0.014, 0.025, -0.001, -0.014, -0.014, -0.049, -0.030,
+constexpr double kMeasuredMarpErrors[] = {-0.014, 0.025,  -0.001, -0.014, -0.014, -0.049, -0.030,
                                           -0.081, -0.013, 0.020,  -0.019, -0.024, -0.059};
 
 enum class EventKind { kArrival, kFinish, kOom, kRound, kNodeFail, kNodeRepair };
@@ -34,8 +34,8 @@ struct Event {
 struct JobState {
   JobSpec spec;
   std::shared_ptr<const JobOptions> options;
-  double factor = 1;   // real peak / predicted
-  int64_t version = 0; // bumped whenever the job starts or stops
+  double factor = 1;    // real peak / predicted
+  int64_t version = 0;  // bumped whenever the job starts or stops
   double checkpoint_tokens = 0;
   JobRecord record;
 };
@@ -51,8 +51,8 @@ double Percentile(std::vector<double> v, double p) {
 
 class Engine {
  public:
-  Engine(const Workload& w, const Cluster& c, const GpuCatalog& cat, Policy& p,
-         const SimOptions& o, OptionCache& cache)
+  Engine(const Workload& w, const Cluster& c, const GpuCatalog& cat, Policy& p, const SimOptions& o,
+         OptionCache& cache)
       : w_(w), cluster_(c), catalog_(cat), policy_(p), opt_(o), cache_(cache), rng_(o.seed) {}
 
   Result<SimResult> Run();
@@ -80,11 +80,11 @@ class Engine {
   std::mt19937_64 rng_;
 
   ClusterView view_;
-  std::vector<JobState> jobs_;     // by key
-  std::vector<size_t> order_;      // workload index -> key
-  std::vector<int> requested_;     // by key: the user's request as an option index, or -1
-  std::vector<JobView> views_;     // by key (filled at arrival)
-  std::vector<JobView*> active_;   // queued and running, by key (pointers into views_)
+  std::vector<JobState> jobs_;    // by key
+  std::vector<size_t> order_;     // workload index -> key
+  std::vector<int> requested_;    // by key: the user's request as an option index, or -1
+  std::vector<JobView> views_;    // by key (filled at arrival)
+  std::vector<JobView*> active_;  // queued and running, by key (pointers into views_)
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   int64_t seq_ = 0;
   int64_t change_seq_ = 0;
@@ -117,9 +117,8 @@ Status Engine::Prepare() {
   // Keys follow arrival order, so the active list (sorted by key) is in arrival order.
   std::vector<size_t> idx(w_.jobs.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
-    return w_.jobs[a].submit_s < w_.jobs[b].submit_s;
-  });
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](size_t a, size_t b) { return w_.jobs[a].submit_s < w_.jobs[b].submit_s; });
   order_.assign(w_.jobs.size(), 0);
   requested_.assign(w_.jobs.size(), -1);
   jobs_.resize(w_.jobs.size());
@@ -205,8 +204,8 @@ void Engine::StopRun(JobView& v, double now, bool graceful) {
   } else if (v.rate_tokens_per_s > 0 && now > v.progress_since_s) {
     // Checkpoints every checkpoint_interval_s of progress in this run.
     double progressed_s = now - v.progress_since_s;
-    double kept_s = std::floor(progressed_s / opt_.checkpoint_interval_s) *
-                    opt_.checkpoint_interval_s;
+    double kept_s =
+        std::floor(progressed_s / opt_.checkpoint_interval_s) * opt_.checkpoint_interval_s;
     js.checkpoint_tokens = std::min(v.total_tokens, v.done_tokens + kept_s * v.rate_tokens_per_s);
     js.record.wasted_gpu_s += gpus * (progressed_s - kept_s);
   }
@@ -245,8 +244,8 @@ Status Engine::StartRun(JobView& v, const Allocation& a, double now) {
     const NodeView& node = view_.nodes[static_cast<size_t>(n)];
     if (node.type != o.type) return bad("node of another GPU type");
     if (!node.up) return bad("node is down");
-    if (g < 1 || g > node.free) return bad(fmt::format("node {} has {} free GPUs, not {}", n,
-                                                       node.free, g));
+    if (g < 1 || g > node.free)
+      return bad(fmt::format("node {} has {} free GPUs, not {}", n, node.free, g));
     sum += g;
   }
   if (sum != o.gpus) return bad(fmt::format("placement has {} GPUs, the option {}", sum, o.gpus));
@@ -271,8 +270,7 @@ Status Engine::StartRun(JobView& v, const Allocation& a, double now) {
     Push(v.progress_since_s + opt_.oom_after_s, EventKind::kOom, v.key, js.version);
   } else {
     double left = std::max(0.0, v.total_tokens - v.done_tokens);
-    Push(v.progress_since_s + left / v.rate_tokens_per_s, EventKind::kFinish, v.key,
-         js.version);
+    Push(v.progress_since_s + left / v.rate_tokens_per_s, EventKind::kFinish, v.key, js.version);
   }
   return Status::Ok();
 }
@@ -281,17 +279,17 @@ Status Engine::Apply(const Decisions& d, double now) {
   for (int64_t key : d.stop) {
     JobView* v = Active(key);
     if (v == nullptr || !v->running) {
-      return Status(StatusCode::kInternal,
-                    fmt::format("policy '{}' stopped job key {} which is not running",
-                                policy_.name(), key));
+      return Status(
+          StatusCode::kInternal,
+          fmt::format("policy '{}' stopped job key {} which is not running", policy_.name(), key));
     }
     StopRun(*v, now, /*graceful=*/true);
   }
   for (const auto& [key, alloc] : d.start) {
     JobView* v = Active(key);
     if (v == nullptr) {
-      return Status(StatusCode::kInternal, fmt::format("policy '{}' started unknown job key {}",
-                                                       policy_.name(), key));
+      return Status(StatusCode::kInternal,
+                    fmt::format("policy '{}' started unknown job key {}", policy_.name(), key));
     }
     if (v->running) StopRun(*v, now, /*graceful=*/true);  // a move
     RETURN_IF_ERROR(StartRun(*v, alloc, now));

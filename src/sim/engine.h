@@ -68,10 +68,10 @@ struct JobRecord {
   std::string id, model;
   double submit_s = 0, first_start_s = -1, finish_s = -1;
   JobOutcome outcome = JobOutcome::kUnfinished;
-  std::string gpu;       // of the last run
-  int64_t gpus = 0;      // of the last run
+  std::string gpu;   // of the last run
+  int64_t gpus = 0;  // of the last run
   int ooms = 0, restarts = 0, failures = 0;
-  double gpu_s = 0;      // GPU-seconds allocated
+  double gpu_s = 0;         // GPU-seconds allocated
   double wasted_gpu_s = 0;  // of which lost: crashed runs, lost progress, restart pauses
   double memory_factor = 1;
   double jct_s() const { return finish_s - submit_s; }
@@ -86,10 +86,10 @@ struct PolicyMetrics {
   std::string policy;
   int64_t jobs = 0, finished = 0, given_up = 0, unfinished = 0, impossible = 0;
   double avg_jct_s = 0, p50_jct_s = 0, p95_jct_s = 0, p99_jct_s = 0;  // finished jobs
-  double makespan_s = 0;      // first arrival to last completion
-  double avg_queue_s = 0;     // arrival to first start, jobs that started
-  double gpu_util = 0;        // allocated GPU-s / (GPUs x makespan)
-  double gpu_util_useful = 0; // allocated minus wasted
+  double makespan_s = 0;       // first arrival to last completion
+  double avg_queue_s = 0;      // arrival to first start, jobs that started
+  double gpu_util = 0;         // allocated GPU-s / (GPUs x makespan)
+  double gpu_util_useful = 0;  // allocated minus wasted
   double gpu_hours = 0, wasted_gpu_hours = 0;
   int64_t oom_events = 0, node_failures = 0, restarts = 0;
   int64_t sched_calls = 0;

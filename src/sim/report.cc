@@ -1,9 +1,9 @@
 #include "sim/report.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/core.h>
 
 namespace frenzy {
 namespace {
@@ -17,10 +17,14 @@ std::string Hours(double s) { return fmt::format("{:.2f}", s / 3600); }
 std::string Escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else
+      out += c;
   }
   return out;
 }
@@ -48,8 +52,9 @@ std::string Axes(const Frame& f, const std::string& title, const std::string& xl
       f.y0, f.w, f.h);
   for (double x : xticks) {
     double px = f.X(x);
-    s += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#ddd\"/>\n",
-                     px, f.y0, f.y0 + f.h);
+    s +=
+        fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#ddd\"/>\n",
+                    px, f.y0, f.y0 + f.h);
     s += fmt::format(
         "<text x=\"{:.1f}\" y=\"{}\" font-size=\"11\" text-anchor=\"middle\">{:g}</text>\n", px,
         f.y0 + f.h + 15, x);
@@ -143,18 +148,18 @@ std::string ComparisonTable(const std::vector<SimResult>& results) {
       "{:>9}\n",
       "POLICY", "DONE", "LOST", "AVG JCT", "P50 JCT", "P99 JCT", "MAKESPAN", "AVG QUEUE",
       "GPU-HOURS", "UTIL", "USEFUL", "OOMS", "WASTED", "SCHED MEAN", "SCHED MAX");
-  s += fmt::format("{:<18} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>6} {:>6} {:>5} "
-                   "{:>9} {:>10} {:>9}\n",
-                   "", "jobs", "jobs", "h", "h", "h", "h", "h", "", "%", "%", "", "GPU-h", "ms",
-                   "ms");
+  s += fmt::format(
+      "{:<18} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>6} {:>6} {:>5} "
+      "{:>9} {:>10} {:>9}\n",
+      "", "jobs", "jobs", "h", "h", "h", "h", "h", "", "%", "%", "", "GPU-h", "ms", "ms");
   for (const auto& r : results) {
     const PolicyMetrics& m = r.metrics;
     s += fmt::format(
         "{:<18} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9.0f} {:>6.1f} {:>6.1f} {:>5} "
         "{:>9.1f} {:>10.3f} {:>9.3f}\n",
-        m.policy, m.finished, m.given_up + m.unfinished + m.impossible, Hours(m.avg_jct_s), Hours(m.p50_jct_s),
-        Hours(m.p99_jct_s), Hours(m.makespan_s), Hours(m.avg_queue_s), m.gpu_hours,
-        100 * m.gpu_util, 100 * m.gpu_util_useful, m.oom_events, m.wasted_gpu_hours,
+        m.policy, m.finished, m.given_up + m.unfinished + m.impossible, Hours(m.avg_jct_s),
+        Hours(m.p50_jct_s), Hours(m.p99_jct_s), Hours(m.makespan_s), Hours(m.avg_queue_s),
+        m.gpu_hours, 100 * m.gpu_util, 100 * m.gpu_util_useful, m.oom_events, m.wasted_gpu_hours,
         m.sched_overhead_ms_mean, m.sched_overhead_ms_max);
   }
   return s;
@@ -167,15 +172,15 @@ std::string JobsCsv(const std::vector<SimResult>& results) {
   for (const auto& r : results) {
     for (const auto& j : r.jobs) {
       bool done = j.outcome == JobOutcome::kFinished;
-      s += fmt::format("{},{},{},{:.1f},{},{},{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.4f}\n",
-                       r.metrics.policy, j.id, j.model, j.submit_s,
-                       j.first_start_s >= 0 ? fmt::format("{:.1f}", j.first_start_s) : "",
-                       done ? fmt::format("{:.1f}", j.finish_s) : "",
-                       done ? fmt::format("{:.1f}", j.jct_s()) : "",
-                       j.first_start_s >= 0 ? fmt::format("{:.1f}", j.first_start_s - j.submit_s)
-                                            : "",
-                       JobOutcomeName(j.outcome), j.gpu, j.gpus, j.ooms, j.restarts, j.failures,
-                       j.gpu_s / 3600, j.wasted_gpu_s / 3600, j.memory_factor);
+      s += fmt::format(
+          "{},{},{},{:.1f},{},{},{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.4f}\n", r.metrics.policy,
+          j.id, j.model, j.submit_s,
+          j.first_start_s >= 0 ? fmt::format("{:.1f}", j.first_start_s) : "",
+          done ? fmt::format("{:.1f}", j.finish_s) : "",
+          done ? fmt::format("{:.1f}", j.jct_s()) : "",
+          j.first_start_s >= 0 ? fmt::format("{:.1f}", j.first_start_s - j.submit_s) : "",
+          JobOutcomeName(j.outcome), j.gpu, j.gpus, j.ooms, j.restarts, j.failures, j.gpu_s / 3600,
+          j.wasted_gpu_s / 3600, j.memory_factor);
     }
   }
   return s;
@@ -185,11 +190,10 @@ std::string TimelineCsv(const std::vector<SimResult>& results, int64_t total_gpu
   std::string s = "policy,t_s,queued,running,busy_gpus,util\n";
   for (const auto& r : results) {
     for (const auto& p : r.timeline) {
-      s += fmt::format("{},{:.1f},{},{},{},{:.4f}\n", r.metrics.policy, p.t_s, p.queued, p.running,
-                       p.busy_gpus,
-                       total_gpus > 0 ? static_cast<double>(p.busy_gpus) /
-                                            static_cast<double>(total_gpus)
-                                      : 0.0);
+      s += fmt::format(
+          "{},{:.1f},{},{},{},{:.4f}\n", r.metrics.policy, p.t_s, p.queued, p.running, p.busy_gpus,
+          total_gpus > 0 ? static_cast<double>(p.busy_gpus) / static_cast<double>(total_gpus)
+                         : 0.0);
     }
   }
   return s;
@@ -236,9 +240,8 @@ std::string JctCdfSvg(const std::vector<SimResult>& results) {
       pts += fmt::format("{:.1f},{:.1f} ", f.X(v[k]), f.Y(y));
     }
     pts += fmt::format("{:.1f},{:.1f}", f.X(v.back()), f.Y(1.0));
-    s += fmt::format(
-        "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" points=\"{}\"/>\n",
-        kColours[i % std::size(kColours)], pts);
+    s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" points=\"{}\"/>\n",
+                     kColours[i % std::size(kColours)], pts);
   }
   s += Legend(f, names);
   s += "</svg>\n";
@@ -271,9 +274,8 @@ std::string TimelineSvg(const std::vector<SimResult>& results, int64_t total_gpu
     double prev_util = -1, prev_queued = -1;
     for (const auto& p : results[i].timeline) {
       double t = p.t_s / 3600;
-      double util = total_gpus > 0 ? static_cast<double>(p.busy_gpus) /
-                                         static_cast<double>(total_gpus)
-                                   : 0;
+      double util =
+          total_gpus > 0 ? static_cast<double>(p.busy_gpus) / static_cast<double>(total_gpus) : 0;
       double queued = static_cast<double>(p.queued);
       if (prev_util >= 0) {
         u += fmt::format("{:.1f},{:.1f} ", top.X(t), top.Y(prev_util));
@@ -285,10 +287,10 @@ std::string TimelineSvg(const std::vector<SimResult>& results, int64_t total_gpu
       prev_queued = queued;
     }
     const char* c = kColours[i % std::size(kColours)];
-    s += fmt::format(
-        "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.3\" points=\"{}\"/>\n", c, u);
-    s += fmt::format(
-        "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.3\" points=\"{}\"/>\n", c, q);
+    s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.3\" points=\"{}\"/>\n",
+                     c, u);
+    s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.3\" points=\"{}\"/>\n",
+                     c, q);
   }
   s += Legend(top, names);
   s += "</svg>\n";

@@ -4,10 +4,9 @@
 #ifndef FRENZY_SIM_REPORT_H_
 #define FRENZY_SIM_REPORT_H_
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "sim/engine.h"
 

@@ -1,5 +1,7 @@
 #include "sim/workload.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -8,10 +10,8 @@
 #include <set>
 #include <sstream>
 
-#include <fmt/core.h>
-
-#include "data/embedded.h"
 #include "common/strings.h"
+#include "data/embedded.h"
 
 namespace frenzy {
 namespace {
@@ -29,8 +29,8 @@ std::vector<std::string_view> SplitComma(std::string_view line) {
   size_t start = 0;
   while (true) {
     size_t comma = line.find(',', start);
-    out.push_back(Trim(line.substr(start, comma == std::string_view::npos ? line.npos
-                                                                          : comma - start)));
+    out.push_back(
+        Trim(line.substr(start, comma == std::string_view::npos ? line.npos : comma - start)));
     if (comma == std::string_view::npos) break;
     start = comma + 1;
   }
@@ -65,8 +65,8 @@ std::string Num(double v) {
 }  // namespace
 
 Result<Workload> ParseWorkloadCsv(std::string_view text, const std::string& where) {
-  static const char* kRequired[] = {"job_id", "submit_s", "model", "tokens", "global_batch",
-                                    "seq_len"};
+  static const char* kRequired[] = {"job_id", "submit_s",     "model",
+                                    "tokens", "global_batch", "seq_len"};
   Workload w;
   w.name = where;
   std::map<std::string, size_t> col;
@@ -125,9 +125,9 @@ Result<Workload> ParseWorkloadCsv(std::string_view text, const std::string& wher
     if (auto p = cell("precision")) {
       auto prec = ParsePrecision(*p);
       if (!prec) {
-        return InvalidArgument("unknown precision '" + std::string(*p) +
-                                   "' (bf16, fp16, fp32, bf16-pure)",
-                               at, "precision");
+        return InvalidArgument(
+            "unknown precision '" + std::string(*p) + "' (bf16, fp16, fp32, bf16-pure)", at,
+            "precision");
       }
       j.precision = *prec;
     }

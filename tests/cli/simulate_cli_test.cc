@@ -2,8 +2,6 @@
 // determinism for a seed, and clear errors for bad input.
 #include <gtest/gtest.h>
 
-#include "cli_run.h"
-
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+
+#include "cli_run.h"
 
 namespace {
 
@@ -24,17 +24,19 @@ std::string TempFile(const std::string& name, const std::string& contents) {
 }
 
 TEST(SimulateCli, JsonHasEveryPolicyWithTheContractFields) {
-  CliRun r = Frenzy("simulate --cluster lab --workload lab-synthetic --policy fifo-static,tiresias "
-                    "--json", false);
+  CliRun r = Frenzy(
+      "simulate --cluster lab --workload lab-synthetic --policy fifo-static,tiresias "
+      "--json",
+      false);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["policies"].size(), 2u);
   EXPECT_EQ(j["policies"][0]["policy"], "fifo-static");
   EXPECT_EQ(j["policies"][1]["policy"], "tiresias");
   for (const auto& p : j["policies"]) {
-    for (const char* f : {"jobs", "avg_jct_s", "p50_jct_s", "p99_jct_s", "makespan_s",
-                          "avg_queue_s", "gpu_util", "oom_events", "sched_overhead_ms_mean",
-                          "sched_overhead_ms_max"}) {
+    for (const char* f :
+         {"jobs", "avg_jct_s", "p50_jct_s", "p99_jct_s", "makespan_s", "avg_queue_s", "gpu_util",
+          "oom_events", "sched_overhead_ms_mean", "sched_overhead_ms_max"}) {
       EXPECT_TRUE(p.contains(f)) << f;
     }
     EXPECT_EQ(p["jobs"], 60);
@@ -48,8 +50,8 @@ TEST(SimulateCli, JsonHasEveryPolicyWithTheContractFields) {
 
 TEST(SimulateCli, SameSeedSameFigures) {
   auto run = [](const char* seed) {
-    CliRun r = Frenzy(std::string("simulate -c lab -w lab-synthetic -p tiresias --json --seed ") +
-                          seed, false);
+    CliRun r = Frenzy(
+        std::string("simulate -c lab -w lab-synthetic -p tiresias --json --seed ") + seed, false);
     auto j = nlohmann::json::parse(r.out)["policies"][0];
     for (const char* f : {"sched_overhead_ms_mean", "sched_overhead_ms_p99",
                           "sched_overhead_ms_max", "sched_overhead_ms_total", "sim_wall_s"}) {
@@ -63,11 +65,12 @@ TEST(SimulateCli, SameSeedSameFigures) {
 TEST(SimulateCli, OutWritesCsvsAndSvgPlots) {
   auto dir = std::filesystem::temp_directory_path() / "frenzy-sim-cli-out";
   std::filesystem::remove_all(dir);
-  CliRun r = Frenzy("simulate -c lab -w lab-synthetic -p fifo-static,tiresias --no-progress --out " +
-                    dir.string());
+  CliRun r =
+      Frenzy("simulate -c lab -w lab-synthetic -p fifo-static,tiresias --no-progress --out " +
+             dir.string());
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  for (const char* f : {"jobs.csv", "timeline.csv", "summary.json", "jct_cdf.svg",
-                        "timeline.svg"}) {
+  for (const char* f :
+       {"jobs.csv", "timeline.csv", "summary.json", "jct_cdf.svg", "timeline.svg"}) {
     ASSERT_TRUE(std::filesystem::exists(dir / f)) << f;
   }
   std::ifstream svg(dir / "jct_cdf.svg");

@@ -84,8 +84,7 @@ TEST(FifoStatic, RunsJobsWhereTheirUsersAskedInArrivalOrder) {
 TEST(FifoStatic, HeadOfTheQueueBlocksEveryoneBehindIt) {
   ClusterView c = TwoTypes();
   JobOptions opts = Options();
-  std::vector<JobView> jobs = {Queued(0, opts, 1, 4), Queued(1, opts, 1, 2),
-                               Queued(2, opts, 0, 1)};
+  std::vector<JobView> jobs = {Queued(0, opts, 1, 4), Queued(1, opts, 1, 2), Queued(2, opts, 0, 1)};
   StartOn(jobs[0], c, 2, 4, 0, 0);  // the slow node is full
   auto p = MakeFifoStaticPolicy();
   Decisions d = p->Schedule(At(10, c, jobs));
@@ -111,8 +110,7 @@ TEST(Tiresias, NewJobPreemptsOneWithMoreAttainedService) {
   ClusterView c = TwoTypes();
   JobOptions opts = Options();
   // Job 0 holds all 12 GPUs' worth: 8 fast + 4 slow, and has 20 GPU-hours of service.
-  std::vector<JobView> jobs = {Queued(0, opts, 0, 8), Queued(1, opts, 0, 4),
-                               Queued(2, opts, 0, 4)};
+  std::vector<JobView> jobs = {Queued(0, opts, 0, 8), Queued(1, opts, 0, 4), Queued(2, opts, 0, 4)};
   jobs[0].running = true;
   jobs[0].alloc.option = jobs[0].requested_option;
   jobs[0].alloc.placement = {{0, 4}, {1, 4}};

@@ -61,7 +61,7 @@ const RunOption& Chosen(const JobOptions& t, const Decisions& d, size_t i) {
 
 TEST(FrenzyPolicy, OffersOnlyWhatFitsInMemory) {
   ClusterView c = TwoTypes();
-  c.nodes[0].free = 0;  // the fast node is busy
+  c.nodes[0].free = 0;                   // the fast node is busy
   JobOptions fast_only = Table(100, 0);  // MARP: does not fit the 24 GB GPUs
   std::vector<JobView> jobs = {Waiting(0, fast_only, 1e6)};
   auto p = MakeFrenzyPolicy();

@@ -159,8 +159,8 @@ TEST(SimEngine, PreemptedJobPaysRestartAndLosesNothing) {
 TEST(SimEngine, OutOfMemoryCrashIsCountedAndNotRetriedUnchanged) {
   // gpt2-xl with plain data parallelism on one 24 GB RTX-3090 (hand table): predicted not to
   // fit, so with no prediction error it crashes; the scripted user then doubles the GPUs.
-  Workload w = Parse(
-      "job_id,submit_s,model,tokens,global_batch,seq_len\nj1,0,llama-2-7b,1e8,64,2048\n");
+  Workload w =
+      Parse("job_id,submit_s,model,tokens,global_batch,seq_len\nj1,0,llama-2-7b,1e8,64,2048\n");
   OptionCache cache(Lab(), GpuCatalog::Default(), 0.10);
   ScriptedPolicy p(2, 1);  // RTX-3090 x 1
   p.kind = OptionKind::kHand;
@@ -186,7 +186,8 @@ TEST(SimEngine, InvalidDecisionIsAnErrorNotACrash) {
 }
 
 TEST(SimEngine, UnknownModelNamesTheJob) {
-  Workload w = Parse("job_id,submit_s,model,tokens,global_batch,seq_len\nbad1,0,nope-7b,1e9,64,1024\n");
+  Workload w =
+      Parse("job_id,submit_s,model,tokens,global_batch,seq_len\nbad1,0,nope-7b,1e9,64,1024\n");
   OptionCache cache(Lab(), GpuCatalog::Default(), 0.10);
   ScriptedPolicy p(0, 1);
   auto r = Simulate(w, Lab(), GpuCatalog::Default(), p, NoError(), cache);
