@@ -14,6 +14,8 @@
 #include <memory>
 #include <string>
 
+#include "CbcHeuristic.hpp"
+#include "CbcHeuristicFPump.hpp"
 #include "CbcModel.hpp"
 #include "ClpSimplex.hpp"
 #include "CoinFinite.hpp"
@@ -178,6 +180,12 @@ Result<LpSolution> SolveInteger(const LinearProgram& lp, double time_limit_s) {
   if (model.solver()->isProvenDualInfeasible()) {
     return Status(StatusCode::kFailedPrecondition, "integer program is unbounded");
   }
+  // Primal heuristics, so that a large program has an incumbent before the time limit: simple
+  // rounding of the relaxation and the feasibility pump (the driver's defaults include both).
+  CbcRounding rounding(model);
+  model.addHeuristic(&rounding);
+  CbcHeuristicFPump pump(model);
+  model.addHeuristic(&pump);
   model.branchAndBound();
   if (model.isProvenInfeasible()) {
     return Status(StatusCode::kFailedPrecondition, "integer program is infeasible");
