@@ -94,7 +94,7 @@ struct LoadedSnapshot {
       v.submit_s = w.jobs[i].submit_s;
       v.options = tables.back().get();
       v.total_tokens = w.jobs[i].tokens;
-      v.profiled_memory_factor = 1.0;
+      v.memory_factor = 1.0;
       jobs.push_back(std::move(v));
     }
   }

@@ -32,6 +32,12 @@ struct SimulateOptions {
   double repair_h = 1;
   double max_hours = 0;
   double margin = 0.10;
+  double memory_drift = 0;
+  double memory_bias = 0;
+  double report_min = 5;
+  double crash_mtbf_h = 0;
+  double stragglers = 0;
+  double straggler_speed = 0.5;
   std::string out;
   bool json = false;
   bool no_progress = false;
@@ -69,8 +75,26 @@ void RunSimulate(const SimulateOptions& o) {
         "--restart-s, --mtbf-h, --repair-h and --margin must be >= 0, --checkpoint-min > 0", {},
         "options"));
   }
+  if (!(o.memory_drift >= 0 && o.memory_drift <= 100) || !(o.memory_bias > -50 && o.memory_bias <= 100)) {
+    return Fail(InvalidArgument("--memory-drift must be in [0, 100], --memory-bias in (-50, 100] percent",
+                                {}, "memory-drift"));
+  }
+  if (!(o.report_min > 0) || !(o.crash_mtbf_h >= 0)) {
+    return Fail(InvalidArgument("--report-min must be > 0, --crash-mtbf-h >= 0", {}, "report-min"));
+  }
+  if (!(o.stragglers >= 0 && o.stragglers <= 1) ||
+      !(o.straggler_speed > 0 && o.straggler_speed <= 1)) {
+    return Fail(InvalidArgument("--stragglers must be in [0, 1], --straggler-speed in (0, 1]", {},
+                                "stragglers"));
+  }
   SimOptions so;
   so.seed = o.seed;
+  so.memory_drift_pct = o.memory_drift;
+  so.memory_bias_pct = o.memory_bias;
+  so.report_interval_s = o.report_min * 60;
+  so.job_crash_mtbf_s = o.crash_mtbf_h * 3600;
+  so.straggler_fraction = o.stragglers;
+  so.straggler_speed = o.straggler_speed;
   so.memory_error_pct = o.memory_error;
   so.memory_margin = o.margin;
   so.restart_s = o.restart_s;
@@ -168,6 +192,22 @@ void RegisterSimulateCommands(CLI::App& app) {
   cmd->add_option("--repair-h", o->repair_h, "Hours to repair a failed node")
       ->capture_default_str();
   cmd->add_option("--max-hours", o->max_hours, "Stop the simulated clock here (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--memory-drift", o->memory_drift,
+                  "Jobs' real peak grows by up to this much (percent, uniform per job) by their end")
+      ->capture_default_str();
+  cmd->add_option("--memory-bias", o->memory_bias,
+                  "Every job's real peak is this much above its drawn truth (percent)")
+      ->capture_default_str();
+  cmd->add_option("--report-min", o->report_min,
+                  "Minutes between memory reports of running jobs (runtime policies)")
+      ->capture_default_str();
+  cmd->add_option("--crash-mtbf-h", o->crash_mtbf_h,
+                  "Mean hours between other crashes of a running job (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--stragglers", o->stragglers, "Fraction of nodes that run slower than predicted")
+      ->capture_default_str();
+  cmd->add_option("--straggler-speed", o->straggler_speed, "Speed of a straggler node (fraction)")
       ->capture_default_str();
   cmd->add_option("--out,-o", o->out, "Folder for jobs.csv, timeline.csv and SVG plots");
   cmd->add_flag("--no-progress", o->no_progress, "No progress bar");

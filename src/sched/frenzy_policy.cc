@@ -40,6 +40,7 @@ class FrenzyPolicy final : public Policy {
     return k_.memory_aware ? OptionKind::kMarp : OptionKind::kHand;
   }
   double round_s() const override { return k_.round_s; }
+  bool uses_runtime() const override { return k_.dynamic_memory; }
 
   Decisions Schedule(const Snapshot& s) override {
     const ClusterView& c = *s.cluster;
@@ -80,8 +81,9 @@ class FrenzyPolicy final : public Policy {
       int64_t& min_gpus = min_gpus_of.back();
       double max_tps = 0;
       // Jobs of one class share a table: its statistics are computed once per decision
-      // (unless the job has crashed options of its own).
-      auto cached = j.failed_options.empty() ? stats.find(j.options) : stats.end();
+      // (unless the job has crashed options or a memory factor of its own).
+      bool shared = j.failed_options.empty() && !j.memory_factor;
+      auto cached = shared ? stats.find(j.options) : stats.end();
       if (cached != stats.end()) {
         const TableStats& ts = cached->second;
         std::copy(ts.per_gpu.begin(), ts.per_gpu.end(), per_gpu);
@@ -90,13 +92,13 @@ class FrenzyPolicy final : public Policy {
       } else {
         for (size_t i = 0; i < j.options->options.size(); ++i) {
           const RunOption& o = j.options->options[i];
-          if (!Usable(j, i, total)) continue;
+          if (!Usable(j, i, total, *s.cluster)) continue;
           max_tps = std::max(max_tps, o.plan.tokens_per_s);
           double& p = per_gpu[static_cast<size_t>(o.type)];
           p = std::max(p, o.plan.tokens_per_s / static_cast<double>(o.gpus));
           if (min_gpus == 0 || o.gpus < min_gpus) min_gpus = o.gpus;
         }
-        if (j.failed_options.empty()) {
+        if (shared) {
           stats.emplace(j.options, TableStats{std::vector<double>(per_gpu, per_gpu + types),
                                               min_gpus, max_tps});
         }
@@ -165,7 +167,7 @@ class FrenzyPolicy final : public Policy {
           continue;
         }
         ++i;
-        if (!Usable(j, i - 1, total)) continue;
+        if (!Usable(j, i - 1, total, *s.cluster)) continue;
         // The smallest count of a type is always a candidate (it is what fits); larger ones
         // only while they scale.
         bool smallest_of_type = i - 1 == 0 || opts[i - 2].type != o.type;
@@ -206,7 +208,7 @@ class FrenzyPolicy final : public Policy {
         continue;
       }
       if (!k_.backfill) break;  // strict order: the first blocked job ends the round
-      if (wj.starving) Reserve(j, total, free, reserved);
+      if (wj.starving) Reserve(j, total, c, free, reserved);
     }
 
     // Adaptivity: running jobs take GPUs that no waiting job could take in this decision (with
@@ -234,7 +236,7 @@ class FrenzyPolicy final : public Policy {
         double pick_s = k_.move_gain * now_s;
         for (size_t i = 0; i < j->options->options.size(); ++i) {
           const RunOption& o = j->options->options[i];
-          if (static_cast<int>(i) == j->alloc.option || !Usable(*j, i, total)) continue;
+          if (static_cast<int>(i) == j->alloc.option || !Usable(*j, i, total, *s.cluster)) continue;
           if (free.FreeOfType(o.type) - reserved[static_cast<size_t>(o.type)] < o.gpus) continue;
           double t = k_.restart_s + left / o.plan.tokens_per_s;
           if (t < pick_s) {
@@ -258,9 +260,13 @@ class FrenzyPolicy final : public Policy {
   }
 
  private:
-  static bool Usable(const JobView& j, size_t i, const std::vector<int64_t>& total) {
+  // An option the job can use: the cluster has that many GPUs of the type, it has not crashed,
+  // and, when the runtime has learned the job's memory factor, some layout of it fits.
+  static bool Usable(const JobView& j, size_t i, const std::vector<int64_t>& total,
+                     const ClusterView& c) {
     const RunOption& o = j.options->options[i];
-    return o.gpus <= total[static_cast<size_t>(o.type)] && !j.Failed(static_cast<int>(i));
+    if (o.gpus > total[static_cast<size_t>(o.type)] || j.Failed(static_cast<int>(i))) return false;
+    return !j.memory_factor || j.Layout(static_cast<int>(i), c) >= 0;
   }
 
   // Shortest remaining time first, with hysteresis: stops running jobs (on one GPU type) that
@@ -290,7 +296,7 @@ class FrenzyPolicy final : public Policy {
       int shrink = -1;
       for (size_t i = 0; i < r.options->options.size(); ++i) {
         const RunOption& so = r.options->options[i];
-        if (so.type != o.type || so.gpus >= o.gpus || !Usable(r, i, total)) continue;
+        if (so.type != o.type || so.gpus >= o.gpus || !Usable(r, i, total, *s.cluster)) continue;
         if (shrink < 0 || so.gpus > r.option(shrink).gpus) shrink = static_cast<int>(i);
       }
       if (shrink >= 0 && remaining > k_.shrink_ratio * best_s) {
@@ -308,7 +314,7 @@ class FrenzyPolicy final : public Policy {
     std::vector<const Victim*> chosen;
     for (size_t i = 0; i < opts.size(); ++i) {
       const RunOption& o = opts[i];
-      if (!Usable(j, i, total)) continue;
+      if (!Usable(j, i, total, *s.cluster)) continue;
       double cost = static_cast<double>(o.gpus) * left / o.plan.tokens_per_s;
       if (cost >= best_cost) continue;
       int64_t room = free.FreeOfType(o.type);
@@ -347,12 +353,12 @@ class FrenzyPolicy final : public Policy {
 
   // Keeps, for a starving job, the GPUs its most GPU-efficient option needs on that type, so
   // that jobs behind it cannot keep taking them.
-  void Reserve(const JobView& j, const std::vector<int64_t>& total, const FreeMap& free,
-               std::vector<int64_t>& reserved) const {
+  void Reserve(const JobView& j, const std::vector<int64_t>& total, const ClusterView& c,
+               const FreeMap& free, std::vector<int64_t>& reserved) const {
     const RunOption* want = nullptr;
     for (size_t i = 0; i < j.options->options.size(); ++i) {
       const RunOption& o = j.options->options[i];
-      if (!Usable(j, i, total)) continue;
+      if (!Usable(j, i, total, c)) continue;
       if (want == nullptr || o.plan.tokens_per_s / static_cast<double>(o.gpus) >
                                  want->plan.tokens_per_s / static_cast<double>(want->gpus)) {
         want = &o;

@@ -17,6 +17,11 @@ struct FrenzyKnobs {
   // Choose among MARP's memory-safe options; off: among the hand-tuned ones (what users would
   // run, which may crash out of memory), to measure what memory awareness is worth.
   bool memory_aware = true;
+  // Run with Frenzy's runtime (src/runtime): jobs' memory reports correct their memory factor,
+  // jobs projected to run out of memory are re-planned, moved or requeued before they crash,
+  // and a crash is recovered with a safer plan. Off: an out-of-memory crash only marks the
+  // option that crashed as failed.
+  bool dynamic_memory = true;
   // Order waiting jobs by predicted remaining time (shortest first); off: arrival order.
   bool shortest_first = true;
   // Choose the GPU type by predicted speed and by what the choice costs other waiting jobs

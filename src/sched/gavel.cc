@@ -11,7 +11,7 @@
 // throughput on s_j GPUs of type t: plan.tokens_per_s of the job's (fastest) option for
 // (t, s_j); 0 where that option does not exist, exceeds the type's GPUs, crashed out of memory
 // (JobView::Failed), or does not fit once the profiled memory factor is applied (Gavel profiles
-// jobs, so it knows which layouts really fit: device_bytes x profiled_memory_factor <= GPU
+// jobs, so it knows which layouts really fit: device_bytes x memory_factor <= GPU
 // memory). Jobs that run nowhere are left out of the LP (they would pin the minimum at 0).
 // Normalisation is Gavel's: T_eq[j] is the job's throughput under the "proportional" equal share,
 // X_eq[j][t] = N_t / sum_t' N_t' (Gavel's ProportionalPolicy, cluster split evenly across types and

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 
 #include "memory/memory_model.h"
 #include "perf/perf_model.h"
@@ -99,22 +100,24 @@ Result<JobOptions> BuildJobOptions(const JobSpec& job_in, const Cluster& cluster
     }
     return -1;
   };
-  // plans are ranked fastest first: the first per (type, count) is the one to keep.
+  // plans are ranked fastest first: the first per (type, count) is the one to keep; for kMarp,
+  // the later ones that need less memory than every faster one are its leaner layouts.
+  constexpr size_t kMaxLeaner = 4;
+  std::map<std::pair<int, int64_t>, RunOption> by_pair;
   for (const Plan& p : planned.plans) {
     int type = type_index(p.gpu);
     if (type < 0) continue;
-    RunOption o{type, p.gpus, p, true};
-    out.options.push_back(o);
+    auto [it, fresh] = by_pair.try_emplace({type, p.gpus}, RunOption{type, p.gpus, p, true, {}});
+    if (fresh || kind != OptionKind::kMarp) continue;
+    RunOption& o = it->second;
+    int64_t least = o.leaner.empty() ? o.plan.device_bytes : o.leaner.back().device_bytes;
+    // At least 3% leaner than the last one kept, or it is not worth a restart.
+    if (static_cast<double>(p.device_bytes) < 0.97 * static_cast<double>(least) &&
+        o.leaner.size() < kMaxLeaner) {
+      o.leaner.push_back(p);
+    }
   }
-  std::stable_sort(out.options.begin(), out.options.end(),
-                   [](const RunOption& a, const RunOption& b) {
-                     return std::make_pair(a.type, a.gpus) < std::make_pair(b.type, b.gpus);
-                   });
-  out.options.erase(std::unique(out.options.begin(), out.options.end(),
-                                [](const RunOption& a, const RunOption& b) {
-                                  return a.type == b.type && a.gpus == b.gpus;
-                                }),
-                    out.options.end());
+  for (auto& [pair, o] : by_pair) out.options.push_back(std::move(o));
   if (kind == OptionKind::kHand) {
     // Where nothing fits, users still ask: plain data parallelism on power-of-two counts.
     for (size_t ti = 0; ti < types.size(); ++ti) {

@@ -35,6 +35,10 @@ struct RunOption {
   int64_t gpus = 0;      // GPUs used (TP x PP x CP x DP)
   Plan plan;             // the layout; plan.tokens_per_s is the predicted speed
   bool fits_prediction;  // predicted device memory fits the GPU (kHand may hold false ones)
+  // kMarp only: slower layouts on the same GPUs that need less device memory (more
+  // recomputation, a smaller micro-batch, more TP/PP, a higher ZeRO stage), each leaner than the
+  // one before — what the runtime re-plans to when a job needs more memory than predicted.
+  std::vector<Plan> leaner;
 };
 
 struct JobOptions {

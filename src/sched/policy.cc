@@ -16,12 +16,30 @@ bool JobView::Failed(int option_index) const {
          failed_options.end();
 }
 
+int JobView::Layout(int option_index, const ClusterView& cluster) const {
+  if (!memory_factor) return 0;
+  const RunOption& o = option(option_index);
+  double capacity = static_cast<double>(cluster.gpu_memory_bytes[static_cast<size_t>(o.type)]);
+  auto fits = [&](const Plan& p) {
+    return static_cast<double>(p.device_bytes) * *memory_factor <= capacity;
+  };
+  if (fits(o.plan)) return 0;
+  for (size_t k = 0; k < o.leaner.size(); ++k) {
+    if (fits(o.leaner[k])) return static_cast<int>(k) + 1;
+  }
+  return -1;
+}
+
+const Plan& JobView::PlanOf(int option_index, int layout_index) const {
+  const RunOption& o = option(option_index);
+  return layout_index <= 0 ? o.plan : o.leaner[static_cast<size_t>(layout_index - 1)];
+}
+
 bool JobView::Runnable(int option_index, const ClusterView& cluster) const {
   if (option_index < 0 || Failed(option_index)) return false;
   const RunOption& o = option(option_index);
   if (o.plan.tokens_per_s <= 0) return false;
-  return static_cast<double>(o.plan.device_bytes) * profiled_memory_factor.value_or(1.0) <=
-         static_cast<double>(cluster.gpu_memory_bytes[static_cast<size_t>(o.type)]);
+  return Layout(option_index, cluster) >= 0;
 }
 
 double JobView::DoneAt(double now_s) const {
@@ -61,6 +79,7 @@ constexpr std::pair<std::string_view, bool FrenzyKnobs::*> kFrenzyAblations[] = 
     {"frenzy-no-backfill", &FrenzyKnobs::backfill},
     {"frenzy-no-preempt", &FrenzyKnobs::preempt},
     {"frenzy-no-move", &FrenzyKnobs::move},
+    {"frenzy-no-dynamic", &FrenzyKnobs::dynamic_memory},
 };
 
 }  // namespace

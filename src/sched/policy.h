@@ -50,9 +50,11 @@ struct JobView {
   // The user's own request (GPU type and count) as an option of `options`; -1 when the job
   // has none or the cluster lacks the type or count.
   int requested_option = -1;
-  // Only for policies that profile jobs before placing them (uses_profiled_memory): the ratio
-  // of the job's real peak memory to the predicted one, which a profiling run would reveal.
-  std::optional<double> profiled_memory_factor;
+  // The known ratio of the job's real peak memory to MARP's prediction, when something knows
+  // it: a profiling run (policies with uses_profiled_memory) or the runtime's memory monitor,
+  // which learns it from the job's own memory reports (policies with uses_runtime). Unset:
+  // unknown, the option table's margin is all there is.
+  std::optional<double> memory_factor;
 
   double total_tokens = 0;
   double done_tokens = 0;        // progress kept at `progress_since_s` (checkpointed or not)
@@ -61,6 +63,7 @@ struct JobView {
 
   bool running = false;
   Allocation alloc;                 // valid when running
+  int layout = 0;                   // valid when running: 0 = the option's plan, k = leaner[k-1]
   double run_start_s = -1;          // start of the current run
   double first_start_s = -1;        // -1 until the job first ran
   double attained_gpu_s = 0;        // GPU-seconds of service received so far (without current run)
@@ -70,8 +73,14 @@ struct JobView {
 
   const RunOption& option(int i) const { return options->options[static_cast<size_t>(i)]; }
   bool Failed(int option_index) const;
-  // An option that can be run: it exists, has not crashed, has a speed, and its device memory
-  // (times profiled_memory_factor when the view carries one) fits the GPU.
+  // The layout of an option this job would run: without a memory_factor, 0 (the option's own
+  // plan); with one, the fastest of the option's plan and its leaner layouts whose device memory
+  // times the factor fits the GPU, or -1 when none does.
+  int Layout(int option_index, const ClusterView& cluster) const;
+  // The plan of (option, layout) as returned by Layout.
+  const Plan& PlanOf(int option_index, int layout_index) const;
+  // An option that can be run: it exists, has not crashed, has a speed, and some layout of it
+  // fits the GPU with the job's memory_factor (Layout >= 0).
   bool Runnable(int option_index, const ClusterView& cluster) const;
   // Tokens done by `now` (extrapolating the current run).
   double DoneAt(double now_s) const;
@@ -152,8 +161,12 @@ class Policy {
   virtual std::string_view name() const = 0;
   virtual OptionKind options_kind() const = 0;
   // True for policies that measure jobs before placing them (Gavel, Sia profile throughput):
-  // their job views carry profiled_memory_factor.
+  // their job views carry memory_factor.
   virtual bool uses_profiled_memory() const { return false; }
+  // True for policies run with Frenzy's runtime (src/runtime): the caller feeds the jobs' memory
+  // reports to a memory monitor, sets memory_factor from what it learned, and applies its
+  // actions (re-plan, move, requeue before an out-of-memory crash; safer plans after one).
+  virtual bool uses_runtime() const { return false; }
   // Called after every batch of simultaneous events (arrival, completion, crash, failure).
   virtual bool event_driven() const { return true; }
   // > 0: also called every round_s seconds while jobs are active (round-based policies).

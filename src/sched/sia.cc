@@ -6,7 +6,7 @@
 // configuration (GPU type, GPU count) taken from the job's option table:
 //  * configurations: power-of-two counts up to the type's usable GPUs, whose option exists, has
 //    not crashed out of memory (JobView::Failed) and fits once the profiled memory factor is
-//    applied (Sia profiles jobs: device_bytes x profiled_memory_factor <= GPU memory);
+//    applied (Sia profiles jobs: device_bytes x memory_factor <= GPU memory);
 //  * scale-up limit (as in Sia, after Pollux): a job may grow to at most twice its current GPU
 //    count per round; a job that holds nothing is offered the smallest configuration of each
 //    type (Sia starts every job at its minimum and doubles from there). The current configuration

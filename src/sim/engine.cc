@@ -7,8 +7,12 @@
 #include <map>
 #include <queue>
 #include <random>
+#include <set>
 
 #include "model/zoo.h"
+#include "runtime/actions.h"
+#include "runtime/faults.h"
+#include "runtime/monitor.h"
 
 namespace frenzy {
 namespace {
@@ -19,7 +23,18 @@ namespace {
 constexpr double kMeasuredMarpErrors[] = {-0.014, 0.025,  -0.001, -0.014, -0.014, -0.049, -0.030,
                                           -0.081, -0.013, 0.020,  -0.019, -0.024, -0.059};
 
-enum class EventKind { kArrival, kFinish, kOom, kRound, kNodeFail, kNodeRepair };
+enum class EventKind {
+  kArrival,
+  kFinish,
+  kOom,
+  kRound,
+  kNodeFail,
+  kNodeRepair,
+  kReport,        // a running job reports memory and speed to the runtime
+  kCrash,         // a run crashes for a reason other than memory
+  kRetry,         // a crashed job's back-off is over
+  kStragglerFix,  // a node declared slow is repaired
+};
 
 struct Event {
   double t = 0;
@@ -35,6 +50,8 @@ struct JobState {
   JobSpec spec;
   std::shared_ptr<const JobOptions> options;
   double factor = 1;    // real peak / predicted
+  double drift = 0;     // growth of the real peak by the end of the job (fraction)
+  runtime::RetryState retry;
   int64_t version = 0;  // bumped whenever the job starts or stops
   double checkpoint_tokens = 0;
   JobRecord record;
@@ -53,7 +70,23 @@ class Engine {
  public:
   Engine(const Workload& w, const Cluster& c, const GpuCatalog& cat, Policy& p, const SimOptions& o,
          OptionCache& cache)
-      : w_(w), cluster_(c), catalog_(cat), policy_(p), opt_(o), cache_(cache), rng_(o.seed) {}
+      : w_(w),
+        cluster_(c),
+        catalog_(cat),
+        policy_(p),
+        opt_(o),
+        cache_(cache),
+        rng_(o.seed),
+        // Separate streams, so that switching one model on leaves the others' draws unchanged.
+        rng_drift_(o.seed ^ 0x9e3779b97f4a7c15ULL),
+        rng_crash_(o.seed ^ 0xbf58476d1ce4e5b9ULL),
+        use_runtime_(p.uses_runtime()) {
+    runtime_opt_.restart_s = o.restart_s;
+    runtime_opt_.max_ooms = o.max_ooms;
+    runtime_opt_.act_horizon_s = 3 * o.report_interval_s;
+    retry_opt_.backoff_s = o.retry_backoff_s;
+    retry_opt_.max_attempts = o.max_crashes;
+  }
 
   Result<SimResult> Run();
 
@@ -65,7 +98,19 @@ class Engine {
   JobView* Active(int64_t key);
   void StopRun(JobView& v, double now, bool graceful);
   Status Apply(const Decisions& d, double now);
-  Status StartRun(JobView& v, const Allocation& a, double now);
+  // `layout` < 0: the layout the job's memory factor allows (JobView::Layout).
+  Status StartRun(JobView& v, const Allocation& a, double now, int layout = -1);
+  // The real peak of the job on (option, layout) at `progress` (fraction).
+  double RealPeak(const JobState& js, const Plan& plan, double progress) const;
+  // The speed of a run on these nodes (stragglers slow the whole gang).
+  double Speed(const Allocation& a) const;
+  // Runtime: a memory and speed report of a running job.
+  void OnReport(JobView& v, double now);
+  // Runtime: applies the memory actions for the running jobs; true when it acted.
+  Status RunMemoryActions(double now, bool& acted);
+  void Cordon(int node, double now);
+  void Hold(JobView& v);
+  void Unhold(int64_t key);
   void Finish(int64_t key, JobOutcome outcome, double now);
   void Sample(double now);
   // Asks the policy and applies its decisions; sets `acted` when it decided anything.
@@ -78,6 +123,16 @@ class Engine {
   const SimOptions& opt_;
   OptionCache& cache_;
   std::mt19937_64 rng_;
+  std::mt19937_64 rng_drift_, rng_crash_;
+  const bool use_runtime_;
+  runtime::RuntimeOptions runtime_opt_;
+  runtime::RetryOptions retry_opt_;
+  runtime::MemoryMonitor monitor_;
+  runtime::StragglerDetector stragglers_;
+  std::vector<double> node_speed_;  // 1, or straggler_speed for a straggler
+  std::set<int64_t> held_;          // crashed jobs waiting out their back-off (not active)
+  std::vector<char> node_failed_;   // by node: down after a failure (not only cordoned)
+  bool reported_ = false;           // a report arrived in this batch of events
 
   ClusterView view_;
   std::vector<JobState> jobs_;    // by key
@@ -170,8 +225,22 @@ Status Engine::Prepare() {
     js.record.id = wj.id;
     js.record.model = wj.model;
     js.record.submit_s = wj.submit_s;
+    js.factor *= 1.0 + opt_.memory_bias_pct / 100.0;
+    if (opt_.memory_drift_pct > 0) {
+      js.drift = std::uniform_real_distribution<double>(0.0, opt_.memory_drift_pct / 100.0)(
+          rng_drift_);
+    }
     js.record.memory_factor = js.factor;
+    js.record.memory_drift = js.drift;
     Push(wj.submit_s, EventKind::kArrival, static_cast<int64_t>(key));
+  }
+  node_speed_.assign(view_.nodes.size(), 1.0);
+  node_failed_.assign(view_.nodes.size(), 0);
+  if (opt_.straggler_fraction > 0) {
+    std::bernoulli_distribution slow(opt_.straggler_fraction);
+    for (double& sp : node_speed_) {
+      if (slow(rng_drift_)) sp = opt_.straggler_speed;
+    }
   }
   if (opt_.node_mtbf_s > 0) {
     std::exponential_distribution<double> fail(1.0 / opt_.node_mtbf_s);
@@ -227,7 +296,17 @@ void Engine::StopRun(JobView& v, double now, bool graceful) {
   ++js.version;
 }
 
-Status Engine::StartRun(JobView& v, const Allocation& a, double now) {
+double Engine::RealPeak(const JobState& js, const Plan& plan, double progress) const {
+  return static_cast<double>(plan.device_bytes) * js.factor * (1.0 + js.drift * progress);
+}
+
+double Engine::Speed(const Allocation& a) const {
+  double speed = 1;
+  for (const auto& [n, g] : a.placement) speed = std::min(speed, node_speed_[static_cast<size_t>(n)]);
+  return speed;
+}
+
+Status Engine::StartRun(JobView& v, const Allocation& a, double now, int layout) {
   JobState& js = jobs_[static_cast<size_t>(v.key)];
   auto bad = [&](const std::string& why) {
     return Status(StatusCode::kInternal,
@@ -249,6 +328,21 @@ Status Engine::StartRun(JobView& v, const Allocation& a, double now) {
     sum += g;
   }
   if (sum != o.gpus) return bad(fmt::format("placement has {} GPUs, the option {}", sum, o.gpus));
+  if (layout < 0) {
+    // The fastest layout the job's memory factor allows whose TP groups stay inside the nodes.
+    layout = std::max(0, v.Layout(a.option, view_));
+    auto keeps_groups = [&](int k) {
+      int64_t tp = v.PlanOf(a.option, k).tp;
+      return std::all_of(a.placement.begin(), a.placement.end(),
+                         [&](const auto& np) { return np.second % tp == 0; });
+    };
+    while (layout > 0 && !keeps_groups(layout) &&
+           static_cast<size_t>(layout) < o.leaner.size()) {
+      ++layout;
+    }
+  }
+  if (static_cast<size_t>(layout) > o.leaner.size()) return bad("no such layout");
+  const Plan& plan = v.PlanOf(a.option, layout);
   for (const auto& [n, g] : a.placement) view_.nodes[static_cast<size_t>(n)].free -= g;
   bool restart = v.first_start_s >= 0;
   if (!restart) v.first_start_s = now;
@@ -257,21 +351,42 @@ Status Engine::StartRun(JobView& v, const Allocation& a, double now) {
   ++running_;
   busy_gpus_ += o.gpus;
   v.alloc = a;
+  v.layout = layout;
   v.run_start_s = now;
   v.progress_since_s = now + (restart ? opt_.restart_s : 0.0);
-  v.rate_tokens_per_s = o.plan.tokens_per_s;
+  v.rate_tokens_per_s = plan.tokens_per_s * Speed(a);
   ++js.version;
   js.record.gpu = view_.types[static_cast<size_t>(o.type)];
   js.record.gpus = o.gpus;
   js.record.restarts = v.restarts;
   if (js.record.first_start_s < 0) js.record.first_start_s = now;
-  double real_peak = static_cast<double>(o.plan.device_bytes) * js.factor;
-  if (real_peak > static_cast<double>(view_.gpu_memory_bytes[static_cast<size_t>(o.type)])) {
-    Push(v.progress_since_s + opt_.oom_after_s, EventKind::kOom, v.key, js.version);
-  } else {
-    double left = std::max(0.0, v.total_tokens - v.done_tokens);
-    Push(v.progress_since_s + left / v.rate_tokens_per_s, EventKind::kFinish, v.key, js.version);
+  const double capacity = static_cast<double>(view_.gpu_memory_bytes[static_cast<size_t>(o.type)]);
+  const double p0 = v.total_tokens > 0 ? v.done_tokens / v.total_tokens : 0.0;
+  const double left = std::max(0.0, v.total_tokens - v.done_tokens);
+  // When the run ends: finished, out of memory (at once, or when drift crosses the GPU's
+  // memory), or crashed for another reason, whichever comes first.
+  double end = v.progress_since_s + left / v.rate_tokens_per_s;
+  EventKind how = EventKind::kFinish;
+  if (RealPeak(js, plan, p0) > capacity) {
+    end = v.progress_since_s + opt_.oom_after_s;
+    how = EventKind::kOom;
+  } else if (js.drift > 0 && RealPeak(js, plan, 1.0) > capacity) {
+    double p_cross = (capacity / RealPeak(js, plan, 0.0) - 1.0) / js.drift;
+    double t = v.progress_since_s + (p_cross * v.total_tokens - v.done_tokens) / v.rate_tokens_per_s;
+    if (t < end) {
+      end = std::max(now, t);
+      how = EventKind::kOom;
+    }
   }
+  if (opt_.job_crash_mtbf_s > 0) {
+    double t = now + std::exponential_distribution<double>(1.0 / opt_.job_crash_mtbf_s)(rng_crash_);
+    if (t < end) {
+      end = t;
+      how = EventKind::kCrash;
+    }
+  }
+  Push(end, how, v.key, js.version);
+  if (use_runtime_) Push(now + opt_.report_interval_s, EventKind::kReport, v.key, js.version);
   return Status::Ok();
 }
 
@@ -301,6 +416,10 @@ void Engine::Finish(int64_t key, JobOutcome outcome, double now) {
   JobView* v = Active(key);
   JobState& js = jobs_[static_cast<size_t>(key)];
   if (v->running) StopRun(*v, now, /*graceful=*/true);
+  if (use_runtime_) {
+    js.record.planned_factor = v->memory_factor.value_or(0.0);
+    monitor_.Finish(key);
+  }
   js.record.outcome = outcome;
   js.record.ooms = v->ooms;
   js.record.restarts = v->restarts;
@@ -309,6 +428,104 @@ void Engine::Finish(int64_t key, JobOutcome outcome, double now) {
                                  [](const JobView* a, int64_t k) { return a->key < k; }));
   ++done_;
   ++change_seq_;
+}
+
+void Engine::Hold(JobView& v) {
+  held_.insert(v.key);
+  active_.erase(std::lower_bound(active_.begin(), active_.end(), v.key,
+                                 [](const JobView* a, int64_t k) { return a->key < k; }));
+  ++change_seq_;
+}
+
+void Engine::Unhold(int64_t key) {
+  if (held_.erase(key) == 0) return;
+  JobView* slot = &views_[static_cast<size_t>(key)];
+  active_.insert(std::lower_bound(active_.begin(), active_.end(), key,
+                                  [](const JobView* a, int64_t k) { return a->key < k; }),
+                 slot);
+  ++change_seq_;
+}
+
+void Engine::OnReport(JobView& v, double now) {
+  if (now < v.progress_since_s || v.total_tokens <= 0) return;  // still loading its checkpoint
+  JobState& js = jobs_[static_cast<size_t>(v.key)];
+  const Plan& plan = v.PlanOf(v.alloc.option, v.layout);
+  const RunOption& o = v.option(v.alloc.option);
+  const int64_t capacity = view_.gpu_memory_bytes[static_cast<size_t>(o.type)];
+  double progress = v.DoneAt(now) / v.total_tokens;
+  runtime::MemoryReport r;
+  r.t_s = now;
+  r.progress = progress;
+  r.peak_bytes = static_cast<int64_t>(RealPeak(js, plan, progress));
+  r.predicted_bytes = plan.device_bytes;
+  r.capacity_bytes = capacity;
+  monitor_.Report(v.key, r);
+  v.memory_factor = monitor_.Factor(v.key);
+  reported_ = true;
+  // Speed: a gang runs at its slowest node's pace.
+  std::vector<int> nodes;
+  for (const auto& [n, g] : v.alloc.placement) nodes.push_back(n);
+  double ratio = plan.tokens_per_s > 0 ? v.rate_tokens_per_s / plan.tokens_per_s : 1.0;
+  for (int n : stragglers_.Report(nodes, ratio)) Cordon(n, now);
+}
+
+void Engine::Cordon(int node, double now) {
+  ++m_.stragglers_detected;
+  NodeView& nv = view_.nodes[static_cast<size_t>(node)];
+  nv.up = false;
+  nv.free = 0;
+  for (size_t i = 0; i < active_.size(); ++i) {
+    JobView& v = *active_[i];
+    if (!v.running) continue;
+    bool on = std::any_of(v.alloc.placement.begin(), v.alloc.placement.end(),
+                          [&](const auto& p) { return p.first == node; });
+    if (!on) continue;
+    double left = std::max(0.0, v.total_tokens - v.DoneAt(now));
+    double predicted = v.PlanOf(v.alloc.option, v.layout).tokens_per_s;
+    if (runtime::ShouldLeaveSlowNode(left, v.rate_tokens_per_s, predicted, opt_.restart_s)) {
+      StopRun(v, now, /*graceful=*/true);
+      jobs_[static_cast<size_t>(v.key)].record.note =
+          fmt::format("left node {} (running at {:.0f}% of the predicted speed)", node,
+                      100 * v.rate_tokens_per_s / std::max(1e-9, predicted));
+    }
+  }
+  ++change_seq_;
+  Push(now + opt_.node_repair_s, EventKind::kStragglerFix, -1, 0, node);
+}
+
+Status Engine::RunMemoryActions(double now, bool& acted) {
+  Snapshot s;
+  s.now_s = now;
+  s.cluster = &view_;
+  s.jobs = std::span<const JobView* const>(active_.data(), active_.size());
+  s.change_seq = change_seq_;
+  std::vector<runtime::MemoryAction> actions =
+      runtime::PlanMemoryActions(s, monitor_, runtime_opt_);
+  for (const runtime::MemoryAction& a : actions) {
+    JobView* v = Active(a.job);
+    if (v == nullptr || !v->running) continue;
+    JobState& js = jobs_[static_cast<size_t>(a.job)];
+    v->memory_factor = a.factor;
+    ++js.record.memory_actions;
+    js.record.note = a.why;
+    StopRun(*v, now, /*graceful=*/true);
+    switch (a.kind) {
+      case runtime::ActionKind::kReplan:
+        ++m_.memory_replans;
+        RETURN_IF_ERROR(StartRun(*v, a.alloc, now, a.layout));
+        break;
+      case runtime::ActionKind::kMove:
+        ++m_.memory_moves;
+        RETURN_IF_ERROR(StartRun(*v, a.alloc, now, a.layout));
+        break;
+      case runtime::ActionKind::kRequeue:
+        ++m_.memory_requeues;
+        break;
+    }
+    ++change_seq_;
+    acted = true;
+  }
+  return Status::Ok();
 }
 
 void Engine::Sample(double now) {
@@ -368,7 +585,11 @@ Result<SimResult> Engine::Run() {
           v.submit_s = js.record.submit_s;
           v.options = js.options.get();
           v.total_tokens = js.spec.tokens;
-          if (profiled) v.profiled_memory_factor = js.factor;
+          if (profiled) v.memory_factor = js.factor;
+          if (use_runtime_) {
+            monitor_.Track(e.job, js.record.model);  // the class: the workload's model
+            v.memory_factor = monitor_.Factor(e.job);
+          }
           v.requested_option = requested_[static_cast<size_t>(e.job)];
           JobView* slot = &views_[static_cast<size_t>(e.job)];
           *slot = std::move(v);
@@ -401,6 +622,23 @@ Result<SimResult> Engine::Run() {
           if (e.version != js.version) break;
           JobView* v = Active(e.job);
           int option = v->alloc.option;
+          if (use_runtime_) {
+            // The runtime learns a lower bound from the crash and plans a safer layout; the
+            // one that crashed no longer fits the job's factor.
+            const Plan& plan = v->PlanOf(option, v->layout);
+            monitor_.ReportOom(e.job, plan.device_bytes,
+                               view_.gpu_memory_bytes[static_cast<size_t>(v->option(option).type)]);
+            runtime::OomRecovery rec = runtime::RecoverFromOom(*v, monitor_, view_, runtime_opt_);
+            StopRun(*v, now, /*graceful=*/false);
+            ++v->ooms;
+            ++m_.oom_events;
+            ++change_seq_;
+            changed = true;
+            v->memory_factor = rec.factor;
+            js.record.note = rec.message;
+            if (rec.give_up) Finish(e.job, JobOutcome::kGivenUp, now);
+            break;
+          }
           // The crashed run is lost (StopRun counts it: no checkpoint was reached).
           StopRun(*v, now, /*graceful=*/false);
           v->failed_options.push_back(option);
@@ -408,7 +646,65 @@ Result<SimResult> Engine::Run() {
           ++m_.oom_events;
           ++change_seq_;
           changed = true;
-          if (v->ooms >= opt_.max_ooms) Finish(e.job, JobOutcome::kGivenUp, now);
+          if (v->ooms >= opt_.max_ooms) {
+            js.record.note = fmt::format("given up after {} out-of-memory crashes", v->ooms);
+            Finish(e.job, JobOutcome::kGivenUp, now);
+          }
+          break;
+        }
+        case EventKind::kCrash: {
+          JobState& js = jobs_[static_cast<size_t>(e.job)];
+          if (e.version != js.version) break;
+          JobView* v = Active(e.job);
+          const RunOption& o = v->option(v->alloc.option);
+          std::string log = fmt::format("run on {} x {} exited with an error after {:.0f} s", o.gpus,
+                                        view_.types[static_cast<size_t>(o.type)],
+                                        now - v->run_start_s);
+          StopRun(*v, now, /*graceful=*/false);
+          ++js.record.crashes;
+          ++m_.crashes;
+          ++change_seq_;
+          changed = true;
+          runtime::RetryDecision d = runtime::OnCrash(js.retry, js.checkpoint_tokens, log, retry_opt_);
+          js.record.note = d.message;
+          if (!d.retry) {
+            Finish(e.job, JobOutcome::kFailed, now);
+          } else {
+            Hold(*v);
+            Push(now + d.delay_s, EventKind::kRetry, e.job, js.version);
+          }
+          break;
+        }
+        case EventKind::kRetry:
+          Unhold(e.job);
+          changed = true;
+          break;
+        case EventKind::kReport: {
+          JobState& js = jobs_[static_cast<size_t>(e.job)];
+          if (e.version != js.version) break;
+          JobView* v = Active(e.job);
+          if (v == nullptr || !v->running) break;
+          OnReport(*v, now);
+          if (v->running) Push(now + opt_.report_interval_s, EventKind::kReport, e.job, js.version);
+          break;
+        }
+        case EventKind::kStragglerFix: {
+          NodeView& node = view_.nodes[static_cast<size_t>(e.node)];
+          node_speed_[static_cast<size_t>(e.node)] = 1.0;
+          stragglers_.Clear(e.node);
+          if (!node_failed_[static_cast<size_t>(e.node)]) {
+            int64_t used = 0;
+            for (const JobView* v : active_) {
+              if (!v->running) continue;
+              for (const auto& [n, g] : v->alloc.placement) {
+                if (n == e.node) used += g;
+              }
+            }
+            node.up = true;
+            node.free = node.gpus - used;
+          }
+          ++change_seq_;
+          changed = true;
           break;
         }
         case EventKind::kRound:
@@ -418,6 +714,7 @@ Result<SimResult> Engine::Run() {
         case EventKind::kNodeFail: {
           NodeView& node = view_.nodes[static_cast<size_t>(e.node)];
           node.up = false;
+          node_failed_[static_cast<size_t>(e.node)] = 1;
           ++m_.node_failures;
           for (size_t i = 0; i < active_.size(); ++i) {
             JobView& v = *active_[i];
@@ -436,8 +733,10 @@ Result<SimResult> Engine::Run() {
         }
         case EventKind::kNodeRepair: {
           NodeView& node = view_.nodes[static_cast<size_t>(e.node)];
-          node.up = true;
-          node.free = node.gpus;
+          node_failed_[static_cast<size_t>(e.node)] = 0;
+          // A node still declared slow stays cordoned until its straggler repair.
+          node.up = !stragglers_.IsSlow(e.node);
+          node.free = node.up ? node.gpus : 0;
           std::exponential_distribution<double> fail(1.0 / opt_.node_mtbf_s);
           Push(now + fail(rng_), EventKind::kNodeFail, -1, 0, e.node);
           ++change_seq_;
@@ -446,13 +745,20 @@ Result<SimResult> Engine::Run() {
         }
       }
     }
+    if (reported_) {
+      reported_ = false;
+      bool acted = false;
+      RETURN_IF_ERROR(RunMemoryActions(now, acted));
+      changed = changed || acted;
+    }
     bool call = (changed && policy_.event_driven()) || round_now;
     if (call && !active_.empty()) {
       bool acted = false;
       RETURN_IF_ERROR(Invoke(now, acted));
       // Nothing runs, nothing more arrives or gets repaired, the policy starts nothing: what
       // is left can never run.
-      bool stuck = !acted && arrived == total && opt_.node_mtbf_s <= 0 && running_ == 0;
+      bool stuck = !acted && arrived == total && opt_.node_mtbf_s <= 0 && running_ == 0 &&
+                   held_.empty() && stragglers_.slow().empty();
       if (stuck) break;
     }
     if (round > 0 && !round_pending_ && !active_.empty()) {
@@ -464,9 +770,14 @@ Result<SimResult> Engine::Run() {
       opt_.progress(static_cast<double>(done_) / static_cast<double>(std::max<int64_t>(1, total)));
       next_progress = done_ + std::max<int64_t>(1, total / 200);
     }
-    if (active_.empty() && arrived == total) break;
+    if (active_.empty() && held_.empty() && arrived == total) break;
   }
-  // Whatever is still active did not finish.
+  // Whatever is still active (or held after a crash) did not finish.
+  for (int64_t key : held_) {
+    JobState& js = jobs_[static_cast<size_t>(key)];
+    js.record.outcome = JobOutcome::kUnfinished;
+    js.record.ooms = views_[static_cast<size_t>(key)].ooms;
+  }
   for (JobView* v : active_) {
     if (v->running) StopRun(*v, now, /*graceful=*/true);
     JobState& js = jobs_[static_cast<size_t>(v->key)];
@@ -493,6 +804,8 @@ Result<SimResult> Engine::Run() {
       ++m.given_up;
     } else if (rec.outcome == JobOutcome::kImpossible) {
       ++m.impossible;
+    } else if (rec.outcome == JobOutcome::kFailed) {
+      ++m.failed;
     } else {
       ++m.unfinished;
     }
@@ -551,6 +864,8 @@ const char* JobOutcomeName(JobOutcome o) {
       return "unfinished";
     case JobOutcome::kImpossible:
       return "impossible";
+    case JobOutcome::kFailed:
+      return "failed";
   }
   return "unfinished";
 }

@@ -17,7 +17,14 @@
 //    it crashes `oom_after_s` into its run, keeps only progress up to its last checkpoint, and
 //    that option is marked failed for it; after `max_ooms` crashes the job is given up;
 //  * node failures (exponential, mean `node_mtbf_s`) crash the jobs on the node, which keep
-//    their last checkpoint (one every `checkpoint_interval_s` of progress).
+//    their last checkpoint (one every `checkpoint_interval_s` of progress);
+//  * memory drift: a job's real peak grows with its progress (`memory_drift_pct`); a run
+//    crashes when the peak crosses its GPU's memory;
+//  * other crashes (`job_crash_mtbf_s`) are retried with back-off, and fail a job after
+//    `max_crashes` in a row without progress; straggler nodes run slower than predicted.
+// With a policy that uses_runtime, the engine feeds memory and speed reports to Frenzy's runtime
+// (src/runtime) every `report_interval_s` and applies what it decides: memory factors, re-plans,
+// moves and requeues before an out-of-memory crash, recovery after one, slow nodes avoided.
 //
 // The engine never contains policy logic; it validates decisions and reports a policy's invalid
 // decision as an Internal error.
@@ -50,6 +57,21 @@ struct SimOptions {
   int max_ooms = 5;                        // crashes before a job is given up
   double node_mtbf_s = 0;                  // 0: no node failures
   double node_repair_s = 3600;
+  // Memory drift: each job's real peak grows linearly with its progress, by a fraction drawn
+  // uniformly from [0, memory_drift_pct] % by the end (longer sequences later in a data mix,
+  // fragmentation).
+  double memory_drift_pct = 0;
+  // Every job's real peak is this much above its drawn truth (%), e.g. a framework upgrade that
+  // MARP does not know yet: what learning across jobs corrects.
+  double memory_bias_pct = 0;
+  // How often running jobs report memory and speed to the runtime (policies with uses_runtime).
+  double report_interval_s = 300;
+  double job_crash_mtbf_s = 0;  // > 0: runs also crash for other reasons (exponential)
+  // A fraction of nodes are stragglers: their GPUs run at straggler_speed x the prediction.
+  double straggler_fraction = 0;
+  double straggler_speed = 0.5;
+  double retry_backoff_s = 60;  // first back-off after a crash; doubles with each in a row
+  int max_crashes = 4;          // crashes in a row without progress before a job fails
   double max_time_s = std::numeric_limits<double>::infinity();  // stop the clock here
   // Wall clock for measuring the policy's overhead, in seconds (injected: the engine never
   // reads a clock itself). Unset: overhead is reported as 0.
@@ -61,7 +83,9 @@ struct SimOptions {
 // kImpossible: no option at all (the model cannot run on any GPU type and count of the cluster
 // with this policy's table, or the job itself is impossible, e.g. longer sequences than the
 // model's positions); the job is dropped at arrival.
-enum class JobOutcome { kFinished, kGivenUp, kUnfinished, kImpossible };
+// kGivenUp: out of memory too often (or nothing fits any more); kFailed: crashed for other
+// reasons too often in a row.
+enum class JobOutcome { kFinished, kGivenUp, kUnfinished, kImpossible, kFailed };
 const char* JobOutcomeName(JobOutcome o);
 
 struct JobRecord {
@@ -70,7 +94,11 @@ struct JobRecord {
   JobOutcome outcome = JobOutcome::kUnfinished;
   std::string gpu;   // of the last run
   int64_t gpus = 0;  // of the last run
-  int ooms = 0, restarts = 0, failures = 0;
+  int ooms = 0, restarts = 0, failures = 0, crashes = 0;
+  int memory_actions = 0;    // runtime re-plans, moves and requeues
+  double memory_drift = 0;   // growth of its real peak by the end (fraction)
+  double planned_factor = 0; // the runtime's last memory factor for it (0: none)
+  std::string note;          // why it was given up or failed; the runtime's last explanation
   double gpu_s = 0;         // GPU-seconds allocated
   double wasted_gpu_s = 0;  // of which lost: crashed runs, lost progress, restart pauses
   double memory_factor = 1;
@@ -84,14 +112,17 @@ struct TimelinePoint {
 
 struct PolicyMetrics {
   std::string policy;
-  int64_t jobs = 0, finished = 0, given_up = 0, unfinished = 0, impossible = 0;
+  int64_t jobs = 0, finished = 0, given_up = 0, unfinished = 0, impossible = 0, failed = 0;
+  int64_t jobs_lost() const { return given_up + failed; }
   double avg_jct_s = 0, p50_jct_s = 0, p95_jct_s = 0, p99_jct_s = 0;  // finished jobs
   double makespan_s = 0;       // first arrival to last completion
   double avg_queue_s = 0;      // arrival to first start, jobs that started
   double gpu_util = 0;         // allocated GPU-s / (GPUs x makespan)
   double gpu_util_useful = 0;  // allocated minus wasted
   double gpu_hours = 0, wasted_gpu_hours = 0;
-  int64_t oom_events = 0, node_failures = 0, restarts = 0;
+  int64_t oom_events = 0, node_failures = 0, restarts = 0, crashes = 0;
+  // The runtime's actions (policies with uses_runtime).
+  int64_t memory_replans = 0, memory_moves = 0, memory_requeues = 0, stragglers_detected = 0;
   int64_t sched_calls = 0;
   double sched_overhead_ms_mean = 0, sched_overhead_ms_p99 = 0, sched_overhead_ms_max = 0,
          sched_overhead_ms_total = 0;

@@ -104,6 +104,17 @@ std::vector<double> NiceTicks(double lo, double hi, int n) {
   return t;
 }
 
+// A CSV field: quoted (with quotes doubled) when it holds a comma, a quote or a newline.
+std::string CsvField(const std::string& v) {
+  if (v.find_first_of(",\"\n") == std::string::npos) return v;
+  std::string out = "\"";
+  for (char ch : v) {
+    if (ch == '"') out += '"';
+    out += ch;
+  }
+  return out + "\"";
+}
+
 std::string Header(double width, double height) {
   return fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} "
@@ -120,6 +131,8 @@ nlohmann::json MetricsToJson(const PolicyMetrics& m) {
           {"given_up", m.given_up},
           {"unfinished", m.unfinished},
           {"impossible", m.impossible},
+          {"failed", m.failed},
+          {"jobs_lost", m.jobs_lost()},
           {"avg_jct_s", m.avg_jct_s},
           {"p50_jct_s", m.p50_jct_s},
           {"p95_jct_s", m.p95_jct_s},
@@ -133,6 +146,11 @@ nlohmann::json MetricsToJson(const PolicyMetrics& m) {
           {"oom_events", m.oom_events},
           {"node_failures", m.node_failures},
           {"restarts", m.restarts},
+          {"crashes", m.crashes},
+          {"memory_replans", m.memory_replans},
+          {"memory_moves", m.memory_moves},
+          {"memory_requeues", m.memory_requeues},
+          {"stragglers_detected", m.stragglers_detected},
           {"sched_calls", m.sched_calls},
           {"sched_overhead_ms_mean", m.sched_overhead_ms_mean},
           {"sched_overhead_ms_p99", m.sched_overhead_ms_p99},
@@ -144,22 +162,23 @@ nlohmann::json MetricsToJson(const PolicyMetrics& m) {
 
 std::string ComparisonTable(const std::vector<SimResult>& results) {
   std::string s = fmt::format(
-      "{:<18} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>6} {:>6} {:>5} {:>9} {:>10} "
-      "{:>9}\n",
+      "{:<18} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>6} {:>6} {:>5} {:>5} {:>9} "
+      "{:>10} {:>9}\n",
       "POLICY", "DONE", "LOST", "AVG JCT", "P50 JCT", "P99 JCT", "MAKESPAN", "AVG QUEUE",
-      "GPU-HOURS", "UTIL", "USEFUL", "OOMS", "WASTED", "SCHED MEAN", "SCHED MAX");
+      "GPU-HOURS", "UTIL", "USEFUL", "OOMS", "ACTS", "WASTED", "SCHED MEAN", "SCHED MAX");
   s += fmt::format(
-      "{:<18} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>6} {:>6} {:>5} "
+      "{:<18} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>6} {:>6} {:>5} {:>5} "
       "{:>9} {:>10} {:>9}\n",
-      "", "jobs", "jobs", "h", "h", "h", "h", "h", "", "%", "%", "", "GPU-h", "ms", "ms");
+      "", "jobs", "jobs", "h", "h", "h", "h", "h", "", "%", "%", "", "mem", "GPU-h", "ms", "ms");
   for (const auto& r : results) {
     const PolicyMetrics& m = r.metrics;
     s += fmt::format(
-        "{:<18} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9.0f} {:>6.1f} {:>6.1f} {:>5} "
+        "{:<18} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9.0f} {:>6.1f} {:>6.1f} {:>5} {:>5} "
         "{:>9.1f} {:>10.3f} {:>9.3f}\n",
-        m.policy, m.finished, m.given_up + m.unfinished + m.impossible, Hours(m.avg_jct_s),
-        Hours(m.p50_jct_s), Hours(m.p99_jct_s), Hours(m.makespan_s), Hours(m.avg_queue_s),
-        m.gpu_hours, 100 * m.gpu_util, 100 * m.gpu_util_useful, m.oom_events, m.wasted_gpu_hours,
+        m.policy, m.finished, m.given_up + m.failed + m.unfinished + m.impossible,
+        Hours(m.avg_jct_s), Hours(m.p50_jct_s), Hours(m.p99_jct_s), Hours(m.makespan_s),
+        Hours(m.avg_queue_s), m.gpu_hours, 100 * m.gpu_util, 100 * m.gpu_util_useful, m.oom_events,
+        m.memory_replans + m.memory_moves + m.memory_requeues, m.wasted_gpu_hours,
         m.sched_overhead_ms_mean, m.sched_overhead_ms_max);
   }
   return s;
@@ -168,19 +187,22 @@ std::string ComparisonTable(const std::vector<SimResult>& results) {
 std::string JobsCsv(const std::vector<SimResult>& results) {
   std::string s =
       "policy,job_id,model,submit_s,first_start_s,finish_s,jct_s,queue_s,outcome,gpu,gpus,ooms,"
-      "restarts,failures,gpu_hours,wasted_gpu_hours,memory_factor\n";
+      "restarts,failures,gpu_hours,wasted_gpu_hours,memory_factor,crashes,memory_actions,"
+      "memory_drift,planned_factor,note\n";
   for (const auto& r : results) {
     for (const auto& j : r.jobs) {
       bool done = j.outcome == JobOutcome::kFinished;
       s += fmt::format(
-          "{},{},{},{:.1f},{},{},{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.4f}\n", r.metrics.policy,
+          "{},{},{},{:.1f},{},{},{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.4f},{},{},{:.4f},{:.4f},{}\n",
+          r.metrics.policy,
           j.id, j.model, j.submit_s,
           j.first_start_s >= 0 ? fmt::format("{:.1f}", j.first_start_s) : "",
           done ? fmt::format("{:.1f}", j.finish_s) : "",
           done ? fmt::format("{:.1f}", j.jct_s()) : "",
           j.first_start_s >= 0 ? fmt::format("{:.1f}", j.first_start_s - j.submit_s) : "",
           JobOutcomeName(j.outcome), j.gpu, j.gpus, j.ooms, j.restarts, j.failures, j.gpu_s / 3600,
-          j.wasted_gpu_s / 3600, j.memory_factor);
+          j.wasted_gpu_s / 3600, j.memory_factor, j.crashes, j.memory_actions, j.memory_drift,
+          j.planned_factor, CsvField(j.note));
     }
   }
   return s;

@@ -28,7 +28,7 @@ JobView MakeJob(int64_t key, const JobOptions* table, int64_t requested_gpus) {
   j.key = key;
   j.id = "job" + std::to_string(key);
   j.options = table;
-  j.profiled_memory_factor = 1.0;
+  j.memory_factor = 1.0;
   j.total_tokens = 1e12;
   for (size_t i = 0; i < table->options.size(); ++i) {
     if (table->options[i].gpus == requested_gpus) {
@@ -174,7 +174,7 @@ TEST(Gavel, NeverUsesAnOptionWhoseProfiledMemoryDoesNotFit) {
   ClusterView c = MakeCluster({{"fast-small", 40, 1, 1}, {"slow-big", 80, 1, 1}});
   JobOptions table = Table(c, {Opt(0, 1, 10, /*device_gib=*/35), Opt(1, 1, 2, 35)});
   std::vector<JobView> jobs = {MakeJob(0, &table, 1)};
-  jobs[0].profiled_memory_factor = 1.3;  // 45.5 GiB really
+  jobs[0].memory_factor = 1.3;  // 45.5 GiB really
   auto gavel = MakeGavelPolicy();
   for (int r = 0; r < 3; ++r) {
     Apply(gavel->Schedule(Snap(r * 360.0, c, jobs, 1)), r * 360.0, c, jobs);
@@ -210,7 +210,7 @@ TEST(Gavel, RequestedCountThatFitsNowhereBecomesTheSmallestThatFits) {
   ClusterView c = MakeCluster({{"gpu", 40, 1, 8}});
   JobOptions table = Table(c, {Opt(0, 1, 5, 35), Opt(0, 2, 9, 20), Opt(0, 4, 16, 12)});
   std::vector<JobView> jobs = {MakeJob(0, &table, 1)};
-  jobs[0].profiled_memory_factor = 1.3;
+  jobs[0].memory_factor = 1.3;
   auto gavel = MakeGavelPolicy();
   Apply(gavel->Schedule(Snap(0, c, jobs, 1)), 0, c, jobs);
   ASSERT_TRUE(jobs[0].running);

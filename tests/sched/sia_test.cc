@@ -38,7 +38,7 @@ JobView MakeJob(int64_t key, const JobOptions* table) {
   j.key = key;
   j.id = "job" + std::to_string(key);
   j.options = table;
-  j.profiled_memory_factor = 1.0;
+  j.memory_factor = 1.0;
   j.total_tokens = 1e12;
   return j;
 }
@@ -249,7 +249,7 @@ TEST(Sia, NeverPicksAConfigWhoseProfiledMemoryDoesNotFit) {
   JobOptions table =
       Table(c, {Opt(0, 1, 5, 35), Opt(0, 2, 10, 35), Opt(1, 1, 1, 35), Opt(1, 2, 2, 35)});
   std::vector<JobView> jobs = {MakeJob(0, &table)};
-  jobs[0].profiled_memory_factor = 1.3;
+  jobs[0].memory_factor = 1.3;
   auto sia = MakeSiaPolicy();
   for (int r = 0; r < 3; ++r) {
     Apply(sia->Schedule(Snap(60.0 * r, c, jobs)), 60.0 * r, c, jobs);
