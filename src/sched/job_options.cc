@@ -102,7 +102,7 @@ Result<JobOptions> BuildJobOptions(const JobSpec& job_in, const Cluster& cluster
   };
   // plans are ranked fastest first: the first per (type, count) is the one to keep; for kMarp,
   // the later ones that need less memory than every faster one are its leaner layouts.
-  constexpr size_t kMaxLeaner = 4;
+  constexpr size_t kMaxLeaner = 5;
   std::map<std::pair<int, int64_t>, RunOption> by_pair;
   for (const Plan& p : planned.plans) {
     int type = type_index(p.gpu);
@@ -112,12 +112,22 @@ Result<JobOptions> BuildJobOptions(const JobSpec& job_in, const Cluster& cluster
     RunOption& o = it->second;
     int64_t least = o.leaner.empty() ? o.plan.device_bytes : o.leaner.back().device_bytes;
     // At least 3% leaner than the last one kept, or it is not worth a restart.
-    if (static_cast<double>(p.device_bytes) < 0.97 * static_cast<double>(least) &&
-        o.leaner.size() < kMaxLeaner) {
+    if (static_cast<double>(p.device_bytes) < 0.97 * static_cast<double>(least)) {
       o.leaner.push_back(p);
     }
   }
-  for (auto& [pair, o] : by_pair) out.options.push_back(std::move(o));
+  for (auto& [pair, o] : by_pair) {
+    // Thinned evenly to kMaxLeaner, always keeping the leanest.
+    if (o.leaner.size() > kMaxLeaner) {
+      std::vector<Plan> kept;
+      size_t n = o.leaner.size();
+      for (size_t i = 0; i < kMaxLeaner; ++i) {
+        kept.push_back(std::move(o.leaner[(i + 1) * n / kMaxLeaner - 1]));
+      }
+      o.leaner = std::move(kept);
+    }
+    out.options.push_back(std::move(o));
+  }
   if (kind == OptionKind::kHand) {
     // Where nothing fits, users still ask: plain data parallelism on power-of-two counts.
     for (size_t ti = 0; ti < types.size(); ++ti) {

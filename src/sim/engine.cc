@@ -51,6 +51,7 @@ struct JobState {
   std::shared_ptr<const JobOptions> options;
   double factor = 1;    // real peak / predicted
   double drift = 0;     // growth of the real peak by the end of the job (fraction)
+  bool after_oom = false;  // the current (or next) run follows an out-of-memory crash
   runtime::RetryState retry;
   int64_t version = 0;  // bumped whenever the job starts or stops
   double checkpoint_tokens = 0;
@@ -96,7 +97,9 @@ class Engine {
     events_.push(Event{t, seq_++, k, job, version, node});
   }
   JobView* Active(int64_t key);
-  void StopRun(JobView& v, double now, bool graceful);
+  // `oom`: the run crashed out of memory (its waste, and the next run's restart pause, are
+  // counted as out-of-memory waste).
+  void StopRun(JobView& v, double now, bool graceful, bool oom = false);
   Status Apply(const Decisions& d, double now);
   // `layout` < 0: the layout the job's memory factor allows (JobView::Layout).
   Status StartRun(JobView& v, const Allocation& a, double now, int layout = -1);
@@ -260,7 +263,7 @@ JobView* Engine::Active(int64_t key) {
 
 // Ends the current run. Graceful (the policy stopped it): a checkpoint is written at the stop.
 // Otherwise (crash, failure): progress since the last checkpoint is lost.
-void Engine::StopRun(JobView& v, double now, bool graceful) {
+void Engine::StopRun(JobView& v, double now, bool graceful, bool oom) {
   JobState& js = jobs_[static_cast<size_t>(v.key)];
   const RunOption& o = v.option(v.alloc.option);
   double gpus = static_cast<double>(o.gpus);
@@ -268,6 +271,8 @@ void Engine::StopRun(JobView& v, double now, bool graceful) {
   double done = v.DoneAt(now);
   double pause = std::min(ran, std::max(0.0, v.progress_since_s - v.run_start_s));
   js.record.wasted_gpu_s += gpus * pause;
+  if (js.after_oom) js.record.oom_wasted_gpu_s += gpus * pause;
+  js.after_oom = oom;
   if (graceful) {
     js.checkpoint_tokens = done;
   } else if (v.rate_tokens_per_s > 0 && now > v.progress_since_s) {
@@ -277,6 +282,7 @@ void Engine::StopRun(JobView& v, double now, bool graceful) {
         std::floor(progressed_s / opt_.checkpoint_interval_s) * opt_.checkpoint_interval_s;
     js.checkpoint_tokens = std::min(v.total_tokens, v.done_tokens + kept_s * v.rate_tokens_per_s);
     js.record.wasted_gpu_s += gpus * (progressed_s - kept_s);
+    if (oom) js.record.oom_wasted_gpu_s += gpus * (progressed_s - kept_s);
   }
   done = js.checkpoint_tokens;
   js.record.gpu_s += gpus * ran;
@@ -629,7 +635,7 @@ Result<SimResult> Engine::Run() {
             monitor_.ReportOom(e.job, plan.device_bytes,
                                view_.gpu_memory_bytes[static_cast<size_t>(v->option(option).type)]);
             runtime::OomRecovery rec = runtime::RecoverFromOom(*v, monitor_, view_, runtime_opt_);
-            StopRun(*v, now, /*graceful=*/false);
+            StopRun(*v, now, /*graceful=*/false, /*oom=*/true);
             ++v->ooms;
             ++m_.oom_events;
             ++change_seq_;
@@ -640,7 +646,7 @@ Result<SimResult> Engine::Run() {
             break;
           }
           // The crashed run is lost (StopRun counts it: no checkpoint was reached).
-          StopRun(*v, now, /*graceful=*/false);
+          StopRun(*v, now, /*graceful=*/false, /*oom=*/true);
           v->failed_options.push_back(option);
           ++v->ooms;
           ++m_.oom_events;
@@ -757,8 +763,10 @@ Result<SimResult> Engine::Run() {
       RETURN_IF_ERROR(Invoke(now, acted));
       // Nothing runs, nothing more arrives or gets repaired, the policy starts nothing: what
       // is left can never run.
-      bool stuck = !acted && arrived == total && opt_.node_mtbf_s <= 0 && running_ == 0 &&
-                   held_.empty() && stragglers_.slow().empty();
+      // (With every node up, a failure can only take GPUs away: waiting changes nothing.)
+      bool all_up = std::all_of(view_.nodes.begin(), view_.nodes.end(),
+                                [](const NodeView& n) { return n.up; });
+      bool stuck = !acted && arrived == total && running_ == 0 && held_.empty() && all_up;
       if (stuck) break;
     }
     if (round > 0 && !round_pending_ && !active_.empty()) {
@@ -792,7 +800,7 @@ Result<SimResult> Engine::Run() {
   std::vector<double> jct;
   double queue_sum = 0;
   int64_t started = 0;
-  double gpu_s = 0, wasted = 0;
+  double gpu_s = 0, wasted = 0, oom_wasted = 0;
   r.jobs.reserve(jobs_.size());
   for (size_t i = 0; i < w_.jobs.size(); ++i) {
     const JobRecord& rec = jobs_[order_[i]].record;
@@ -815,6 +823,7 @@ Result<SimResult> Engine::Run() {
     }
     gpu_s += rec.gpu_s;
     wasted += rec.wasted_gpu_s;
+    oom_wasted += rec.oom_wasted_gpu_s;
     m.restarts += rec.restarts;
   }
   if (!jct.empty()) {
@@ -832,6 +841,7 @@ Result<SimResult> Engine::Run() {
   m.gpu_util_useful = capacity > 0 ? (gpu_s - wasted) / capacity : 0;
   m.gpu_hours = gpu_s / 3600;
   m.wasted_gpu_hours = wasted / 3600;
+  m.oom_wasted_gpu_hours = oom_wasted / 3600;
   m.sched_calls = static_cast<int64_t>(overhead_ms_.size());
   if (!overhead_ms_.empty()) {
     for (double x : overhead_ms_) {

@@ -101,6 +101,7 @@ struct JobRecord {
   std::string note;          // why it was given up or failed; the runtime's last explanation
   double gpu_s = 0;         // GPU-seconds allocated
   double wasted_gpu_s = 0;  // of which lost: crashed runs, lost progress, restart pauses
+  double oom_wasted_gpu_s = 0;  // of which lost to out-of-memory crashes (and their restarts)
   double memory_factor = 1;
   double jct_s() const { return finish_s - submit_s; }
 };
@@ -119,7 +120,7 @@ struct PolicyMetrics {
   double avg_queue_s = 0;      // arrival to first start, jobs that started
   double gpu_util = 0;         // allocated GPU-s / (GPUs x makespan)
   double gpu_util_useful = 0;  // allocated minus wasted
-  double gpu_hours = 0, wasted_gpu_hours = 0;
+  double gpu_hours = 0, wasted_gpu_hours = 0, oom_wasted_gpu_hours = 0;
   int64_t oom_events = 0, node_failures = 0, restarts = 0, crashes = 0;
   // The runtime's actions (policies with uses_runtime).
   int64_t memory_replans = 0, memory_moves = 0, memory_requeues = 0, stragglers_detected = 0;

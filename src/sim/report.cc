@@ -143,6 +143,7 @@ nlohmann::json MetricsToJson(const PolicyMetrics& m) {
           {"gpu_util_useful", m.gpu_util_useful},
           {"gpu_hours", m.gpu_hours},
           {"wasted_gpu_hours", m.wasted_gpu_hours},
+          {"oom_wasted_gpu_hours", m.oom_wasted_gpu_hours},
           {"oom_events", m.oom_events},
           {"node_failures", m.node_failures},
           {"restarts", m.restarts},
