@@ -56,8 +56,8 @@ struct MemoryAction {
 double TimeToOom(const JobView& job, const JobMemory& memory, const ClusterView& cluster,
                  double now_s);
 
-// Actions for the running jobs of `snapshot`, most urgent first. The GPUs a move takes are taken
-// in the order of the actions.
+// Actions for the running jobs of `snapshot`: the reverse ones (which keep their GPUs) first,
+// then the urgent ones, most urgent first. The GPUs a move takes are taken in that order.
 std::vector<MemoryAction> PlanMemoryActions(const Snapshot& snapshot, const MemoryMonitor& monitor,
                                             const RuntimeOptions& options);
 

@@ -104,7 +104,9 @@ double MemoryMonitor::Bound(double f) const {
 std::optional<double> MemoryMonitor::Factor(int64_t job) const {
   const JobMemory* m = Find(job);
   if (m != nullptr && (m->reports > 0 || m->floor)) {
-    return Bound(m->ProjectedRatio(1.0) * (1 + opt_.margin));
+    // The bound never lets a layout that crashed fit again.
+    return std::max(Bound(m->ProjectedRatio(1.0) * (1 + opt_.margin)),
+                    m->floor.value_or(0.0) * (1 + opt_.margin));
   }
   if (m != nullptr) {
     if (auto c = Correction(m->job_class)) return Bound(c->Ratio() * (1 + opt_.margin));
@@ -116,6 +118,11 @@ std::string MemoryMonitor::Explain(int64_t job) const {
   const JobMemory* m = Find(job);
   if (m == nullptr) return "not watched";
   auto f = Factor(job);
+  if (m->reports == 0 && m->floor) {
+    return fmt::format("out of memory {} time(s) before its first report: at least {:.2f}x the "
+                       "prediction; planned with {:.2f}x",
+                       m->ooms, *m->floor, *f);
+  }
   if (m->reports > 0 || m->floor) {
     std::string s = fmt::format(
         "observed {:.2f}x the prediction at {:.0f}% progress (trend +{:.3f} per 100%), "

@@ -92,7 +92,8 @@ class MemoryMonitor {
 
   const JobMemory* Find(int64_t job) const;
   // The factor to plan this job with: projected final ratio x (1 + margin) when the job was
-  // observed, else its class correction when the class has enough evidence, else none. Bounded.
+  // observed, else its class correction when the class has enough evidence, else none. Bounded,
+  // except that it is always above an OOM floor x (1 + margin).
   std::optional<double> Factor(int64_t job) const;
   // One line saying where the factor comes from.
   std::string Explain(int64_t job) const;
