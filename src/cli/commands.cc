@@ -425,28 +425,6 @@ struct PlanOptions {
   bool json = false;
 };
 
-nlohmann::json PlanToJson(const Plan& p) {
-  nlohmann::json j = {{"gpu", p.gpu},
-                      {"gpus", p.gpus},
-                      {"tp", p.tp},
-                      {"pp", p.pp},
-                      {"dp", p.dp},
-                      {"cp", p.cp},
-                      {"micro_batch", p.micro_batch},
-                      {"zero", p.zero},
-                      {"distributed_optimizer", p.distributed_optimizer},
-                      {"recompute", RecomputeName(p.recompute)},
-                      {"peak_bytes", p.peak_bytes},
-                      {"device_bytes", p.device_bytes},
-                      {"gpu_memory_bytes", p.gpu_memory_bytes},
-                      {"iteration_s", p.iteration_s},
-                      {"tokens_per_s", p.tokens_per_s},
-                      {"mfu", p.mfu},
-                      {"total_s", p.total_s},
-                      {"pareto", p.pareto}};
-  j["cost"] = p.cost ? nlohmann::json(*p.cost) : nlohmann::json(nullptr);
-  return j;
-}
 
 void RunPlan(const PlanOptions& o) {
   auto spec = ResolveModel(o.model);
@@ -679,6 +657,7 @@ void RegisterCommands(CLI::App& app) {
   }
   RegisterTraceCommands(app);
   RegisterSimulateCommands(app);
+  RegisterServerCommands(app);
 }
 
 }  // namespace frenzy::cli

@@ -27,6 +27,10 @@ void PrintJson(const nlohmann::json& j);
 // and `frenzy simulate` (simulate_commands.cc).
 void RegisterTraceCommands(CLI::App& app);
 void RegisterSimulateCommands(CLI::App& app);
+// server_commands.cc: `frenzy serve` (frenzyd), submit/jobs/status/cancel/cluster, agent.
+void RegisterServerCommands(CLI::App& app);
+// The daemon's flags on `cmd` (the `serve` subcommand, or frenzyd's own app).
+void RegisterServeOptions(CLI::App* cmd);
 
 }  // namespace frenzy::cli
 

@@ -10,6 +10,8 @@
 #ifndef FRENZY_PLANNER_PLANNER_H_
 #define FRENZY_PLANNER_PLANNER_H_
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -84,6 +86,9 @@ struct ClusterGpuType {
   double network_gbs = 0;
 };
 std::vector<ClusterGpuType> ClusterGpuTypes(const Cluster& cluster, const GpuCatalog& catalog);
+
+// A plan as JSON (the fields of Plan; `cost` null when unknown).
+nlohmann::json PlanToJson(const Plan& p);
 
 Result<PlanResult> PlanJob(const JobSpec& job, const Cluster& cluster, const GpuCatalog& catalog,
                            const PlannerOptions& options);

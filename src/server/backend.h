@@ -1,0 +1,82 @@
+// Backend: how frenzyd launches, watches and cancels the training runs it decided on, on an
+// existing cluster manager. One interface, four implementations:
+//   sim   — a simulated heterogeneous cluster inside the daemon (the embedded default);
+//   local — local processes, one per planned rank (src/server/local_backend.h);
+//   slurm — sbatch/squeue/scontrol/scancel/sinfo (src/server/slurm_backend.h);
+//   k8s   — Kubernetes Job manifests, applied with kubectl or written to a folder
+//           (src/server/k8s_backend.h).
+// A backend holds no state the daemon needs after a restart: every run is named by its handle
+// (stored in the daemon's database), and Status(handle) asks the cluster manager (or the run's
+// folder) what really happened.
+#ifndef FRENZY_SERVER_BACKEND_H_
+#define FRENZY_SERVER_BACKEND_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "planner/planner.h"
+
+namespace frenzy::server {
+
+// What to run: the job, its plan and where. `command` is the training command of one rank
+// (argv); the backend starts `plan.gpus` ranks of it (one per GPU; on CPU-only machines one
+// process per rank all the same) with the environment a launcher expects: RANK, WORLD_SIZE,
+// LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, CUDA_VISIBLE_DEVICES, plus `env`.
+struct LaunchSpec {
+  std::string job_id;   // the daemon's job id, e.g. "j-000042"
+  std::string name;     // a human name (the model), for the cluster manager's listings
+  Plan plan;            // the layout: plan.gpu (type), plan.gpus, tp, pp, dp, micro_batch, ...
+  int64_t nodes = 1;    // nodes the run spans
+  int64_t gpus_per_node = 1;
+  // Node names chosen by the scheduler (sim, local); slurm and k8s may leave the choice to the
+  // cluster manager within the GPU type.
+  std::vector<std::pair<std::string, int64_t>> placement;
+  std::vector<std::string> command;         // argv of one rank
+  std::map<std::string, std::string> env;   // extra environment (FRENZY_PLAN, FRENZY_REPORT_URL...)
+  std::string workdir;                      // the run's folder: logs, checkpoints, exit code
+  int64_t attempt = 0;                      // 0 for the first run of the job, then 1, 2, ...
+};
+
+enum class RunState { kPending, kRunning, kSucceeded, kFailed, kCancelled, kLost };
+const char* RunStateName(RunState s);
+
+struct RunStatus {
+  RunState state = RunState::kPending;
+  int exit_code = 0;    // when it ended
+  std::string message;  // the manager's reason, or the last line of the log
+  // What the backend itself knows of the run's progress (the sim backend does; real runs report
+  // over HTTP instead): fraction of the planned work done (< 0: unknown), peak bytes per GPU.
+  double progress = -1;
+  int64_t peak_bytes = 0;
+};
+
+// A node with GPUs as the backend sees it.
+struct BackendNode {
+  std::string name;
+  std::string gpu;     // GPU type, as the catalog names it when known (e.g. "A100-80GB")
+  int64_t gpus = 0;
+  bool up = true;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  // The nodes and their GPUs (discovery).
+  virtual Result<std::vector<BackendNode>> Nodes() = 0;
+  // Starts a run; returns its handle (e.g. the Slurm job id).
+  virtual Result<std::string> Launch(const LaunchSpec& spec) = 0;
+  virtual Result<RunStatus> Status(const std::string& handle) = 0;
+  // Spelled in full: inside Backend, `Status` names the member function above.
+  virtual ::frenzy::Status Cancel(const std::string& handle) = 0;
+};
+
+}  // namespace frenzy::server
+
+#endif  // FRENZY_SERVER_BACKEND_H_

@@ -1,0 +1,776 @@
+#include "server/daemon.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <functional>
+#include <set>
+
+#include "model/hf_config.h"
+#include "model/zoo.h"
+#include "runtime/actions.h"
+
+namespace frenzy::server {
+namespace {
+
+using nlohmann::json;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// Fields a job spec may hold. Jobs never name GPUs or layouts: choosing them is Frenzy's job.
+const std::set<std::string> kSpecFields = {"name",      "model",     "tokens",   "global_batch",
+                                           "seq_len",   "precision", "priority", "user"};
+const std::set<std::string> kGpuFields = {
+    "gpu",  "gpus", "gpu_type", "gpu_count", "requested_gpu", "requested_gpus", "nodes", "tp",
+    "pp",   "dp",   "cp",       "ep",        "micro_batch",   "zero",           "recompute"};
+
+int64_t KeyOf(const std::string& id) {
+  // "j-000042" -> 42
+  size_t dash = id.find('-');
+  return dash == std::string::npos ? -1 : std::strtoll(id.c_str() + dash + 1, nullptr, 10);
+}
+
+bool ContainsNoCase(const std::string& text, const std::string& needle) {
+  auto it = std::search(text.begin(), text.end(), needle.begin(), needle.end(),
+                        [](char a, char b) { return std::tolower(a) == std::tolower(b); });
+  return it != text.end();
+}
+
+std::string Describe(const Plan& p) {
+  return fmt::format("{} x {} (tp {}, pp {}, dp {}, micro-batch {}, zero {}, recompute {})",
+                     p.gpus, p.gpu, p.tp, p.pp, p.dp, p.micro_batch, p.zero,
+                     RecomputeName(p.recompute));
+}
+
+json ParseOr(const std::string& text, json fallback) {
+  if (text.empty()) return fallback;
+  json j = json::parse(text, nullptr, false);
+  return j.is_discarded() ? fallback : j;
+}
+
+}  // namespace
+
+struct Daemon::Parsed {
+  JobSpec spec;
+  std::string model_key;   // zoo name, or "inline:<hash>"
+  std::string model_name;  // for listings
+  json normalized;         // what the store keeps
+};
+
+Daemon::Daemon(DaemonOptions o, std::unique_ptr<Store> s, std::unique_ptr<Backend> b,
+               std::function<double()> now, Cluster c)
+    : opt_(std::move(o)),
+      store_(std::move(s)),
+      backend_(std::move(b)),
+      backend_name_(backend_->name()),
+      now_s_(std::move(now)),
+      cluster_(std::move(c)),
+      catalog_(GpuCatalog::Default()),
+      cache_(cluster_, catalog_, opt_.memory_margin) {}
+
+Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options, std::unique_ptr<Store> store,
+                                               std::unique_ptr<Backend> backend,
+                                               std::function<double()> now_s) {
+  ASSIGN_OR_RETURN(std::vector<BackendNode> nodes, backend->Nodes());
+  const GpuCatalog& catalog = GpuCatalog::Default();
+  Cluster c;
+  c.name = std::string(backend->name());
+  for (const BackendNode& n : nodes) {
+    const GpuType* g = catalog.Find(n.gpu);
+    if (g == nullptr) {
+      return NotFound(fmt::format("node '{}' has GPUs of unknown type '{}'", n.name, n.gpu),
+                      std::string(backend->name()), "gpu");
+    }
+    Node node;
+    node.name = n.name;
+    node.gpu = g->name;
+    node.gpus = n.gpus;
+    node.network_gbs = 12.5;  // 100 Gb/s Ethernet unless a cluster file says otherwise
+    c.nodes.push_back(node);
+  }
+  if (c.nodes.empty()) {
+    return Status(StatusCode::kFailedPrecondition, "the backend reports no nodes with GPUs",
+                  std::string(backend->name()));
+  }
+  auto policy = MakePolicy(options.policy);
+  if (!policy.ok()) return policy.status();
+  std::unique_ptr<Daemon> d(new Daemon(std::move(options), std::move(store), std::move(backend),
+                                       std::move(now_s), std::move(c)));
+  d->policy_ = std::move(policy).value();
+  for (const Node& n : d->cluster_.nodes) {
+    auto it = std::find(d->view_.types.begin(), d->view_.types.end(), n.gpu);
+    if (it == d->view_.types.end()) {
+      d->view_.types.push_back(n.gpu);
+      d->view_.gpu_memory_bytes.push_back(catalog.Find(n.gpu)->memory_bytes);
+      d->view_.gpus_per_node.push_back(0);
+      it = d->view_.types.end() - 1;
+    }
+    size_t t = static_cast<size_t>(it - d->view_.types.begin());
+    d->view_.gpus_per_node[t] = std::max(d->view_.gpus_per_node[t], n.gpus);
+    d->view_.nodes.push_back(NodeView{static_cast<int>(t), n.gpus, n.gpus, true});
+  }
+  d->runtime_opt_.restart_s = 60;
+  return d;
+}
+
+Result<Daemon::Parsed> Daemon::ParseSpec(const json& spec) const {
+  if (!spec.is_object()) return InvalidArgument("a job spec must be a JSON object", {}, "");
+  for (const auto& [key, value] : spec.items()) {
+    if (kGpuFields.count(key)) {
+      return InvalidArgument(
+          "jobs never name GPUs or layouts: Frenzy chooses the GPU type, count and layout", {},
+          key);
+    }
+    if (!kSpecFields.count(key)) return InvalidArgument("unknown field", {}, key);
+  }
+  Parsed p;
+  if (!spec.contains("model")) return InvalidArgument("missing: a zoo name or a config", {}, "model");
+  const json& model = spec["model"];
+  if (model.is_string()) {
+    std::string name = model.get<std::string>();
+    if (name.find('/') != std::string::npos || name.ends_with(".json")) {
+      return InvalidArgument("paths are not accepted over the API; send the config inline", {},
+                             "model");
+    }
+    auto m = ResolveModel(name);
+    if (!m.ok()) return Status(StatusCode::kNotFound, m.status().message(), {}, "model");
+    p.spec.model = *m;
+    p.model_key = name;
+    p.model_name = name;
+  } else if (model.is_object()) {
+    auto m = ParseHfConfig(model, "model");
+    if (!m.ok()) return Status(StatusCode::kInvalidArgument, m.status().ToString(), {}, "model");
+    p.spec.model = *m;
+    p.model_key = fmt::format("inline:{:x}", std::hash<std::string>{}(model.dump()));
+    p.model_name = model.value("_name_or_path", model.value("model_type", std::string("inline")));
+  } else {
+    return InvalidArgument("must be a zoo name or a config object", {}, "model");
+  }
+  auto number = [&](const char* key, double lo, double hi, std::optional<double> dflt,
+                    bool integer) -> Result<double> {
+    if (!spec.contains(key)) {
+      if (dflt) return *dflt;
+      return InvalidArgument("missing", {}, key);
+    }
+    const json& v = spec[key];
+    if (!v.is_number() || (integer && !v.is_number_integer())) {
+      return InvalidArgument(integer ? "must be an integer" : "must be a number", {}, key);
+    }
+    double x = v.get<double>();
+    if (!(x >= lo && x <= hi)) {
+      return InvalidArgument(fmt::format("must be in [{:g}, {:g}]", lo, hi), {}, key);
+    }
+    return x;
+  };
+  ASSIGN_OR_RETURN(double tokens, number("tokens", 1, 1e15, std::nullopt, false));
+  ASSIGN_OR_RETURN(double batch, number("global_batch", 1, 1e7, std::nullopt, true));
+  ASSIGN_OR_RETURN(double seq, number("seq_len", 1, 1e7, 2048.0, true));
+  ASSIGN_OR_RETURN(double priority, number("priority", -1e6, 1e6, 0.0, true));
+  p.spec.tokens = tokens;
+  p.spec.global_batch = static_cast<int64_t>(batch);
+  p.spec.seq_len = static_cast<int64_t>(seq);
+  if (spec.contains("precision")) {
+    if (!spec["precision"].is_string()) return InvalidArgument("must be a string", {}, "precision");
+    auto pr = ParsePrecision(spec["precision"].get<std::string>());
+    if (!pr) return InvalidArgument("unknown precision (bf16, fp16, fp32, bf16-pure)", {}, "precision");
+    p.spec.precision = *pr;
+  }
+  for (const char* key : {"name", "user"}) {
+    if (spec.contains(key) && !spec[key].is_string()) {
+      return InvalidArgument("must be a string", {}, key);
+    }
+  }
+  p.normalized = spec;
+  p.normalized["seq_len"] = p.spec.seq_len;
+  p.normalized["precision"] = PrecisionName(p.spec.precision);
+  p.normalized["priority"] = static_cast<int64_t>(priority);
+  p.normalized["model_key"] = p.model_key;
+  return p;
+}
+
+Result<std::shared_ptr<const JobOptions>> Daemon::OptionsFor(const JobRow& row) {
+  json spec = ParseOr(row.spec, json::object());
+  spec.erase("model_key");
+  ASSIGN_OR_RETURN(Parsed p, ParseSpec(spec));
+  return cache_.Get(p.model_key, p.spec, policy_->options_kind());
+}
+
+Result<json> Daemon::Submit(const json& body) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Parsed p, ParseSpec(body));
+  ASSIGN_OR_RETURN(auto options, cache_.Get(p.model_key, p.spec, policy_->options_kind()));
+  if (options->options.empty()) {
+    PlannerOptions po;
+    po.memory_margin = opt_.memory_margin;
+    auto planned = PlanJob(p.spec, cluster_, catalog_, po);
+    std::string why = planned.ok() ? planned->explanation : planned.status().message();
+    return Status(StatusCode::kFailedPrecondition,
+                  "no GPU type and count of this cluster can hold the job: " + why, {}, "model");
+  }
+  JobRow row;
+  row.spec = p.normalized.dump();
+  row.model = p.model_name;
+  row.state = JobState::kQueued;
+  row.submitted_s = row.updated_s = now_s_();
+  row.total_tokens = p.spec.tokens;
+  ASSIGN_OR_RETURN(std::string id, store_->InsertJob(row, p.model_name));
+  row.id = id;
+  ++submissions_;
+  return JobJson(row, false);
+}
+
+json Daemon::JobJson(const JobRow& r, bool detail) {
+  json j = {{"id", r.id},
+            {"model", r.model},
+            {"state", JobStateName(r.state)},
+            {"submitted_s", r.submitted_s},
+            {"updated_s", r.updated_s},
+            {"attempt", r.attempt},
+            {"progress",
+             {{"tokens_done", r.done_tokens},
+              {"tokens_total", r.total_tokens},
+              {"fraction", r.total_tokens > 0 ? r.done_tokens / r.total_tokens : 0.0},
+              {"step", r.step}}},
+            {"message", r.message}};
+  json spec = ParseOr(r.spec, json::object());
+  if (spec.contains("name")) j["name"] = spec["name"];
+  if (r.started_s >= 0) j["started_s"] = r.started_s;
+  if (r.finished_s >= 0) j["finished_s"] = r.finished_s;
+  json plan = ParseOr(r.plan, nullptr);
+  j["plan"] = plan;
+  j["memory"] = {{"predicted_bytes", r.predicted_bytes},
+                 {"observed_bytes", r.observed_bytes},
+                 {"factor", r.memory_factor > 0 ? json(r.memory_factor) : json(nullptr)},
+                 {"note", r.memory_note}};
+  if (detail) {
+    j["spec"] = spec;
+    j["why"] = r.why;
+    j["allocation"] = ParseOr(r.allocation, json::array());
+    j["handle"] = r.handle;
+    json ev = json::array();
+    if (auto events = store_->Events(r.id, 50); events.ok()) {
+      for (const EventRow& e : *events) {
+        ev.push_back({{"t_s", e.t_s}, {"kind", e.kind}, {"detail", e.detail}});
+      }
+    }
+    j["events"] = ev;
+  }
+  return j;
+}
+
+Result<json> Daemon::GetJob(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(auto row, store_->GetJob(id));
+  if (!row) return NotFound("no job '" + id + "'", {}, "id");
+  return JobJson(*row, true);
+}
+
+Result<json> Daemon::ListJobs(const std::string& state_filter, int64_t limit) {
+  std::vector<JobState> states;
+  if (!state_filter.empty()) {
+    auto st = JobStateFromName(state_filter);
+    if (!st) return InvalidArgument("unknown state '" + state_filter + "'", {}, "state");
+    states.push_back(*st);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(auto rows, store_->ListJobs(states, limit));
+  json out = json::array();
+  for (const JobRow& r : rows) out.push_back(JobJson(r, false));
+  return json{{"jobs", out}};
+}
+
+Result<json> Daemon::Cancel(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(auto row, store_->GetJob(id));
+  if (!row) return NotFound("no job '" + id + "'", {}, "id");
+  if (Terminal(row->state)) {
+    return Status(StatusCode::kFailedPrecondition,
+                  fmt::format("job '{}' already {}", id, JobStateName(row->state)), {}, "id");
+  }
+  if (row->state == JobState::kRunning && !row->handle.empty()) {
+    Status st = backend_->Cancel(row->handle);
+    if (!st.ok()) return st;
+  }
+  row->state = JobState::kCancelled;
+  row->updated_s = row->finished_s = now_s_();
+  row->message = "cancelled by request";
+  row->allocation.clear();
+  RETURN_IF_ERROR(store_->UpdateJob(*row, "cancelled", "by request"));
+  monitor_.Forget(KeyOf(id));
+  return JobJson(*row, false);
+}
+
+Result<json> Daemon::Report(const std::string& id, const json& body) {
+  if (!body.is_object()) return InvalidArgument("a report must be a JSON object", {}, "");
+  auto field = [&](const char* key, bool required) -> Result<std::optional<double>> {
+    if (!body.contains(key)) {
+      if (required) return InvalidArgument("missing", {}, key);
+      return std::optional<double>();
+    }
+    if (!body[key].is_number() || body[key].get<double>() < 0) {
+      return InvalidArgument("must be a non-negative number", {}, key);
+    }
+    return std::optional<double>(body[key].get<double>());
+  };
+  ASSIGN_OR_RETURN(auto step, field("step", true));
+  ASSIGN_OR_RETURN(auto tokens, field("tokens", true));
+  ASSIGN_OR_RETURN(auto peak, field("peak_bytes", false));
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(auto row, store_->GetJob(id));
+  if (!row) return NotFound("no job '" + id + "'", {}, "id");
+  if (row->state != JobState::kRunning) {
+    return Status(StatusCode::kFailedPrecondition,
+                  fmt::format("job '{}' is {}, not running", id, JobStateName(row->state)), {},
+                  "id");
+  }
+  row->step = static_cast<int64_t>(*step);
+  row->done_tokens = std::min(row->total_tokens, std::max(row->done_tokens, *tokens));
+  row->updated_s = now_s_();
+  if (peak && *peak) {
+    row->observed_bytes = static_cast<int64_t>(*peak);
+    json plan = ParseOr(row->plan, json::object());
+    int64_t predicted = plan.value("device_bytes", int64_t{0});
+    int64_t capacity = plan.value("gpu_memory_bytes", int64_t{0});
+    if (predicted > 0 && capacity > 0) {
+      runtime::MemoryReport r;
+      r.t_s = row->updated_s;
+      r.progress = row->total_tokens > 0 ? row->done_tokens / row->total_tokens : 0;
+      r.peak_bytes = row->observed_bytes;
+      r.predicted_bytes = predicted;
+      r.capacity_bytes = capacity;
+      monitor_.Report(KeyOf(id), r);
+      row->memory_factor = monitor_.Factor(KeyOf(id)).value_or(0.0);
+      row->memory_note = monitor_.Explain(KeyOf(id));
+    }
+  }
+  RETURN_IF_ERROR(store_->UpdateJob(*row, "", ""));
+  return json{{"ok", true}, {"memory_factor", row->memory_factor}};
+}
+
+Result<json> Daemon::Heartbeat(const std::string& node, const json& body) {
+  if (!body.is_object() || !body.contains("gpus") || !body["gpus"].is_array()) {
+    return InvalidArgument("a heartbeat needs a 'gpus' array", {}, "gpus");
+  }
+  NodeRow n;
+  n.name = node;
+  n.gpus = static_cast<int64_t>(body["gpus"].size());
+  for (const json& g : body["gpus"]) {
+    if (!g.is_object()) return InvalidArgument("each GPU must be an object", {}, "gpus");
+    if (n.gpu.empty()) n.gpu = g.value("gpu", g.value("name", std::string()));
+  }
+  n.up = true;
+  n.readings = body.dump();
+  std::lock_guard<std::mutex> lock(mu_);
+  n.last_seen_s = now_s_();
+  RETURN_IF_ERROR(store_->UpsertNode(n));
+  return json{{"ok", true}};
+}
+
+json Daemon::ClusterJson() {
+  std::lock_guard<std::mutex> lock(mu_);
+  json nodes = json::array();
+  for (size_t i = 0; i < cluster_.nodes.size(); ++i) {
+    const Node& n = cluster_.nodes[i];
+    const NodeView& v = view_.nodes[i];
+    nodes.push_back({{"name", n.name},
+                     {"gpu", n.gpu},
+                     {"gpus", n.gpus},
+                     {"free", v.free},
+                     {"up", v.up}});
+  }
+  json types = json::array();
+  for (size_t t = 0; t < view_.types.size(); ++t) {
+    types.push_back({{"gpu", view_.types[t]},
+                     {"memory_bytes", view_.gpu_memory_bytes[t]},
+                     {"gpus", view_.TotalOfType(static_cast<int>(t))},
+                     {"free", view_.FreeOfType(static_cast<int>(t))}});
+  }
+  json agents = json::array();
+  if (auto rows = store_->Nodes(); rows.ok()) {
+    for (const NodeRow& r : *rows) {
+      agents.push_back({{"name", r.name},
+                        {"gpu", r.gpu},
+                        {"gpus", r.gpus},
+                        {"last_seen_s", r.last_seen_s},
+                        {"readings", ParseOr(r.readings, nullptr)}});
+    }
+  }
+  return json{{"backend", backend_name_}, {"types", types}, {"nodes", nodes}, {"agents", agents}};
+}
+
+Result<json> Daemon::Plan(const json& body) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Parsed p, ParseSpec(body));
+  PlannerOptions po;
+  po.memory_margin = opt_.memory_margin;
+  po.top = 5;
+  ASSIGN_OR_RETURN(PlanResult r, PlanJob(p.spec, cluster_, catalog_, po));
+  json plans = json::array();
+  for (const auto& pl : r.plans) plans.push_back(PlanToJson(pl));
+  return json{{"plans", plans}, {"explanation", r.explanation}};
+}
+
+std::string Daemon::Metrics() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string s;
+  s += "# HELP frenzy_jobs Jobs by state.\n# TYPE frenzy_jobs gauge\n";
+  for (JobState st : {JobState::kQueued, JobState::kRunning, JobState::kSucceeded,
+                      JobState::kFailed, JobState::kCancelled}) {
+    auto n = store_->CountJobs(st);
+    s += fmt::format("frenzy_jobs{{state=\"{}\"}} {}\n", JobStateName(st), n.ok() ? *n : -1);
+  }
+  s += "# HELP frenzy_queue_length Jobs waiting for GPUs.\n# TYPE frenzy_queue_length gauge\n";
+  auto q = store_->CountJobs(JobState::kQueued);
+  s += fmt::format("frenzy_queue_length {}\n", q.ok() ? *q : -1);
+  s += "# HELP frenzy_gpus GPUs per type: total and used.\n# TYPE frenzy_gpus gauge\n";
+  for (size_t t = 0; t < view_.types.size(); ++t) {
+    int64_t total = view_.TotalOfType(static_cast<int>(t));
+    int64_t used = total - view_.FreeOfType(static_cast<int>(t));
+    s += fmt::format("frenzy_gpus{{type=\"{}\",kind=\"total\"}} {}\n", view_.types[t], total);
+    s += fmt::format("frenzy_gpus{{type=\"{}\",kind=\"used\"}} {}\n", view_.types[t], used);
+  }
+  s += "# HELP frenzy_job_memory_bytes Peak memory per GPU of running jobs: predicted and "
+       "observed.\n# TYPE frenzy_job_memory_bytes gauge\n";
+  if (auto rows = store_->ListJobs({JobState::kRunning}); rows.ok()) {
+    for (const JobRow& r : *rows) {
+      s += fmt::format("frenzy_job_memory_bytes{{job=\"{}\",kind=\"predicted\"}} {}\n", r.id,
+                       r.predicted_bytes);
+      s += fmt::format("frenzy_job_memory_bytes{{job=\"{}\",kind=\"observed\"}} {}\n", r.id,
+                       r.observed_bytes);
+    }
+  }
+  s += "# HELP frenzy_schedule_seconds Time of the control loop's scheduling passes.\n"
+       "# TYPE frenzy_schedule_seconds summary\n";
+  s += fmt::format("frenzy_schedule_seconds_sum {:.6f}\nfrenzy_schedule_seconds_count {}\n",
+                   schedule_s_total_, ticks_);
+  s += fmt::format("# TYPE frenzy_schedule_last_seconds gauge\nfrenzy_schedule_last_seconds {:.6f}\n",
+                   last_schedule_s_);
+  s += fmt::format("# TYPE frenzy_submissions_total counter\nfrenzy_submissions_total {}\n",
+                   submissions_);
+  s += fmt::format("# TYPE frenzy_launches_total counter\nfrenzy_launches_total {}\n", launches_);
+  return s;
+}
+
+Status Daemon::Requeue(JobRow& row, double now, const std::string& kind, const std::string& why) {
+  row.state = JobState::kQueued;
+  row.updated_s = now;
+  row.handle.clear();
+  row.allocation.clear();
+  row.message = why;
+  return store_->UpdateJob(row, kind, why);
+}
+
+Status Daemon::FollowRuns(double now, int& changes) {
+  ASSIGN_OR_RETURN(auto rows, store_->ListJobs({JobState::kRunning}));
+  for (JobRow& row : rows) {
+    auto st = backend_->Status(row.handle);
+    if (!st.ok()) {
+      row.message = "backend: " + st.status().ToString();
+      continue;  // asked again next pass
+    }
+    const int64_t key = KeyOf(row.id);
+    json plan = ParseOr(row.plan, json::object());
+    bool dirty = false;
+    if (st->progress >= 0) {
+      double done = std::min(row.total_tokens, st->progress * row.total_tokens);
+      if (done > row.done_tokens) {
+        row.done_tokens = done;
+        dirty = true;
+      }
+    }
+    if (st->peak_bytes > 0 && st->peak_bytes != row.observed_bytes) {
+      row.observed_bytes = st->peak_bytes;
+      runtime::MemoryReport r;
+      r.t_s = now;
+      r.progress = row.total_tokens > 0 ? row.done_tokens / row.total_tokens : 0;
+      r.peak_bytes = st->peak_bytes;
+      r.predicted_bytes = plan.value("device_bytes", int64_t{0});
+      r.capacity_bytes = plan.value("gpu_memory_bytes", int64_t{0});
+      monitor_.Report(key, r);
+      row.memory_factor = monitor_.Factor(key).value_or(0.0);
+      row.memory_note = monitor_.Explain(key);
+      dirty = true;
+    }
+    switch (st->state) {
+      case RunState::kPending:
+      case RunState::kRunning:
+        if (dirty) {
+          row.updated_s = now;
+          RETURN_IF_ERROR(store_->UpdateJob(row, "", ""));
+        }
+        break;
+      case RunState::kSucceeded:
+        row.state = JobState::kSucceeded;
+        row.updated_s = row.finished_s = now;
+        row.done_tokens = row.total_tokens;
+        row.allocation.clear();
+        row.message = "finished";
+        monitor_.Finish(key);
+        RETURN_IF_ERROR(store_->UpdateJob(row, "succeeded", st->message));
+        ++changes;
+        break;
+      case RunState::kCancelled:
+        row.state = JobState::kCancelled;
+        row.updated_s = row.finished_s = now;
+        row.allocation.clear();
+        row.message = "cancelled outside Frenzy";
+        monitor_.Forget(key);
+        RETURN_IF_ERROR(store_->UpdateJob(row, "cancelled", st->message));
+        ++changes;
+        break;
+      case RunState::kLost:
+        RETURN_IF_ERROR(Requeue(row, now, "lost",
+                                "the run disappeared: requeued from its last checkpoint"));
+        ++changes;
+        break;
+      case RunState::kFailed: {
+        if (ContainsNoCase(st->message, "out of memory")) {
+          // The runtime learns from the crash; the layout that crashed no longer fits.
+          monitor_.ReportOom(key, plan.value("device_bytes", int64_t{0}),
+                             plan.value("gpu_memory_bytes", int64_t{0}));
+          JobView v;
+          v.key = key;
+          ASSIGN_OR_RETURN(auto options, OptionsFor(row));
+          v.options = options.get();
+          v.ooms = static_cast<int>(monitor_.Find(key) ? monitor_.Find(key)->ooms - 1 : 0);
+          runtime::OomRecovery rec = runtime::RecoverFromOom(v, monitor_, view_, runtime_opt_);
+          row.memory_factor = rec.factor;
+          row.memory_note = monitor_.Explain(key);
+          if (rec.give_up) {
+            row.state = JobState::kFailed;
+            row.updated_s = row.finished_s = now;
+            row.allocation.clear();
+            row.message = rec.message;
+            RETURN_IF_ERROR(store_->UpdateJob(row, "failed", rec.message));
+          } else {
+            RETURN_IF_ERROR(Requeue(row, now, "out_of_memory", rec.message));
+          }
+          ++changes;
+          break;
+        }
+        runtime::RetryDecision d =
+            runtime::OnCrash(retry_[row.id], row.done_tokens, st->message, runtime::RetryOptions{});
+        if (d.retry) {
+          RETURN_IF_ERROR(Requeue(row, now, "crashed", d.message));
+        } else {
+          row.state = JobState::kFailed;
+          row.updated_s = row.finished_s = now;
+          row.allocation.clear();
+          row.message = d.message;
+          RETURN_IF_ERROR(store_->UpdateJob(row, "failed", d.message));
+        }
+        ++changes;
+        break;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status Daemon::Launch(JobRow& row, const JobView& v, const Allocation& alloc, double now) {
+  const RunOption& o = v.option(alloc.option);
+  int layout = std::max(0, v.Layout(alloc.option, view_));
+  frenzy::Plan plan = v.PlanOf(alloc.option, layout);
+  double left = std::max(0.0, row.total_tokens - row.done_tokens);
+  plan.total_s = plan.tokens_per_s > 0 ? left / plan.tokens_per_s : 0;
+  json spec = ParseOr(row.spec, json::object());
+  LaunchSpec ls;
+  ls.job_id = row.id;
+  ls.name = row.model;
+  ls.plan = plan;
+  ls.attempt = row.attempt;
+  json placement = json::array();
+  for (const auto& [n, g] : alloc.placement) {
+    const std::string& name = cluster_.nodes[static_cast<size_t>(n)].name;
+    ls.placement.emplace_back(name, g);
+    ls.gpus_per_node = std::max(ls.gpus_per_node, g);
+    placement.push_back({name, g});
+  }
+  ls.nodes = static_cast<int64_t>(alloc.placement.size());
+  ls.command = opt_.train_command;
+  ls.workdir = (std::filesystem::path(opt_.runs_dir) / row.id).string();
+  std::error_code ec;
+  std::filesystem::create_directories(ls.workdir, ec);
+  if (ec) return InvalidArgument("cannot create " + ls.workdir + ": " + ec.message(), {}, "runs");
+  json plan_json = PlanToJson(plan);
+  plan_json["option"] = alloc.option;
+  plan_json["layout"] = layout;
+  plan_json["run_start_s"] = now;
+  json train = plan_json;
+  train["model"] = row.model;
+  train["tokens"] = row.total_tokens;
+  train["global_batch"] = spec.value("global_batch", int64_t{1});
+  train["seq_len"] = spec.value("seq_len", int64_t{2048});
+  train["precision"] = spec.value("precision", std::string("bf16"));
+  ls.env["FRENZY_JOB_ID"] = row.id;
+  ls.env["FRENZY_PLAN"] = train.dump();
+  ls.env["FRENZY_TOKENS"] = fmt::format("{:.0f}", row.total_tokens);
+  ls.env["FRENZY_DONE_TOKENS"] = fmt::format("{:.0f}", row.done_tokens);
+  if (!opt_.report_base_url.empty()) {
+    ls.env["FRENZY_REPORT_URL"] = opt_.report_base_url + "/v1/jobs/" + row.id + "/report";
+  }
+  if (!opt_.token.empty()) ls.env["FRENZY_TOKEN"] = opt_.token;
+  auto handle = backend_->Launch(ls);
+  ++row.attempt;
+  row.updated_s = now;
+  if (!handle.ok()) {
+    row.state = JobState::kFailed;
+    row.finished_s = now;
+    row.message = "the backend could not launch it: " + handle.status().ToString();
+    return store_->UpdateJob(row, "failed", row.message);
+  }
+  // Why this plan: its rank among the job's options that fit, and its memory.
+  int runnable = 0, faster = 0;
+  for (size_t i = 0; i < v.options->options.size(); ++i) {
+    if (!v.Runnable(static_cast<int>(i), view_)) continue;
+    ++runnable;
+    if (v.options->options[i].plan.tokens_per_s > o.plan.tokens_per_s) ++faster;
+  }
+  row.why = fmt::format(
+      "{} by policy '{}': {:.0f} tokens/s, predicted {:.1f} of {:.0f} GiB per GPU{}; option {} "
+      "of the {} memory-safe ones by speed ({} faster ones were busy or worth less to the queue)",
+      Describe(plan), policy_->name(), plan.tokens_per_s,
+      static_cast<double>(plan.device_bytes) / kGiB,
+      static_cast<double>(plan.gpu_memory_bytes) / kGiB,
+      layout > 0 ? fmt::format(" (a leaner layout: memory factor {:.2f})", *v.memory_factor) : "",
+      faster + 1, runnable, faster);
+  row.state = JobState::kRunning;
+  row.handle = *handle;
+  if (row.started_s < 0) row.started_s = now;
+  row.plan = plan_json.dump();
+  row.allocation = placement.dump();
+  row.predicted_bytes = plan.device_bytes;
+  row.message = "running";
+  ++launches_;
+  return store_->UpdateJob(row, "started",
+                           fmt::format("attempt {}: {} as {}", row.attempt, Describe(plan), *handle));
+}
+
+Status Daemon::ScheduleJobs(double now, int& changes) {
+  ASSIGN_OR_RETURN(auto rows, store_->ListJobs({JobState::kQueued, JobState::kRunning}));
+  // Cluster view: free GPUs are what running jobs do not hold.
+  for (NodeView& n : view_.nodes) n.free = n.up ? n.gpus : 0;
+  std::map<std::string, int> node_index;
+  for (size_t i = 0; i < cluster_.nodes.size(); ++i) {
+    node_index[cluster_.nodes[i].name] = static_cast<int>(i);
+  }
+  std::vector<JobView> views;
+  std::vector<std::shared_ptr<const JobOptions>> keep;
+  std::map<int64_t, size_t> index_of;  // view key (the job's number) -> rows/views index
+  views.reserve(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const JobRow& r = rows[i];
+    auto options = OptionsFor(r);
+    if (!options.ok()) continue;
+    keep.push_back(*options);
+    JobView v;
+    v.key = KeyOf(r.id);
+    index_of[v.key] = views.size();
+    v.id = r.id;
+    v.submit_s = r.submitted_s;
+    v.options = options->get();
+    v.total_tokens = r.total_tokens;
+    v.done_tokens = r.done_tokens;
+    v.progress_since_s = now;
+    v.first_start_s = r.started_s;
+    v.restarts = static_cast<int>(std::max<int64_t>(0, r.attempt - 1));
+    if (r.memory_factor > 0) v.memory_factor = r.memory_factor;
+    else if (auto f = monitor_.Factor(KeyOf(r.id))) v.memory_factor = f;
+    if (auto it = failed_options_.find(r.id); it != failed_options_.end()) {
+      v.failed_options = it->second;
+    }
+    if (r.state == JobState::kRunning) {
+      json plan = ParseOr(r.plan, json::object());
+      v.running = true;
+      v.alloc.option = plan.value("option", 0);
+      v.layout = plan.value("layout", 0);
+      v.run_start_s = plan.value("run_start_s", now);
+      v.rate_tokens_per_s = plan.value("tokens_per_s", 0.0);
+      for (const json& p : ParseOr(r.allocation, json::array())) {
+        auto it = node_index.find(p[0].get<std::string>());
+        if (it == node_index.end()) continue;
+        int64_t g = p[1].get<int64_t>();
+        v.alloc.placement.emplace_back(it->second, g);
+        NodeView& nv = view_.nodes[static_cast<size_t>(it->second)];
+        nv.free = std::max<int64_t>(0, nv.free - g);
+      }
+      if (v.alloc.option < 0 || static_cast<size_t>(v.alloc.option) >= v.options->options.size()) {
+        v.alloc.option = 0;
+      }
+    }
+    views.push_back(std::move(v));
+    rows[views.size() - 1] = r;  // rows[k] is the row of views[k]
+  }
+  rows.resize(views.size());
+  Snapshot s;
+  s.now_s = now;
+  s.cluster = &view_;
+  s.jobs = views;
+  s.change_seq = ticks_;
+  auto stop_run = [&](size_t i, const std::string& kind, const std::string& why) -> Status {
+    RETURN_IF_ERROR(backend_->Cancel(rows[i].handle));
+    for (const auto& [n, g] : views[i].alloc.placement) {
+      view_.nodes[static_cast<size_t>(n)].free += g;
+    }
+    views[i].running = false;
+    views[i].alloc = Allocation{};
+    ++changes;
+    return Requeue(rows[i], now, kind, why);
+  };
+  // The runtime first: jobs about to run out of memory checkpoint and are placed again with
+  // their corrected memory factor (the policy below sees them queued).
+  if (policy_->uses_runtime()) {
+    for (const runtime::MemoryAction& a : runtime::PlanMemoryActions(s, monitor_, runtime_opt_)) {
+      auto it = index_of.find(a.job);
+      if (it == index_of.end() || !views[it->second].running) continue;
+      rows[it->second].memory_factor = a.factor;
+      rows[it->second].memory_note = monitor_.Explain(a.job);
+      views[it->second].memory_factor = a.factor;
+      RETURN_IF_ERROR(stop_run(it->second, "memory", a.why));
+    }
+  }
+  Decisions d = policy_->Schedule(s);
+  for (int64_t key : d.stop) {
+    auto it = index_of.find(key);
+    if (it == index_of.end() || rows[it->second].state != JobState::kRunning) continue;
+    RETURN_IF_ERROR(stop_run(it->second, "preempted",
+                             "stopped by the scheduler; resumes from its checkpoint"));
+  }
+  for (const auto& [key, alloc] : d.start) {
+    auto it = index_of.find(key);
+    if (it == index_of.end()) continue;
+    JobRow& row = rows[it->second];
+    JobView& v = views[it->second];
+    if (row.state == JobState::kRunning) {
+      RETURN_IF_ERROR(stop_run(it->second, "moved", "moved by the scheduler"));  // a move
+    }
+    bool fits = true;
+    for (const auto& [n, g] : alloc.placement) {
+      if (n < 0 || static_cast<size_t>(n) >= view_.nodes.size() ||
+          view_.nodes[static_cast<size_t>(n)].free < g) {
+        fits = false;
+      }
+    }
+    if (!fits) continue;  // a policy bug would show here; the job stays queued
+    for (const auto& [n, g] : alloc.placement) view_.nodes[static_cast<size_t>(n)].free -= g;
+    RETURN_IF_ERROR(Launch(row, v, alloc, now));
+    ++changes;
+  }
+  return Status::Ok();
+}
+
+Result<int> Daemon::Tick() {
+  std::lock_guard<std::mutex> lock(mu_);
+  double now = now_s_();
+  int changes = 0;
+  RETURN_IF_ERROR(FollowRuns(now, changes));
+  RETURN_IF_ERROR(ScheduleJobs(now, changes));
+  double took = now_s_() - now;
+  last_schedule_s_ = took;
+  schedule_s_total_ += took;
+  ++ticks_;
+  return changes;
+}
+
+}  // namespace frenzy::server

@@ -1,0 +1,104 @@
+// The control plane's core: accepts jobs (model + goals, never GPUs), plans and schedules them
+// with the same policy code as the simulator, launches runs through a backend, follows them,
+// feeds their memory reports to the runtime, and keeps everything in the store.
+//
+// Every operation is thread-safe (one mutex): the HTTP handlers call Submit/Cancel/Report/...
+// while the control loop calls Tick. Nothing here reads a clock except through `now_s`.
+#ifndef FRENZY_SERVER_DAEMON_H_
+#define FRENZY_SERVER_DAEMON_H_
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "hardware/cluster.h"
+#include "hardware/gpu.h"
+#include "runtime/actions.h"
+#include "runtime/faults.h"
+#include "runtime/monitor.h"
+#include "sched/job_options.h"
+#include "sched/policy.h"
+#include "server/backend.h"
+#include "server/store.h"
+
+namespace frenzy::server {
+
+struct DaemonOptions {
+  std::string policy = "frenzy";
+  std::string runs_dir = "frenzy-runs";  // one folder per job: logs, checkpoints, plan
+  // argv of one training rank; the plan arrives in FRENZY_PLAN (JSON) and FRENZY_WORKDIR.
+  std::vector<std::string> train_command = {"python3", "examples/train.py"};
+  std::string report_base_url;  // "http://127.0.0.1:8470": where runs report progress
+  std::string token;            // given to runs (FRENZY_TOKEN) for their reports
+  double memory_margin = 0.10;
+};
+
+class Daemon {
+ public:
+  // Discovers the cluster from the backend (its nodes and GPU types) and re-attaches to the runs
+  // the store says are running.
+  static Result<std::unique_ptr<Daemon>> Create(DaemonOptions options,
+                                                std::unique_ptr<Store> store,
+                                                std::unique_ptr<Backend> backend,
+                                                std::function<double()> now_s);
+
+  // The API's operations. Errors: kInvalidArgument (400, names the field), kNotFound (404),
+  // kFailedPrecondition (409/422: e.g. a job no GPU of the cluster can hold).
+  Result<nlohmann::json> Submit(const nlohmann::json& spec);
+  Result<nlohmann::json> GetJob(const std::string& id);
+  Result<nlohmann::json> ListJobs(const std::string& state_filter, int64_t limit);
+  Result<nlohmann::json> Cancel(const std::string& id);
+  Result<nlohmann::json> Report(const std::string& id, const nlohmann::json& body);
+  Result<nlohmann::json> Heartbeat(const std::string& node, const nlohmann::json& body);
+  nlohmann::json ClusterJson();
+  Result<nlohmann::json> Plan(const nlohmann::json& spec);
+  std::string Metrics();
+
+  // One pass of the control loop: follow the runs, apply the runtime's memory decisions, ask the
+  // policy, launch. Returns the number of state changes it made.
+  Result<int> Tick();
+
+  const Cluster& cluster() const { return cluster_; }
+  const std::string& backend_name() const { return backend_name_; }
+
+ private:
+  Daemon(DaemonOptions o, std::unique_ptr<Store> s, std::unique_ptr<Backend> b,
+         std::function<double()> now, Cluster c);
+  struct Parsed;  // a validated job spec
+  Result<Parsed> ParseSpec(const nlohmann::json& spec) const;
+  Result<std::shared_ptr<const JobOptions>> OptionsFor(const JobRow& row);
+  nlohmann::json JobJson(const JobRow& row, bool detail);
+  Status FollowRuns(double now, int& changes);
+  Status ScheduleJobs(double now, int& changes);
+  Status Launch(JobRow& row, const JobView& view, const Allocation& alloc, double now);
+  Status Requeue(JobRow& row, double now, const std::string& kind, const std::string& why);
+
+  std::mutex mu_;
+  DaemonOptions opt_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Backend> backend_;
+  std::string backend_name_;
+  std::function<double()> now_s_;
+  Cluster cluster_;
+  ClusterView view_;  // types and nodes of cluster_
+  const GpuCatalog& catalog_;
+  OptionCache cache_;
+  std::unique_ptr<Policy> policy_;
+  runtime::MemoryMonitor monitor_;
+  runtime::RuntimeOptions runtime_opt_;
+  std::map<std::string, runtime::RetryState> retry_;
+  std::map<std::string, std::vector<int>> failed_options_;  // per job: crashed options
+  // Metrics.
+  int64_t submissions_ = 0, launches_ = 0, ticks_ = 0;
+  double last_schedule_s_ = 0, schedule_s_total_ = 0;
+};
+
+}  // namespace frenzy::server
+
+#endif  // FRENZY_SERVER_DAEMON_H_

@@ -1,0 +1,107 @@
+// The `k8s` backend: a run is a Kubernetes batch/v1 Job (plus, across nodes, a headless Service
+// for the rendezvous), written as a JSON manifest (JSON is valid YAML) to a folder and applied
+// with kubectl when a cluster is configured.
+//
+// One pod per node, each starting `nproc_per_node` = gpus_per_node ranks with a torchrun-style
+// launcher; a multi-node run is an Indexed Job whose completion index is the node rank, and whose
+// pod 0 (hostname <job>-0 under the headless Service) is the rendezvous master. Pods land on the
+// planned GPU type through a nodeSelector on the GPU product label that NVIDIA's GPU feature
+// discovery puts on nodes.
+//
+// Without a cluster (`apply` off) the backend only writes manifests: Status says the run is
+// pending with the manifest's path, Cancel removes the manifest, and Nodes is an error.
+//
+// Handles are "k8s:<namespace>/<job name>". Thread safety: none needed beyond the files and the
+// cluster itself; each call is independent.
+#ifndef FRENZY_SERVER_K8S_BACKEND_H_
+#define FRENZY_SERVER_K8S_BACKEND_H_
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "server/backend.h"
+
+namespace frenzy::server {
+
+// Frenzy's GPU type names (data/gpus.json) -> values of the GPU product node label.
+const std::map<std::string, std::string>& DefaultGpuProductLabels();
+
+struct K8sOptions {
+  std::string namespace_name = "default";
+  // The container image of a rank. A placeholder: users set an image with their training code,
+  // PyTorch and torchrun.
+  std::string image = "python:3.11";
+  std::string kubeconfig;                   // passed as --kubeconfig when set
+  std::string context;                      // passed as --context when set
+  std::string manifest_dir = "frenzy-k8s";  // where manifests are written (created if missing)
+  // Apply manifests with kubectl (a cluster is configured); off: only write them.
+  bool apply = false;
+  std::string kubectl = "kubectl";  // the program, looked up on PATH
+  double kubectl_timeout_s = 60;
+  std::string gpu_label_key = "nvidia.com/gpu.product";
+  // GPU type (as the catalog names it) -> product label value; see DefaultGpuProductLabels.
+  std::map<std::string, std::string> gpu_labels = DefaultGpuProductLabels();
+  int64_t master_port = 29500;  // the rendezvous port on pod 0
+};
+
+// `text` as a DNS-1123 label: lower case, [a-z0-9-], starting and ending with an alphanumeric,
+// at most `max_len` characters (a hash suffix keeps names that had to be cut apart). Empty input
+// gives "x".
+std::string DnsLabel(std::string_view text, size_t max_len = 63);
+
+// The Job's (and Service's) name: "frenzy-<job id>-<attempt>" as a DNS label short enough that
+// the pods' hostnames ("<name>-<index>") stay valid labels too.
+std::string K8sJobName(const LaunchSpec& spec);
+
+// The product label value for a GPU type, by the options' table (exact name first, then the
+// catalog's canonical name for an alias). Empty when unknown.
+std::string GpuProductLabel(const std::string& gpu, const K8sOptions& options);
+
+// The batch/v1 Job of a run. Single node: completions = parallelism = 1. Several nodes: an
+// Indexed Job with completions = parallelism = nodes whose pods find pod 0 through the headless
+// Service of ServiceManifest. Pod template: restartPolicy Never (and backoffLimit 0: a failed
+// rank fails the run; the daemon decides about retries), `nvidia.com/gpu` limit of
+// gpus_per_node, a nodeSelector on the GPU's product label when one is known, the launcher
+// environment (NODE_RANK, NNODES, NPROC_PER_NODE, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and
+// spec.env, and the command `torchrun --nnodes ... --node_rank=$(NODE_RANK) ... <spec.command>`.
+// REQUIRES: spec.command is not empty (Launch checks).
+nlohmann::json JobManifest(const LaunchSpec& spec, const K8sOptions& options);
+
+// The headless Service (clusterIP None) that gives the pods of a multi-node run DNS names.
+nlohmann::json ServiceManifest(const LaunchSpec& spec, const K8sOptions& options);
+
+// A run's state from `kubectl get job NAME -o json`: Complete -> succeeded, Failed (or
+// FailureTarget) -> failed, being deleted -> cancelled, pods ready -> running, else pending.
+RunStatus ParseJobStatus(const nlohmann::json& job);
+
+// The GPU nodes of `kubectl get nodes -o json`: allocatable nvidia.com/gpu and the product label
+// (mapped back to the catalog's GPU name when known). Nodes without GPUs are left out; a node is
+// up when Ready and schedulable. Errors name the node and the field.
+Result<std::vector<BackendNode>> ParseNodes(const nlohmann::json& node_list,
+                                            const K8sOptions& options);
+
+class K8sBackend : public Backend {
+ public:
+  explicit K8sBackend(K8sOptions options) : opt_(std::move(options)) {}
+  std::string_view name() const override { return "k8s"; }
+  Result<std::vector<BackendNode>> Nodes() override;
+  Result<std::string> Launch(const LaunchSpec& spec) override;
+  Result<RunStatus> Status(const std::string& handle) override;
+  ::frenzy::Status Cancel(const std::string& handle) override;
+
+  // Where Launch writes the manifest of the run named `job_name`.
+  std::string ManifestPath(const std::string& job_name) const;
+
+ private:
+  std::vector<std::string> Kubectl(const std::string& ns) const;  // the common argv prefix
+  K8sOptions opt_;
+};
+
+}  // namespace frenzy::server
+
+#endif  // FRENZY_SERVER_K8S_BACKEND_H_

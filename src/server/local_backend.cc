@@ -1,0 +1,464 @@
+#include "server/local_backend.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <system_error>
+#include <thread>
+
+#include "common/strings.h"
+#include "server/process.h"
+
+namespace frenzy::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::string_view kHandlePrefix = "local:";
+// The wrapper every rank runs: the command (its argv after the wrapper's name), then its exit
+// code written atomically where Status finds it even after a daemon crash.
+constexpr const char* kRankWrapper =
+    "\"$@\"; rc=$?; "
+    "printf '%s\\n' \"$rc\" > \"$FRENZY_WORKDIR/exit_code.$RANK.tmp\" && "
+    "mv -f \"$FRENZY_WORKDIR/exit_code.$RANK.tmp\" \"$FRENZY_WORKDIR/exit_code.$RANK\"; "
+    "exit \"$rc\"";
+
+Status InternalError(std::string message) {
+  return ::frenzy::Status(StatusCode::kInternal, std::move(message));
+}
+
+std::optional<std::string> ReadText(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Writes through a temporary file and a rename, so readers never see half a file.
+Status WriteTextAtomic(const fs::path& path, const std::string& text) {
+  fs::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return InternalError("cannot write " + tmp.string());
+    out << text;
+    out.flush();
+    if (!out) return InternalError("cannot write " + tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return InternalError("cannot rename " + tmp.string() + ": " + ec.message());
+  return Status::Ok();
+}
+
+std::string Trim(std::string_view s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return std::string(s.substr(b, e - b));
+}
+
+// The last non-blank line of a log (read from its last 64 KiB), at most 500 characters.
+std::string LastLogLine(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  std::streamoff size = in.tellg();
+  std::streamoff from = std::max<std::streamoff>(0, size - 65536);
+  in.seekg(from);
+  std::string tail(static_cast<size_t>(size - from), '\0');
+  in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
+  std::string last;
+  std::istringstream lines(tail);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::string t = Trim(line);
+    if (!t.empty()) last = t;
+  }
+  if (last.size() > 500) last = last.substr(last.size() - 500);
+  return last;
+}
+
+// A TCP port free on the loopback right now (the kernel's choice).
+Result<int> FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return InternalError("socket: " + std::string(std::strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  int err = errno;
+  ::close(fd);
+  if (port <= 0) return InternalError("cannot find a free port: " + std::string(std::strerror(err)));
+  return port;
+}
+
+Result<std::string> WorkdirOf(const std::string& handle) {
+  if (handle.rfind(kHandlePrefix, 0) != 0 || handle.size() == kHandlePrefix.size()) {
+    return InvalidArgument("not a local backend handle: '" + handle + "'", {}, "handle");
+  }
+  return handle.substr(kHandlePrefix.size());
+}
+
+// The rank's exit code when its wrapper wrote one.
+std::optional<int> ExitCodeOf(const std::string& workdir, int rank) {
+  std::optional<std::string> text = ReadText(fs::path(workdir) / ("exit_code." + std::to_string(rank)));
+  if (!text) return std::nullopt;
+  std::string t = Trim(*text);
+  if (t.empty()) return std::nullopt;
+  try {
+    return std::stoi(t);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+LocalBackend::LocalBackend(LocalBackendOptions options) : options_(std::move(options)) {
+  if (options_.nodes.empty()) options_.nodes.push_back(BackendNode{"localhost", "", 1, true});
+}
+
+LocalBackend::LocalBackend(std::vector<BackendNode> nodes)
+    : LocalBackend(LocalBackendOptions{std::move(nodes), 5}) {}
+
+Result<std::vector<BackendNode>> LocalBackend::Nodes() { return options_.nodes; }
+
+Result<std::vector<BackendNode>> LocalBackend::DiscoverLocalNodes(const AgentOptions& options) {
+  GpuSourceInfo info;
+  ASSIGN_OR_RETURN(std::vector<GpuReading> gpus, ReadGpus(options, &info));
+  std::map<std::string, int64_t> by_type;
+  std::vector<std::string> order;
+  for (const GpuReading& g : gpus) {
+    std::string type = CatalogGpuName(g.name);
+    if (by_type[type]++ == 0) order.push_back(type);
+  }
+  BackendNode node;
+  node.name = !options.node_name.empty() ? options.node_name
+              : !info.node.empty()       ? info.node
+                                         : "localhost";
+  for (const std::string& type : order) {
+    if (by_type[type] > node.gpus) {
+      node.gpu = type;
+      node.gpus = by_type[type];
+    }
+  }
+  return std::vector<BackendNode>{node};
+}
+
+std::vector<int> LocalBackend::TakeGpus(const std::string& node, int64_t count,
+                                        const std::string& handle) {
+  int64_t have = 0;
+  for (const BackendNode& n : options_.nodes) {
+    if (n.name == node) have = n.gpus;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<int, std::string>& busy = busy_[node];
+  std::vector<int> out;
+  for (int i = 0; i < have && static_cast<int64_t>(out.size()) < count; ++i) {
+    if (busy.count(i) == 0) out.push_back(i);
+  }
+  // Not enough free: reuse indices (CPU-only machines run every rank all the same).
+  for (int64_t i = 0; static_cast<int64_t>(out.size()) < count; ++i) {
+    out.push_back(static_cast<int>(have > 0 ? i % have : i));
+  }
+  for (int i : out) busy.emplace(i, handle);
+  return out;
+}
+
+void LocalBackend::NoteGpus(const std::vector<Rank>& ranks, const std::string& handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Rank& r : ranks) {
+    if (r.gpus == "-") continue;
+    std::istringstream in(r.gpus);
+    std::string idx;
+    while (std::getline(in, idx, ',')) {
+      try {
+        busy_[r.node].emplace(std::stoi(idx), handle);
+      } catch (const std::exception&) {
+      }
+    }
+  }
+}
+
+void LocalBackend::ReleaseGpus(const std::string& handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [node, busy] : busy_) {
+    std::erase_if(busy, [&](const auto& kv) { return kv.second == handle; });
+  }
+}
+
+Result<std::vector<LocalBackend::Rank>> LocalBackend::ReadPids(const std::string& workdir) const {
+  std::optional<std::string> text = ReadText(fs::path(workdir) / "pids");
+  if (!text) return NotFound("no pids file in " + workdir);
+  std::vector<Rank> ranks;
+  std::istringstream lines(*text);
+  std::string line;
+  int lineno = 0;
+  while (std::getline(lines, line)) {
+    ++lineno;
+    if (Trim(line).empty()) continue;
+    std::istringstream fields(line);
+    Rank r;
+    if (!(fields >> r.rank >> r.pid >> r.start_ticks >> r.node >> r.gpus)) {
+      return InvalidArgument("malformed line: '" + line + "'",
+                             (fs::path(workdir) / "pids").string() + ":" + std::to_string(lineno));
+    }
+    ranks.push_back(r);
+  }
+  return ranks;
+}
+
+Result<std::string> LocalBackend::Launch(const LaunchSpec& spec) {
+  if (spec.command.empty()) return InvalidArgument("no command to run", {}, "command");
+  if (spec.workdir.empty()) return InvalidArgument("no run folder", {}, "workdir");
+  std::error_code ec;
+  const std::string workdir = fs::absolute(spec.workdir, ec).lexically_normal().string();
+  if (ec) return InvalidArgument("bad run folder: " + ec.message(), spec.workdir, "workdir");
+
+  // The ranks per node, in placement order.
+  std::vector<std::pair<std::string, int64_t>> groups = spec.placement;
+  if (groups.empty()) {
+    int64_t ranks = spec.plan.gpus > 0 ? spec.plan.gpus
+                                       : std::max<int64_t>(1, spec.nodes * spec.gpus_per_node);
+    groups.emplace_back(options_.nodes.front().name, ranks);
+  }
+  int64_t world = 0;
+  for (const auto& [node, count] : groups) {
+    bool known = std::any_of(options_.nodes.begin(), options_.nodes.end(),
+                             [&](const BackendNode& n) { return n.name == node; });
+    if (!known) return InvalidArgument("unknown node '" + node + "'", {}, "placement");
+    if (count <= 0) return InvalidArgument("node '" + node + "' gets no ranks", {}, "placement");
+    world += count;
+  }
+  if (spec.plan.gpus > 0 && world != spec.plan.gpus) {
+    return InvalidArgument("the placement holds " + std::to_string(world) + " GPUs, the plan " +
+                               std::to_string(spec.plan.gpus),
+                           {}, "placement");
+  }
+
+  // A missing program is an error now, not a rank exiting 127 later (a relative path is left
+  // to the ranks: they start in the workdir).
+  const std::string& program = spec.command[0];
+  if (program.find('/') == std::string::npos || program[0] == '/') {
+    RETURN_IF_ERROR(FindProgram(program, spec.env).status());
+  }
+
+  fs::create_directories(workdir, ec);
+  if (ec) return InternalError("cannot create " + workdir + ": " + ec.message());
+  // An earlier run in this folder must be over: its files would be taken for this run's.
+  if (auto old = ReadPids(workdir); old.ok()) {
+    for (const Rank& r : *old) {
+      if (ProcessAlive(r.pid) && ProcessStartTicks(r.pid) == r.start_ticks) {
+        return ::frenzy::Status(StatusCode::kFailedPrecondition,
+                      "rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) +
+                          ") of an earlier run in " + workdir + " is still running",
+                      workdir);
+      }
+    }
+  }
+  for (const auto& entry : fs::directory_iterator(workdir, ec)) {
+    std::string f = entry.path().filename().string();
+    if (f.rfind("exit_code.", 0) == 0 || f == "pids" || f == "cancelled") {
+      fs::remove(entry.path(), ec);
+    } else if (f.rfind("rank-", 0) == 0 && f.size() > 4 &&
+               f.compare(f.size() - 4, 4, ".log") == 0) {
+      // Keep one earlier attempt's log beside the new one.
+      fs::rename(entry.path(), fs::path(workdir) / (f.substr(0, f.size() - 4) + ".prev.log"), ec);
+    }
+  }
+
+  ASSIGN_OR_RETURN(int port, FreePort());
+  const std::string handle = std::string(kHandlePrefix) + workdir;
+  ReleaseGpus(handle);
+  std::vector<std::string> argv = {"/bin/sh", "-c", kRankWrapper, "frenzy-rank"};
+  argv.insert(argv.end(), spec.command.begin(), spec.command.end());
+
+  std::vector<Rank> started;
+  std::string pids_text;
+  auto abort_started = [&](const ::frenzy::Status& why) -> ::frenzy::Status {
+    for (const Rank& r : started) KillGroup(r.pid, SIGKILL);
+    ReleaseGpus(handle);
+    return why;
+  };
+  int rank = 0;
+  for (const auto& [node, count] : groups) {
+    std::vector<int> gpus = TakeGpus(node, count, handle);
+    std::vector<std::string> gpu_strings;
+    for (int g : gpus) gpu_strings.push_back(std::to_string(g));
+    const std::string visible = Join(gpu_strings, ",");
+    for (int64_t local = 0; local < count; ++local, ++rank) {
+      std::map<std::string, std::string> env = spec.env;
+      env["RANK"] = std::to_string(rank);
+      env["WORLD_SIZE"] = std::to_string(world);
+      env["LOCAL_RANK"] = std::to_string(local);
+      env["LOCAL_WORLD_SIZE"] = std::to_string(count);
+      env["MASTER_ADDR"] = "127.0.0.1";
+      env["MASTER_PORT"] = std::to_string(port);
+      env["CUDA_VISIBLE_DEVICES"] = visible;
+      env["FRENZY_WORKDIR"] = workdir;
+      env["FRENZY_NODE"] = node;
+      const std::string log = (fs::path(workdir) / ("rank-" + std::to_string(rank) + ".log")).string();
+      Result<int> pid = SpawnDetached(argv, env, workdir, log);
+      if (!pid.ok()) return abort_started(pid.status());
+      Rank r;
+      r.rank = rank;
+      r.pid = *pid;
+      r.start_ticks = ProcessStartTicks(*pid).value_or(0);
+      r.node = node;
+      r.gpus = visible.empty() ? "-" : visible;
+      started.push_back(r);
+      pids_text += std::to_string(r.rank) + " " + std::to_string(r.pid) + " " +
+                   std::to_string(r.start_ticks) + " " + r.node + " " + r.gpus + "\n";
+      // Rewritten after every rank, so a daemon crash mid-launch still leaves them findable.
+      ::frenzy::Status written = WriteTextAtomic(fs::path(workdir) / "pids", pids_text);
+      if (!written.ok()) return abort_started(written);
+    }
+  }
+  return handle;
+}
+
+Result<RunStatus> LocalBackend::Status(const std::string& handle) {
+  ASSIGN_OR_RETURN(std::string workdir, WorkdirOf(handle));
+  std::error_code ec;
+  if (!fs::is_directory(workdir, ec)) {
+    return NotFound("the run folder " + workdir + " does not exist", {}, "handle");
+  }
+  RunStatus st;
+  const bool cancelled = fs::exists(fs::path(workdir) / "cancelled", ec);
+  Result<std::vector<Rank>> ranks = ReadPids(workdir);
+  if (!ranks.ok()) {
+    if (ranks.status().code() != StatusCode::kNotFound) return ranks.status();
+    ReleaseGpus(handle);
+    st.state = cancelled ? RunState::kCancelled : RunState::kLost;
+    st.message = cancelled ? "cancelled" : "no ranks recorded in " + workdir;
+    return st;
+  }
+
+  int alive = 0;
+  std::vector<const Rank*> gone;        // dead without an exit code
+  const Rank* first_failed = nullptr;   // the lowest rank that exited non-zero
+  int failed_code = 0;
+  std::vector<const Rank*> running;
+  for (const Rank& r : *ranks) {
+    std::optional<int> code = ExitCodeOf(workdir, r.rank);
+    if (!code) {
+      bool live = ProcessAlive(r.pid) &&
+                  (r.start_ticks == 0 || ProcessStartTicks(r.pid) == r.start_ticks);
+      if (live) {
+        ++alive;
+        running.push_back(&r);
+        continue;
+      }
+      code = ExitCodeOf(workdir, r.rank);  // it may have ended since the first look
+      if (!code) {
+        gone.push_back(&r);
+        continue;
+      }
+    }
+    if (*code != 0 && first_failed == nullptr) {
+      first_failed = &r;
+      failed_code = *code;
+    }
+  }
+
+  if (cancelled) {
+    if (alive == 0) ReleaseGpus(handle);
+    st.state = RunState::kCancelled;
+    st.message = "cancelled";
+    return st;
+  }
+  if (first_failed != nullptr) {
+    // One rank failed: the others would wait for it forever (collectives), so end them.
+    for (const Rank* r : running) KillGroup(r->pid, SIGKILL);
+    ReleaseGpus(handle);
+    st.state = RunState::kFailed;
+    st.exit_code = failed_code;
+    std::string last =
+        LastLogLine(fs::path(workdir) / ("rank-" + std::to_string(first_failed->rank) + ".log"));
+    st.message = "rank " + std::to_string(first_failed->rank) + " exited with code " +
+                 std::to_string(failed_code) + (last.empty() ? "" : ": " + last);
+    return st;
+  }
+  if (alive > 0) {
+    NoteGpus(*ranks, handle);
+    st.state = RunState::kRunning;
+    st.message = std::to_string(alive) + " of " + std::to_string(ranks->size()) + " ranks running";
+    return st;
+  }
+  ReleaseGpus(handle);
+  if (!gone.empty()) {
+    st.state = RunState::kLost;
+    st.exit_code = -1;
+    std::string last =
+        LastLogLine(fs::path(workdir) / ("rank-" + std::to_string(gone.front()->rank) + ".log"));
+    st.message = "rank " + std::to_string(gone.front()->rank) + " (pid " +
+                 std::to_string(gone.front()->pid) + ") is gone without an exit code" +
+                 (last.empty() ? "" : "; its last log line: " + last);
+    return st;
+  }
+  st.state = RunState::kSucceeded;
+  st.message = "all " + std::to_string(ranks->size()) + " ranks exited 0";
+  return st;
+}
+
+::frenzy::Status LocalBackend::Cancel(const std::string& handle) {
+  ASSIGN_OR_RETURN(std::string workdir, WorkdirOf(handle));
+  std::error_code ec;
+  if (!fs::is_directory(workdir, ec)) {
+    return NotFound("the run folder " + workdir + " does not exist", {}, "handle");
+  }
+  Result<std::vector<Rank>> ranks = ReadPids(workdir);
+  std::vector<Rank> live;
+  bool all_ended = ranks.ok();
+  if (ranks.ok()) {
+    for (const Rank& r : *ranks) {
+      if (ProcessAlive(r.pid) && (r.start_ticks == 0 || ProcessStartTicks(r.pid) == r.start_ticks)) {
+        live.push_back(r);
+      }
+      if (!ExitCodeOf(workdir, r.rank)) all_ended = false;
+    }
+  }
+  // A run that already ended keeps its outcome.
+  if (all_ended && live.empty()) {
+    ReleaseGpus(handle);
+    return ::frenzy::Status::Ok();
+  }
+  // The marker first: a Status racing with the kill reads "cancelled", not "lost".
+  RETURN_IF_ERROR(WriteTextAtomic(fs::path(workdir) / "cancelled", "cancelled\n"));
+  for (const Rank& r : live) KillGroup(r.pid, SIGTERM);
+  const std::vector<Rank> signalled = live;
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                      std::chrono::duration<double>(options_.kill_grace_s));
+  while (true) {
+    std::erase_if(live, [](const Rank& r) { return !ProcessAlive(r.pid); });
+    if (live.empty() || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // Also the groups whose leader ended but where a child may linger.
+  for (const Rank& r : signalled) KillGroup(r.pid, SIGKILL);
+  ReleaseGpus(handle);
+  return ::frenzy::Status::Ok();
+}
+
+}  // namespace frenzy::server

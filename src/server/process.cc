@@ -1,0 +1,491 @@
+#include "server/process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+extern char** environ;
+
+namespace frenzy::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long output is still read after the command exited, for pipes a grandchild keeps open.
+constexpr auto kExitGrace = std::chrono::milliseconds(200);
+
+std::string ErrnoText(int err) { return std::strerror(err); }
+
+Status InternalError(const std::string& what, int err) {
+  return Status(StatusCode::kInternal, what + ": " + ErrnoText(err));
+}
+
+// Closes a file descriptor on scope exit unless released.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { Close(); }
+  int get() const { return fd_; }
+  void Reset(int fd) {
+    Close();
+    fd_ = fd;
+  }
+  void Close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// A pipe whose both ends close on exec.
+Status MakePipe(Fd& read_end, Fd& write_end) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return InternalError("pipe", errno);
+  read_end.Reset(fds[0]);
+  write_end.Reset(fds[1]);
+  return Status::Ok();
+}
+
+void SetNonBlocking(int fd) {
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+// The daemon's environment with `extra` laid over it, as KEY=VALUE strings.
+std::vector<std::string> MergedEnvironment(const std::map<std::string, std::string>& extra,
+                                           std::string* path) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string_view kv(*e);
+    size_t eq = kv.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
+  }
+  for (const auto& [k, v] : extra) env[k] = v;
+  auto it = env.find("PATH");
+  *path = it != env.end() ? it->second : "/usr/local/bin:/usr/bin:/bin";
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+bool IsExecutableFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// The file execve should run for `program`: itself when it names a path, else the first
+// executable match on `path` (as a shell searches it).
+Result<std::string> ResolveProgram(const std::string& program, const std::string& path) {
+  if (program.empty()) return InvalidArgument("empty program name");
+  if (program.find('/') != std::string::npos) {
+    if (IsExecutableFile(program)) return program;
+    return NotFound("program '" + program + "' does not exist or is not executable");
+  }
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    std::string dir = path.substr(start, end - start);
+    if (dir.empty()) dir = ".";
+    std::string candidate = dir + "/" + program;
+    if (IsExecutableFile(candidate)) return candidate;
+    start = end + 1;
+  }
+  return NotFound("program '" + program + "' not found on PATH (" + path + ")");
+}
+
+// NUL-terminated pointer arrays into `strings` (which must outlive them), built before fork.
+std::vector<char*> CStrings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (std::string& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// In a forked child: default signal dispositions and an empty mask, as a fresh program expects
+// (ignored signals and the blocked mask are otherwise inherited across exec).
+void ResetSignalsInChild() {
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    ::sigaction(sig, &sa, nullptr);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+// Writes all of `n` bytes, retrying on EINTR; for the child's error reports.
+void WriteAll(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+// Reads exactly sizeof(int) bytes, or returns false at EOF.
+bool ReadInt(int fd, int* value) {
+  char buf[sizeof(int)];
+  size_t got = 0;
+  while (got < sizeof(buf)) {
+    ssize_t r = ::read(fd, buf + got, sizeof(buf) - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    got += static_cast<size_t>(r);
+  }
+  std::memcpy(value, buf, sizeof(int));
+  return true;
+}
+
+// Blocks SIGPIPE in the calling thread while alive, so that writing to a child that closed its
+// standard input yields EPIPE instead of killing the daemon; a SIGPIPE raised meanwhile is
+// consumed before the old mask comes back.
+class ScopedSigpipeBlock {
+ public:
+  ScopedSigpipeBlock() {
+    sigset_t pipe_set;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe_set, &old_);
+    was_blocked_ = sigismember(&old_, SIGPIPE) == 1;
+  }
+  ScopedSigpipeBlock(const ScopedSigpipeBlock&) = delete;
+  ScopedSigpipeBlock& operator=(const ScopedSigpipeBlock&) = delete;
+  ~ScopedSigpipeBlock() {
+    if (got_epipe_ && !was_blocked_) {
+      sigset_t pipe_set;
+      sigemptyset(&pipe_set);
+      sigaddset(&pipe_set, SIGPIPE);
+      struct timespec zero = {0, 0};
+      while (::sigtimedwait(&pipe_set, nullptr, &zero) == SIGPIPE) {
+      }
+    }
+    ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  void NoteEpipe() { got_epipe_ = true; }
+
+ private:
+  sigset_t old_;
+  bool was_blocked_ = false;
+  bool got_epipe_ = false;
+};
+
+// Reads what is available from `fd` into `out`; returns false at EOF or on an error.
+bool ReadAvailable(int fd, std::string& out) {
+  char buf[65536];
+  while (true) {
+    ssize_t r = ::read(fd, buf, sizeof(buf));
+    if (r > 0) {
+      out.append(buf, static_cast<size_t>(r));
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    return false;  // EOF or a real error
+  }
+}
+
+void FillExitStatus(int wstatus, CommandResult& result) {
+  if (WIFEXITED(wstatus)) {
+    result.exit_code = WEXITSTATUS(wstatus);
+  } else if (WIFSIGNALED(wstatus)) {
+    result.term_signal = WTERMSIG(wstatus);
+    result.exit_code = 128 + result.term_signal;
+  }
+}
+
+// The fields of /proc/PID/stat after the command name (field 3, the state, first).
+std::optional<std::vector<std::string>> StatFields(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  if (!in) return std::nullopt;
+  std::string line;
+  std::getline(in, line);
+  size_t close = line.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream rest(line.substr(close + 1));
+  std::vector<std::string> fields;
+  std::string f;
+  while (rest >> f) fields.push_back(f);
+  if (fields.empty()) return std::nullopt;
+  return fields;
+}
+
+}  // namespace
+
+std::string CommandResult::Describe() const {
+  if (timed_out) return "timed out (killed)";
+  if (term_signal != 0) return "killed by signal " + std::to_string(term_signal);
+  return "exit " + std::to_string(exit_code);
+}
+
+Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
+                                 const std::string& stdin_text, double timeout_s,
+                                 const std::map<std::string, std::string>& extra_env) {
+  if (argv.empty()) return InvalidArgument("RunCommand: empty command");
+  std::string path_var;
+  std::vector<std::string> env = MergedEnvironment(extra_env, &path_var);
+  ASSIGN_OR_RETURN(std::string program, ResolveProgram(argv[0], path_var));
+  std::vector<std::string> args = argv;
+  std::vector<char*> c_args = CStrings(args);
+  std::vector<char*> c_env = CStrings(env);
+
+  Fd in_r, in_w, out_r, out_w, err_r, err_w;
+  RETURN_IF_ERROR(MakePipe(in_r, in_w));
+  RETURN_IF_ERROR(MakePipe(out_r, out_w));
+  RETURN_IF_ERROR(MakePipe(err_r, err_w));
+
+  pid_t pid = ::fork();
+  if (pid < 0) return InternalError("fork for '" + argv[0] + "'", errno);
+  if (pid == 0) {
+    // Child: only async-signal-safe calls from here on.
+    ::setpgid(0, 0);
+    ResetSignalsInChild();
+    ::dup2(in_r.get(), STDIN_FILENO);
+    ::dup2(out_w.get(), STDOUT_FILENO);
+    ::dup2(err_w.get(), STDERR_FILENO);
+    ::execve(program.c_str(), c_args.data(), c_env.data());
+    _exit(127);
+  }
+  // Also set from the parent, so the group exists before any kill below.
+  ::setpgid(pid, pid);
+  in_r.Close();
+  out_w.Close();
+  err_w.Close();
+  SetNonBlocking(in_w.get());
+  SetNonBlocking(out_r.get());
+  SetNonBlocking(err_r.get());
+
+  ScopedSigpipeBlock sigpipe_block;
+  CommandResult result;
+  size_t written = 0;
+  if (stdin_text.empty()) in_w.Close();
+  bool out_open = true, err_open = true;
+  bool exited = false;
+  const bool has_deadline = timeout_s > 0;
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(has_deadline ? timeout_s : 0));
+  Clock::time_point exit_time;
+  int idle_ms = 1;
+
+  while (true) {
+    if (!exited) {
+      int wstatus = 0;
+      pid_t w = ::waitpid(pid, &wstatus, WNOHANG);
+      if (w == pid) {
+        exited = true;
+        exit_time = Clock::now();
+        FillExitStatus(wstatus, result);
+        in_w.Close();
+      } else if (w < 0 && errno == ECHILD) {
+        // Reaped elsewhere (SIGCHLD ignored): the status is unknown.
+        exited = true;
+        exit_time = Clock::now();
+        result.exit_code = -1;
+        in_w.Close();
+      }
+    }
+    if (!out_open && !err_open && exited) break;
+    Clock::time_point now = Clock::now();
+    if (exited && now - exit_time >= kExitGrace) {
+      if (out_open) ReadAvailable(out_r.get(), result.stdout_text);
+      if (err_open) ReadAvailable(err_r.get(), result.stderr_text);
+      break;
+    }
+    if (!exited && has_deadline && now >= deadline) {
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+      int wstatus = 0;
+      while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+      }
+      result.timed_out = true;
+      FillExitStatus(wstatus, result);
+      if (out_open) ReadAvailable(out_r.get(), result.stdout_text);
+      if (err_open) ReadAvailable(err_r.get(), result.stderr_text);
+      break;
+    }
+
+    std::vector<pollfd> fds;
+    if (out_open) fds.push_back({out_r.get(), POLLIN, 0});
+    if (err_open) fds.push_back({err_r.get(), POLLIN, 0});
+    if (in_w.get() >= 0) fds.push_back({in_w.get(), POLLOUT, 0});
+    // Short waits while the child runs: its exit is noticed by waitpid, not by a descriptor.
+    int wait_ms = 20;
+    if (exited) {
+      wait_ms = static_cast<int>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(kExitGrace - (now - exit_time))
+              .count()) + 1;
+    } else if (has_deadline) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
+      wait_ms = static_cast<int>(std::min<int64_t>(wait_ms, left + 1));
+    }
+    if (fds.empty()) {
+      // Output closed, exit not seen yet: it follows within moments, so look again soon.
+      idle_ms = std::min(idle_ms * 2, 20);
+      ::poll(nullptr, 0, std::min(wait_ms, idle_ms));
+      continue;
+    }
+    int n = ::poll(fds.data(), fds.size(), wait_ms);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      return InternalError("poll while running '" + argv[0] + "'", err);
+    }
+    for (const pollfd& p : fds) {
+      if (p.revents == 0) continue;
+      if (p.fd == out_r.get()) {
+        out_open = ReadAvailable(out_r.get(), result.stdout_text);
+        if (!out_open) out_r.Close();
+      } else if (p.fd == err_r.get()) {
+        err_open = ReadAvailable(err_r.get(), result.stderr_text);
+        if (!err_open) err_r.Close();
+      } else if (p.fd == in_w.get()) {
+        if (p.revents & (POLLERR | POLLHUP)) {
+          in_w.Close();
+          continue;
+        }
+        ssize_t w = ::write(in_w.get(), stdin_text.data() + written, stdin_text.size() - written);
+        if (w > 0) {
+          written += static_cast<size_t>(w);
+          if (written == stdin_text.size()) in_w.Close();
+        } else if (w < 0 && errno != EINTR && errno != EAGAIN) {
+          if (errno == EPIPE) sigpipe_block.NoteEpipe();
+          in_w.Close();  // the child stopped reading: the rest is dropped
+        }
+      }
+    }
+  }
+  return result;
+}
+
+Result<int> SpawnDetached(const std::vector<std::string>& argv,
+                          const std::map<std::string, std::string>& env, const std::string& cwd,
+                          const std::string& log_path) {
+  if (argv.empty()) return InvalidArgument("SpawnDetached: empty command");
+  std::string path_var;
+  std::vector<std::string> merged = MergedEnvironment(env, &path_var);
+  ASSIGN_OR_RETURN(std::string program, ResolveProgram(argv[0], path_var));
+  if (!cwd.empty()) {
+    struct stat st;
+    if (::stat(cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return NotFound("working directory '" + cwd + "' does not exist");
+    }
+  }
+  std::vector<std::string> args = argv;
+  std::vector<char*> c_args = CStrings(args);
+  std::vector<char*> c_env = CStrings(merged);
+
+  Fd log(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (log.get() < 0) return InternalError("cannot open log '" + log_path + "'", errno);
+  Fd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (dev_null.get() < 0) return InternalError("cannot open /dev/null", errno);
+  Fd pid_r, pid_w, err_r, err_w;
+  RETURN_IF_ERROR(MakePipe(pid_r, pid_w));
+  RETURN_IF_ERROR(MakePipe(err_r, err_w));
+
+  pid_t middle = ::fork();
+  if (middle < 0) return InternalError("fork for '" + argv[0] + "'", errno);
+  if (middle == 0) {
+    // Intermediate child: forks the real process and exits, so init adopts it.
+    pid_t child = ::fork();
+    if (child == 0) {
+      ::setsid();
+      ResetSignalsInChild();
+      int err = 0;
+      if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) {
+        err = errno;
+        WriteAll(err_w.get(), &err, sizeof(err));
+        _exit(127);
+      }
+      ::dup2(dev_null.get(), STDIN_FILENO);
+      ::dup2(log.get(), STDOUT_FILENO);
+      ::dup2(log.get(), STDERR_FILENO);
+      ::execve(program.c_str(), c_args.data(), c_env.data());
+      err = errno;
+      WriteAll(err_w.get(), &err, sizeof(err));
+      _exit(127);
+    }
+    int report = child > 0 ? child : -errno;
+    WriteAll(pid_w.get(), &report, sizeof(report));
+    _exit(0);
+  }
+  pid_w.Close();
+  err_w.Close();
+  while (::waitpid(middle, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  int pid = 0;
+  if (!ReadInt(pid_r.get(), &pid)) {
+    return Status(StatusCode::kInternal, "starting '" + argv[0] + "': no pid reported");
+  }
+  if (pid < 0) return InternalError("fork for '" + argv[0] + "'", -pid);
+  // EOF once the exec succeeded (close-on-exec); an errno when it failed.
+  int exec_errno = 0;
+  if (ReadInt(err_r.get(), &exec_errno)) {
+    return InternalError("cannot start '" + argv[0] + "'", exec_errno);
+  }
+  return pid;
+}
+
+Result<std::string> FindProgram(const std::string& program,
+                                const std::map<std::string, std::string>& env) {
+  std::string path_var;
+  MergedEnvironment(env, &path_var);
+  return ResolveProgram(program, path_var);
+}
+
+bool ProcessAlive(int pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0 && errno != EPERM) return false;
+  std::optional<std::vector<std::string>> fields = StatFields(pid);
+  if (!fields) return ::kill(pid, 0) == 0 || errno == EPERM;  // no /proc: trust kill
+  const std::string& state = (*fields)[0];
+  return state != "Z" && state != "X" && state != "x";
+}
+
+std::optional<uint64_t> ProcessStartTicks(int pid) {
+  if (pid <= 0) return std::nullopt;
+  std::optional<std::vector<std::string>> fields = StatFields(pid);
+  // Field 22 of /proc/PID/stat; fields[0] is field 3.
+  if (!fields || fields->size() < 20) return std::nullopt;
+  try {
+    return std::stoull((*fields)[19]);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+void KillGroup(int pid, int sig) {
+  // pid 1 and below would name init, our own group or every process.
+  if (pid <= 1) return;
+  ::kill(-pid, sig);
+  ::kill(pid, sig);
+}
+
+}  // namespace frenzy::server

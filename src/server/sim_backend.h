@@ -1,0 +1,41 @@
+// The `sim` backend, the embedded default: a simulated heterogeneous cluster inside the daemon.
+// A run "trains" at its plan's predicted speed, `time_scale` times faster than the wall clock,
+// and reports its progress and a peak memory close to MARP's prediction. Everything about a run
+// is in its handle (start time, speed, the job's progress at launch), so a restarted daemon
+// re-attaches to its runs as it would to a real cluster's.
+#ifndef FRENZY_SERVER_SIM_BACKEND_H_
+#define FRENZY_SERVER_SIM_BACKEND_H_
+
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "hardware/cluster.h"
+#include "server/backend.h"
+
+namespace frenzy::server {
+
+class SimBackend : public Backend {
+ public:
+  // `now_s`: the wall clock (seconds); `time_scale`: simulated seconds per wall second.
+  SimBackend(Cluster cluster, double time_scale, std::function<double()> now_s)
+      : cluster_(std::move(cluster)), scale_(time_scale), now_s_(std::move(now_s)) {}
+  std::string_view name() const override { return "sim"; }
+  Result<std::vector<BackendNode>> Nodes() override;
+  // Reads FRENZY_TOKENS and FRENZY_DONE_TOKENS from spec.env (the job's total and progress).
+  Result<std::string> Launch(const LaunchSpec& spec) override;
+  Result<RunStatus> Status(const std::string& handle) override;
+  ::frenzy::Status Cancel(const std::string& handle) override;
+
+ private:
+  Cluster cluster_;
+  double scale_;
+  std::function<double()> now_s_;
+  std::set<std::string> cancelled_;
+};
+
+}  // namespace frenzy::server
+
+#endif  // FRENZY_SERVER_SIM_BACKEND_H_

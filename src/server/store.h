@@ -1,0 +1,96 @@
+// The daemon's durable state, in SQLite (WAL mode): jobs with their plans and progress, their
+// events, nodes and allocations. Every change is one transaction, so a daemon killed at any
+// moment restarts with every accepted job in the state of its last completed change.
+//
+// Thread-safe (one connection behind a mutex): the HTTP handlers and the control loop share it.
+#ifndef FRENZY_SERVER_STORE_H_
+#define FRENZY_SERVER_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+struct sqlite3;
+
+namespace frenzy::server {
+
+enum class JobState { kQueued, kRunning, kSucceeded, kFailed, kCancelled };
+const char* JobStateName(JobState s);
+std::optional<JobState> JobStateFromName(const std::string& s);
+inline bool Terminal(JobState s) {
+  return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled;
+}
+
+struct JobRow {
+  std::string id;       // "j-000001"
+  std::string spec;     // the submitted job spec, JSON
+  std::string model;    // model name (for listings)
+  JobState state = JobState::kQueued;
+  double submitted_s = 0, updated_s = 0, started_s = -1, finished_s = -1;
+  std::string plan;     // JSON of the chosen plan ("" while queued before its first start)
+  std::string why;      // why this plan (the scheduler's and planner's explanation)
+  std::string handle;   // the backend's handle of the current run
+  int64_t attempt = 0;  // runs started so far
+  double total_tokens = 0, done_tokens = 0;
+  int64_t step = 0;
+  int64_t predicted_bytes = 0, observed_bytes = 0;
+  double memory_factor = 0;  // the runtime's factor (0: none)
+  std::string memory_note;   // the runtime's explanation
+  std::string message;       // the last error or state message
+  std::string allocation;    // JSON [[node, gpus], ...] of the current run
+};
+
+struct EventRow {
+  int64_t id = 0;
+  std::string job_id;
+  double t_s = 0;
+  std::string kind, detail;
+};
+
+struct NodeRow {
+  std::string name, gpu;
+  int64_t gpus = 0;
+  bool up = true;
+  double last_seen_s = 0;
+  std::string readings;  // JSON of the last heartbeat
+};
+
+class Store {
+ public:
+  static Result<std::unique_ptr<Store>> Open(const std::string& path);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Inserts a new job with the next id (returned), and its "submitted" event.
+  Result<std::string> InsertJob(JobRow row, const std::string& event_detail);
+  // Replaces the job's row and appends an event, in one transaction. `kind` "" adds no event.
+  Status UpdateJob(const JobRow& row, const std::string& kind, const std::string& detail);
+  Result<std::optional<JobRow>> GetJob(const std::string& id);
+  // Jobs in submission order; `states` empty: all.
+  Result<std::vector<JobRow>> ListJobs(const std::vector<JobState>& states = {},
+                                       int64_t limit = -1);
+  Result<int64_t> CountJobs(std::optional<JobState> state = std::nullopt);
+  Result<std::vector<EventRow>> Events(const std::string& job_id, int64_t limit = 100);
+  Status UpsertNode(const NodeRow& node);
+  Result<std::vector<NodeRow>> Nodes();
+
+ private:
+  explicit Store(sqlite3* db) : db_(db) {}
+  Status Exec(const std::string& sql);
+  Status WriteJob(const JobRow& row);  // REQUIRES: mu_ held, in a transaction
+  Status AddEvent(const std::string& job_id, double t_s, const std::string& kind,
+                  const std::string& detail);
+  std::mutex mu_;
+  sqlite3* db_;
+};
+
+}  // namespace frenzy::server
+
+#endif  // FRENZY_SERVER_STORE_H_

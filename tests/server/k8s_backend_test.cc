@@ -1,0 +1,801 @@
+// The k8s backend: manifests validated against excerpts of the published Kubernetes OpenAPI
+// schema (tests/data/k8s), the pure parsers of kubectl's JSON, and the backend itself without a
+// cluster (manifests only) and with a stand-in kubectl script.
+#include "server/k8s_backend.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace frenzy::server {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+const std::string kSchemaDir = std::string(FRENZY_SOURCE_DIR) + "/tests/data/k8s";
+constexpr std::string_view kRefPrefix = "#/components/schemas/";
+
+// ---- A small OpenAPI validator ---------------------------------------------------------------
+// Checks what kubectl's strict field validation checks on these types: required fields, JSON
+// types (string/integer/number/boolean/object/array), enums, int32 ranges, and no fields the
+// schema does not define (an object with "properties" admits nothing else; a map admits keys
+// whose values match "additionalProperties"). Follows $ref, allOf and oneOf.
+class OpenApiSchemas {
+ public:
+  void Load(const std::string& path) {
+    std::ifstream in(path);
+    ASSERT_TRUE(in) << path;
+    json doc = json::parse(in);
+    for (const auto& [name, schema] : doc.at("components").at("schemas").items()) {
+      defs_[name] = schema;
+    }
+  }
+  void Add(const std::string& name, json schema) { defs_[name] = std::move(schema); }
+  bool Has(const std::string& name) const { return defs_.count(name) > 0; }
+
+  // Errors of `value` against the named definition, as "path: message"; empty when valid.
+  std::vector<std::string> Validate(const json& value, const std::string& definition) const {
+    std::vector<std::string> errors;
+    Check(value, {{"$ref", std::string(kRefPrefix) + definition}}, "", errors);
+    return errors;
+  }
+
+  // A manifest against the definition of its apiVersion and kind (a List: each item).
+  std::vector<std::string> ValidateManifest(const json& manifest) const {
+    if (manifest.value("kind", "") == "List" && manifest.value("apiVersion", "") == "v1") {
+      std::vector<std::string> errors;
+      const auto& items = manifest.at("items");
+      for (size_t i = 0; i < items.size(); ++i) {
+        for (const auto& e : ValidateManifest(items[i])) {
+          errors.push_back("items[" + std::to_string(i) + "]." + e);
+        }
+      }
+      return errors;
+    }
+    std::string api = manifest.value("apiVersion", "");
+    std::string group, version = api;
+    if (size_t slash = api.find('/'); slash != std::string::npos) {
+      group = api.substr(0, slash);
+      version = api.substr(slash + 1);
+    }
+    const std::string kind = manifest.value("kind", "");
+    for (const auto& [name, schema] : defs_) {
+      if (!schema.contains("x-kubernetes-group-version-kind")) continue;
+      for (const auto& gvk : schema["x-kubernetes-group-version-kind"]) {
+        if (gvk.value("group", "") == group && gvk.value("version", "") == version &&
+            gvk.value("kind", "") == kind) {
+          return Validate(manifest, name);
+        }
+      }
+    }
+    return {"no schema for apiVersion '" + api + "' kind '" + kind + "'"};
+  }
+
+ private:
+  static bool TypeIs(const json& v, const std::string& type) {
+    if (type == "string") return v.is_string();
+    if (type == "integer") return v.is_number_integer();
+    if (type == "number") return v.is_number();
+    if (type == "boolean") return v.is_boolean();
+    if (type == "object") return v.is_object();
+    if (type == "array") return v.is_array();
+    if (type == "null") return v.is_null();
+    return false;
+  }
+  static std::string Join(const std::string& path, const std::string& key) {
+    return path.empty() ? key : path + "." + key;
+  }
+
+  void Check(const json& v, const json& schema, const std::string& path,
+             std::vector<std::string>& errors) const {
+    const std::string at = path.empty() ? "(root)" : path;
+    if (schema.contains("$ref")) {
+      std::string ref = schema["$ref"].get<std::string>();
+      if (ref.rfind(kRefPrefix, 0) != 0) {
+        errors.push_back(at + ": unsupported $ref " + ref);
+        return;
+      }
+      auto it = defs_.find(ref.substr(kRefPrefix.size()));
+      if (it == defs_.end()) {
+        errors.push_back(at + ": definition " + ref.substr(kRefPrefix.size()) +
+                         " is not in the schema excerpt");
+        return;
+      }
+      Check(v, it->second, path, errors);
+    }
+    if (schema.contains("allOf")) {
+      for (const auto& sub : schema["allOf"]) Check(v, sub, path, errors);
+    }
+    if (schema.contains("oneOf")) {
+      int matches = 0;
+      for (const auto& sub : schema["oneOf"]) {
+        std::vector<std::string> sub_errors;
+        Check(v, sub, path, sub_errors);
+        if (sub_errors.empty()) ++matches;
+      }
+      if (matches != 1) {
+        errors.push_back(at + ": " + v.dump() + " matches " + std::to_string(matches) +
+                         " of the oneOf alternatives (needs exactly 1)");
+      }
+    }
+    if (schema.contains("type")) {
+      const json& t = schema["type"];
+      bool ok = false;
+      if (t.is_string()) ok = TypeIs(v, t.get<std::string>());
+      if (t.is_array()) {
+        for (const auto& one : t) ok = ok || TypeIs(v, one.get<std::string>());
+      }
+      if (!ok) {
+        errors.push_back(at + ": expected " + t.dump() + ", got " + v.dump());
+        return;
+      }
+    }
+    if (schema.contains("enum")) {
+      bool found = false;
+      for (const auto& e : schema["enum"]) found = found || e == v;
+      if (!found) {
+        errors.push_back(at + ": " + v.dump() + " is not one of " + schema["enum"].dump());
+      }
+    }
+    if (schema.value("format", "") == "int32" && v.is_number_integer()) {
+      const int64_t n = v.get<int64_t>();
+      if (n < INT32_MIN || n > INT32_MAX) errors.push_back(at + ": out of int32 range");
+    }
+    if (v.is_object()) {
+      const bool has_props = schema.contains("properties");
+      const json props = schema.value("properties", json::object());
+      if (schema.contains("required")) {
+        for (const auto& r : schema["required"]) {
+          if (!v.contains(r.get<std::string>())) {
+            errors.push_back(at + ": missing required field '" + r.get<std::string>() + "'");
+          }
+        }
+      }
+      for (const auto& [key, child] : v.items()) {
+        if (props.contains(key)) {
+          Check(child, props[key], Join(path, key), errors);
+        } else if (schema.contains("additionalProperties") &&
+                   schema["additionalProperties"].is_object()) {
+          Check(child, schema["additionalProperties"], Join(path, key), errors);
+        } else if (has_props || schema.value("additionalProperties", json(true)) == json(false)) {
+          errors.push_back(at + ": unknown field '" + key + "'");
+        }
+      }
+    }
+    if (v.is_array() && schema.contains("items")) {
+      for (size_t i = 0; i < v.size(); ++i) {
+        Check(v[i], schema["items"], path + "[" + std::to_string(i) + "]", errors);
+      }
+    }
+  }
+
+  std::map<std::string, json> defs_;
+};
+
+const OpenApiSchemas& Schemas() {
+  static const OpenApiSchemas* schemas = [] {
+    auto* s = new OpenApiSchemas();
+    s->Load(kSchemaDir + "/apis__batch__v1_openapi.trimmed.json");
+    s->Load(kSchemaDir + "/api__v1_openapi.service.trimmed.json");
+    return s;
+  }();
+  return *schemas;
+}
+
+std::string Joined(const std::vector<std::string>& errors) {
+  std::string out;
+  for (const auto& e : errors) out += e + "\n";
+  return out;
+}
+
+bool AnyContains(const std::vector<std::string>& errors, const std::string& text) {
+  for (const auto& e : errors) {
+    if (e.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// ---- fixtures ----------------------------------------------------------------------------------
+
+LaunchSpec Spec(const std::string& job_id, int64_t nodes, int64_t gpus_per_node,
+                const std::string& gpu) {
+  LaunchSpec s;
+  s.job_id = job_id;
+  s.name = "gpt2-medium";
+  s.plan.gpu = gpu;
+  s.plan.gpus = nodes * gpus_per_node;
+  s.nodes = nodes;
+  s.gpus_per_node = gpus_per_node;
+  s.command = {"python3", "examples/train.py", "--steps", "10"};
+  s.env = {{"FRENZY_PLAN", R"({"tp":2,"pp":1,"dp":2})"},
+           {"FRENZY_REPORT_URL", "http://frenzyd:8470/v1/jobs/" + job_id + "/report"},
+           {"FRENZY_TOKEN", "secret"}};
+  s.workdir = "runs/" + job_id;
+  return s;
+}
+
+std::map<std::string, json> EnvOf(const json& job) {
+  std::map<std::string, json> out;
+  for (const auto& e : job["spec"]["template"]["spec"]["containers"][0]["env"]) {
+    EXPECT_EQ(out.count(e["name"].get<std::string>()), 0u) << "duplicate env " << e["name"];
+    out[e["name"].get<std::string>()] = e.contains("value") ? e["value"] : e["valueFrom"];
+  }
+  return out;
+}
+
+std::vector<std::string> CommandOf(const json& job) {
+  return job["spec"]["template"]["spec"]["containers"][0]["command"]
+      .get<std::vector<std::string>>();
+}
+
+const std::regex kDnsLabel("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$");
+const std::regex kLabelValue("^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$");
+
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = fs::temp_directory_path() /
+            ("frenzy-k8s-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string str() const { return path_.string(); }
+  fs::path path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+void WriteText(const fs::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+std::string ReadText(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// ---- the schema and the validator ------------------------------------------------------------
+
+TEST(K8sSchema, ExcerptsHoldTheKindsValidated) {
+  for (const char* name :
+       {"io.k8s.api.batch.v1.Job", "io.k8s.api.batch.v1.JobSpec", "io.k8s.api.core.v1.PodSpec",
+        "io.k8s.api.core.v1.Container", "io.k8s.api.core.v1.EnvVar",
+        "io.k8s.api.core.v1.ResourceRequirements", "io.k8s.apimachinery.pkg.api.resource.Quantity",
+        "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "io.k8s.api.core.v1.Service",
+        "io.k8s.api.core.v1.ServiceSpec", "io.k8s.api.core.v1.ServicePort"}) {
+    EXPECT_TRUE(Schemas().Has(name)) << name;
+  }
+}
+
+TEST(K8sSchemaValidator, RejectsMisspeltFieldsWrongTypesAndMissingFields) {
+  K8sOptions o;
+  const json good = JobManifest(Spec("j-000001", 2, 8, "H100-80GB"), o);
+  ASSERT_TRUE(Schemas().ValidateManifest(good).empty()) << Joined(Schemas().ValidateManifest(good));
+
+  json misspelt = good;
+  misspelt["spec"]["backofLimit"] = misspelt["spec"]["backoffLimit"];
+  misspelt["spec"].erase("backoffLimit");
+  auto e = Schemas().ValidateManifest(misspelt);
+  EXPECT_TRUE(AnyContains(e, "spec: unknown field 'backofLimit'")) << Joined(e);
+
+  json string_count = good;
+  string_count["spec"]["parallelism"] = "2";
+  e = Schemas().ValidateManifest(string_count);
+  EXPECT_TRUE(AnyContains(e, "spec.parallelism: expected \"integer\", got \"2\"")) << Joined(e);
+
+  json deep = good;
+  deep["spec"]["template"]["spec"]["containers"][0]["imagePulPolicy"] = "Always";
+  e = Schemas().ValidateManifest(deep);
+  EXPECT_TRUE(AnyContains(e, "spec.template.spec.containers[0]: unknown field 'imagePulPolicy'"))
+      << Joined(e);
+
+  json no_containers = good;
+  no_containers["spec"]["template"]["spec"].erase("containers");
+  e = Schemas().ValidateManifest(no_containers);
+  EXPECT_TRUE(AnyContains(e, "missing required field 'containers'")) << Joined(e);
+
+  json bad_quantity = good;
+  bad_quantity["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+              ["nvidia.com/gpu"] = true;
+  e = Schemas().ValidateManifest(bad_quantity);
+  EXPECT_TRUE(AnyContains(e, "matches 0 of the oneOf")) << Joined(e);
+
+  json bad_label = good;
+  bad_label["metadata"]["labels"]["frenzy.io/attempt"] = 3;
+  e = Schemas().ValidateManifest(bad_label);
+  EXPECT_TRUE(AnyContains(e, "expected \"string\", got 3")) << Joined(e);
+
+  json huge = good;
+  huge["spec"]["completions"] = int64_t{1} << 40;
+  e = Schemas().ValidateManifest(huge);
+  EXPECT_TRUE(AnyContains(e, "spec.completions: out of int32 range")) << Joined(e);
+
+  // A field whose definition was trimmed away is reported, not silently accepted.
+  json trimmed = good;
+  trimmed["spec"]["template"]["spec"]["affinity"] = json::object();
+  e = Schemas().ValidateManifest(trimmed);
+  EXPECT_TRUE(AnyContains(e, "io.k8s.api.core.v1.Affinity is not in the schema excerpt"))
+      << Joined(e);
+
+  json wrong_kind = good;
+  wrong_kind["kind"] = "Jobb";
+  EXPECT_FALSE(Schemas().ValidateManifest(wrong_kind).empty());
+}
+
+TEST(K8sSchemaValidator, ChecksEnumsWhereTheSchemaGivesThem) {
+  OpenApiSchemas s;
+  s.Add("test.Policy",
+        {{"type", "object"},
+         {"properties",
+          {{"restartPolicy", {{"type", "string"}, {"enum", {"Never", "OnFailure"}}}}}}});
+  EXPECT_TRUE(s.Validate({{"restartPolicy", "Never"}}, "test.Policy").empty());
+  auto e = s.Validate({{"restartPolicy", "Always"}}, "test.Policy");
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_NE(e[0].find("\"Always\" is not one of"), std::string::npos) << e[0];
+}
+
+// ---- manifests -----------------------------------------------------------------------------
+
+TEST(K8sManifest, SingleNodeJobValidatesAndCarriesTheLayout) {
+  K8sOptions o;
+  o.namespace_name = "ml";
+  const LaunchSpec spec = Spec("j-000042", 1, 4, "A100-80GB");
+  const json job = JobManifest(spec, o);
+  auto errors = Schemas().ValidateManifest(job);
+  EXPECT_TRUE(errors.empty()) << Joined(errors) << job.dump(2);
+
+  EXPECT_EQ(job["metadata"]["name"], "frenzy-j-000042-0");
+  EXPECT_EQ(job["metadata"]["namespace"], "ml");
+  EXPECT_EQ(job["metadata"]["labels"]["app.kubernetes.io/managed-by"], "frenzy");
+  EXPECT_EQ(job["metadata"]["labels"]["frenzy.io/job-id"], "j-000042");
+  EXPECT_EQ(job["spec"]["completions"], 1);
+  EXPECT_EQ(job["spec"]["parallelism"], 1);
+  EXPECT_EQ(job["spec"]["backoffLimit"], 0);
+  EXPECT_FALSE(job["spec"].contains("completionMode"));
+  const json& pod = job["spec"]["template"]["spec"];
+  EXPECT_EQ(pod["restartPolicy"], "Never");
+  EXPECT_FALSE(pod.contains("subdomain"));
+  EXPECT_EQ(pod["nodeSelector"]["nvidia.com/gpu.product"], "NVIDIA-A100-SXM4-80GB");
+  EXPECT_EQ(pod["containers"][0]["image"], "python:3.11");
+  EXPECT_EQ(pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], 4);
+  EXPECT_EQ(job["spec"]["template"]["metadata"]["labels"]["frenzy.io/job-id"], "j-000042");
+
+  EXPECT_EQ(CommandOf(job),
+            (std::vector<std::string>{"torchrun", "--nnodes=1", "--nproc_per_node=4",
+                                      "--node_rank=$(NODE_RANK)", "--master_addr=$(MASTER_ADDR)",
+                                      "--master_port=$(MASTER_PORT)", "examples/train.py",
+                                      "--steps", "10"}));
+  auto env = EnvOf(job);
+  EXPECT_EQ(env["NODE_RANK"], "0");
+  EXPECT_EQ(env["WORLD_SIZE"], "4");
+  EXPECT_EQ(env["NPROC_PER_NODE"], "4");
+  EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.1");
+  EXPECT_EQ(env["MASTER_PORT"], "29500");
+  EXPECT_EQ(env["FRENZY_PLAN"], R"({"tp":2,"pp":1,"dp":2})");
+  EXPECT_EQ(env["FRENZY_TOKEN"], "secret");
+}
+
+TEST(K8sManifest, TwoNodeRunIsAnIndexedJobWithAHeadlessService) {
+  K8sOptions o;
+  o.master_port = 23456;
+  const LaunchSpec spec = Spec("j-7", 2, 8, "H100-80GB");
+  const json job = JobManifest(spec, o);
+  const json svc = ServiceManifest(spec, o);
+  auto errors = Schemas().ValidateManifest(job);
+  EXPECT_TRUE(errors.empty()) << Joined(errors) << job.dump(2);
+  errors = Schemas().ValidateManifest(svc);
+  EXPECT_TRUE(errors.empty()) << Joined(errors) << svc.dump(2);
+
+  const std::string name = job["metadata"]["name"];
+  EXPECT_EQ(job["spec"]["completionMode"], "Indexed");
+  EXPECT_EQ(job["spec"]["completions"], 2);
+  EXPECT_EQ(job["spec"]["parallelism"], 2);
+  const json& pod = job["spec"]["template"]["spec"];
+  EXPECT_EQ(pod["subdomain"], name);
+  EXPECT_EQ(pod["nodeSelector"]["nvidia.com/gpu.product"], "NVIDIA-H100-80GB-HBM3");
+  EXPECT_EQ(pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], 8);
+
+  auto env = EnvOf(job);
+  EXPECT_EQ(env["NODE_RANK"]["fieldRef"]["fieldPath"],
+            "metadata.annotations['batch.kubernetes.io/job-completion-index']");
+  EXPECT_EQ(env["WORLD_SIZE"], "16");
+  EXPECT_EQ(env["NNODES"], "2");
+  EXPECT_EQ(env["MASTER_ADDR"], name + "-0." + name);
+  EXPECT_EQ(env["MASTER_PORT"], "23456");
+  auto cmd = CommandOf(job);
+  EXPECT_EQ(cmd[1], "--nnodes=2");
+  EXPECT_EQ(cmd[2], "--nproc_per_node=8");
+
+  // The Service selects exactly the Job's pods and is headless.
+  EXPECT_EQ(svc["metadata"]["name"], name);
+  EXPECT_EQ(svc["spec"]["clusterIP"], "None");
+  EXPECT_TRUE(svc["spec"]["publishNotReadyAddresses"].get<bool>());
+  EXPECT_EQ(svc["spec"]["ports"][0]["port"], 23456);
+  for (const auto& [key, value] : svc["spec"]["selector"].items()) {
+    EXPECT_EQ(job["spec"]["template"]["metadata"]["labels"][key], value) << key;
+  }
+}
+
+TEST(K8sManifest, OddJobIdsGiveValidDistinctNames) {
+  K8sOptions o;
+  std::vector<std::string> ids = {"J_000042/Retry#2", "", "---", "UPPER", "a.b.c"};
+  ids.insert(ids.end(), {"j\xc3\xb6-x", "j-1", "J_1", "j_1", "0starts-with-digit"});
+  ids.insert(ids.end(), {std::string(200, 'z'), std::string(200, 'z') + "1"});
+  std::set<std::string> names;
+  for (const auto& id : ids) {
+    for (int64_t nodes : {1, 3}) {
+      LaunchSpec spec = Spec(id, nodes, 2, "A100-80GB");
+      spec.attempt = 12;
+      const json job = JobManifest(spec, o);
+      const std::string name = job["metadata"]["name"];
+      EXPECT_TRUE(std::regex_match(name, kDnsLabel)) << "'" << id << "' -> " << name;
+      EXPECT_LE(name.size() + 7, 63u) << name;  // pod hostnames: <name>-<index up to 6 digits>
+      EXPECT_EQ(name.rfind("frenzy-", 0), 0u) << name;  // starts with a letter (Service names)
+      const std::string label = job["metadata"]["labels"]["frenzy.io/job-id"];
+      EXPECT_TRUE(std::regex_match(label, kLabelValue)) << "'" << id << "' -> " << label;
+      EXPECT_LE(label.size(), 63u);
+      EXPECT_EQ(job["metadata"]["annotations"]["frenzy.io/job-id"], id);
+      auto errors = Schemas().ValidateManifest(job);
+      EXPECT_TRUE(errors.empty()) << id << "\n" << Joined(errors);
+      if (nodes > 1) {
+        errors = Schemas().ValidateManifest(ServiceManifest(spec, o));
+        EXPECT_TRUE(errors.empty()) << id << "\n" << Joined(errors);
+      }
+      if (nodes == 1) names.insert(name);
+    }
+  }
+  EXPECT_EQ(names.size(), ids.size()) << "two job ids share a Kubernetes name";
+  EXPECT_EQ(K8sJobName(Spec("j-000042", 1, 1, "")), "frenzy-j-000042-0");
+}
+
+TEST(K8sManifest, DnsLabelSanitises) {
+  EXPECT_EQ(DnsLabel("Hello_World!"), "hello-world");
+  EXPECT_EQ(DnsLabel("--a--b--"), "a-b");
+  EXPECT_EQ(DnsLabel(""), "x");
+  std::string long_label = DnsLabel(std::string(100, 'a'), 20);
+  EXPECT_EQ(long_label.size(), 20u);
+  EXPECT_TRUE(std::regex_match(long_label, kDnsLabel)) << long_label;
+  EXPECT_NE(DnsLabel(std::string(100, 'a'), 20), DnsLabel(std::string(101, 'a'), 20));
+}
+
+TEST(K8sManifest, UserTextIsNotExpandedByKubernetes) {
+  K8sOptions o;
+  LaunchSpec spec = Spec("j-1", 1, 1, "A100-80GB");
+  spec.command = {"python3", "train.py", "--out=$(HOME)/x"};
+  spec.env["FRENZY_NOTE"] = "cost $(5) or $HOME";
+  spec.env["MASTER_PORT"] = "1";  // the launcher's own variables win, no duplicate entry
+  const json job = JobManifest(spec, o);
+  EXPECT_EQ(CommandOf(job).back(), "--out=$$(HOME)/x");
+  auto env = EnvOf(job);
+  EXPECT_EQ(env["FRENZY_NOTE"], "cost $$(5) or $HOME");
+  EXPECT_EQ(env["MASTER_PORT"], "29500");
+}
+
+TEST(K8sManifest, LaunchCommandForms) {
+  K8sOptions o;
+  auto tail = [&](std::vector<std::string> command) {
+    LaunchSpec spec = Spec("j-1", 1, 2, "A100-80GB");
+    spec.command = std::move(command);
+    auto cmd = CommandOf(JobManifest(spec, o));
+    return std::vector<std::string>(cmd.begin() + 6, cmd.end());
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(tail({"python3", "-m", "pkg.train", "--x"}), (V{"-m", "pkg.train", "--x"}));
+  EXPECT_EQ(tail({"/usr/bin/python3.11", "train.py"}), (V{"train.py"}));
+  EXPECT_EQ(tail({"train.py", "--a"}), (V{"train.py", "--a"}));
+  EXPECT_EQ(tail({"./train.sh", "a"}), (V{"--no_python", "./train.sh", "a"}));
+  EXPECT_EQ(tail({"python3", "-u", "train.py"}), (V{"--no_python", "python3", "-u", "train.py"}));
+}
+
+TEST(K8sManifest, GpuLabelsFollowTheTableAndCatalogAliases) {
+  K8sOptions o;
+  EXPECT_EQ(GpuProductLabel("V100-32GB", o), "Tesla-V100-SXM2-32GB");
+  EXPECT_EQ(GpuProductLabel("RTX-3090", o), "NVIDIA-GeForce-RTX-3090");
+  EXPECT_EQ(GpuProductLabel("a100", o), "NVIDIA-A100-SXM4-80GB");  // alias -> A100-80GB
+  EXPECT_EQ(GpuProductLabel("MI300X", o), "");
+  o.gpu_label_key = "example.com/gpu";
+  o.gpu_labels = {{"A100-80GB", "a100-80g"}};
+  const json job = JobManifest(Spec("j-1", 1, 1, "A100-80GB"), o);
+  EXPECT_EQ(job["spec"]["template"]["spec"]["nodeSelector"],
+            json({{"example.com/gpu", "a100-80g"}}));
+  // Every catalog type in the default table exists in the catalog.
+  for (const auto& [gpu, label] : DefaultGpuProductLabels()) {
+    EXPECT_TRUE(std::regex_match(label, kLabelValue)) << label;
+    EXPECT_EQ(GpuProductLabel(gpu, K8sOptions{}), label);
+  }
+}
+
+// ---- parsing kubectl's JSON ------------------------------------------------------------------
+
+json JobWithStatus(json status) {
+  return {{"apiVersion", "batch/v1"},
+          {"kind", "Job"},
+          {"metadata", {{"name", "frenzy-j-1-0"}}},
+          {"status", std::move(status)}};
+}
+
+TEST(K8sStatus, ParsesJobConditionsAndCounts) {
+  RunStatus s =
+      ParseJobStatus(JobWithStatus({{"succeeded", 2},
+                                    {"conditions",
+                                     {{{"type", "SuccessCriteriaMet"}, {"status", "True"}},
+                                      {{"type", "Complete"}, {"status", "True"}}}}}));
+  EXPECT_EQ(s.state, RunState::kSucceeded);
+
+  s = ParseJobStatus(
+      JobWithStatus({{"failed", 1},
+                     {"conditions",
+                      {{{"type", "Failed"},
+                        {"status", "True"},
+                        {"reason", "BackoffLimitExceeded"},
+                        {"message", "Job has reached the specified backoff limit"}}}}}));
+  EXPECT_EQ(s.state, RunState::kFailed);
+  EXPECT_NE(s.exit_code, 0);
+  EXPECT_EQ(s.message, "BackoffLimitExceeded: Job has reached the specified backoff limit");
+
+  s = ParseJobStatus(JobWithStatus({{"active", 2}, {"ready", 2}}));
+  EXPECT_EQ(s.state, RunState::kRunning);
+  EXPECT_EQ(s.message, "2 of 2 pod(s) ready");
+
+  s = ParseJobStatus(JobWithStatus({{"active", 2}, {"ready", 0}}));
+  EXPECT_EQ(s.state, RunState::kPending);
+
+  s = ParseJobStatus(JobWithStatus({{"active", 1}}));  // servers without status.ready
+  EXPECT_EQ(s.state, RunState::kRunning);
+
+  s = ParseJobStatus(JobWithStatus(json::object()));
+  EXPECT_EQ(s.state, RunState::kPending);
+
+  s = ParseJobStatus(JobWithStatus({{"conditions",
+                                     {{{"type", "Complete"}, {"status", "False"}},
+                                      {{"type", "Suspended"}, {"status", "True"}}}}}));
+  EXPECT_EQ(s.state, RunState::kPending);
+  EXPECT_EQ(s.message, "the job is suspended");
+
+  json deleting = JobWithStatus({{"active", 1}, {"ready", 1}});
+  deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z";
+  EXPECT_EQ(ParseJobStatus(deleting).state, RunState::kCancelled);
+}
+
+const char* kNodesJson = R"({
+  "apiVersion": "v1", "kind": "List",
+  "items": [
+    {"metadata": {"name": "gpu-a", "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+                                              "nvidia.com/gpu.count": "8"}},
+     "spec": {},
+     "status": {"allocatable": {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": "8"},
+                "conditions": [{"type": "MemoryPressure", "status": "False"},
+                               {"type": "Ready", "status": "True"}]}},
+    {"metadata": {"name": "cpu-only", "labels": {}},
+     "status": {"allocatable": {"cpu": "8"},
+                "conditions": [{"type": "Ready", "status": "True"}]}},
+    {"metadata": {"name": "gpu-b",
+                  "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-SHARED"}},
+     "spec": {"unschedulable": true},
+     "status": {"allocatable": {"nvidia.com/gpu": 4},
+                "conditions": [{"type": "Ready", "status": "True"}]}},
+    {"metadata": {"name": "gpu-c", "labels": {"nvidia.com/gpu.product": "NVIDIA-B200"}},
+     "status": {"allocatable": {"nvidia.com/gpu": "8"},
+                "conditions": [{"type": "Ready", "status": "False"}]}},
+    {"metadata": {"name": "gpu-d",
+                  "labels": {"nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-3090"}},
+     "status": {"allocatable": {"nvidia.com/gpu": "0"}}}
+  ]
+})";
+
+TEST(K8sNodes, ParsesAllocatableGpusAndProductLabels) {
+  auto nodes = ParseNodes(json::parse(kNodesJson), K8sOptions{});
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  ASSERT_EQ(nodes->size(), 3u);
+  EXPECT_EQ((*nodes)[0].name, "gpu-a");
+  EXPECT_EQ((*nodes)[0].gpu, "A100-80GB");
+  EXPECT_EQ((*nodes)[0].gpus, 8);
+  EXPECT_TRUE((*nodes)[0].up);
+  EXPECT_EQ((*nodes)[1].name, "gpu-b");
+  EXPECT_EQ((*nodes)[1].gpu, "H100-80GB");  // time-sliced: "-SHARED" dropped
+  EXPECT_EQ((*nodes)[1].gpus, 4);
+  EXPECT_FALSE((*nodes)[1].up);  // cordoned
+  EXPECT_EQ((*nodes)[2].name, "gpu-c");
+  EXPECT_EQ((*nodes)[2].gpu, "NVIDIA-B200");  // unknown to the catalog: the label as is
+  EXPECT_FALSE((*nodes)[2].up);               // not Ready
+}
+
+TEST(K8sNodes, ErrorsNameTheNodeAndField) {
+  json bad = json::parse(kNodesJson);
+  bad["items"][0]["status"]["allocatable"]["nvidia.com/gpu"] = "8x";
+  auto nodes = ParseNodes(bad, K8sOptions{});
+  ASSERT_FALSE(nodes.ok());
+  EXPECT_NE(nodes.status().message().find("gpu-a"), std::string::npos);
+  EXPECT_EQ(nodes.status().field(), "items[0].status.allocatable.nvidia.com/gpu");
+  EXPECT_FALSE(ParseNodes(json::object(), K8sOptions{}).ok());
+  EXPECT_FALSE(ParseNodes(json::parse(R"({"items": [{"metadata": {}}]})"), K8sOptions{}).ok());
+}
+
+// ---- the backend without a cluster -----------------------------------------------------------
+
+TEST(K8sBackendTest, WithoutAClusterWritesManifestsOnly) {
+  TempDir dir;
+  K8sOptions o;
+  o.manifest_dir = (dir.path() / "manifests").string();
+  K8sBackend backend(o);
+  EXPECT_EQ(backend.name(), "k8s");
+
+  auto handle = backend.Launch(Spec("j-000042", 1, 4, "A100-80GB"));
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  EXPECT_EQ(*handle, "k8s:default/frenzy-j-000042-0");
+  const std::string path = backend.ManifestPath("frenzy-j-000042-0");
+  ASSERT_TRUE(fs::exists(path));
+  json written = json::parse(ReadText(path));
+  EXPECT_EQ(written["kind"], "Job");
+  EXPECT_TRUE(Schemas().ValidateManifest(written).empty());
+
+  auto st = backend.Status(*handle);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->state, RunState::kPending);
+  EXPECT_EQ(st->message, "manifest written to " + path + " (no cluster configured)");
+
+  auto nodes = backend.Nodes();
+  ASSERT_FALSE(nodes.ok());
+  EXPECT_EQ(nodes.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(nodes.status().message().find("no cluster is configured"), std::string::npos);
+
+  EXPECT_TRUE(backend.Cancel(*handle).ok());
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_TRUE(backend.Cancel(*handle).ok());  // twice: nothing left to remove
+  st = backend.Status(*handle);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->state, RunState::kLost);
+
+  // Several nodes: one file, a List of the Service and the Job, both valid.
+  auto multi = backend.Launch(Spec("j-000043", 2, 8, "H100-80GB"));
+  ASSERT_TRUE(multi.ok()) << multi.status().ToString();
+  json list = json::parse(ReadText(backend.ManifestPath("frenzy-j-000043-0")));
+  EXPECT_EQ(list["kind"], "List");
+  ASSERT_EQ(list["items"].size(), 2u);
+  EXPECT_EQ(list["items"][0]["kind"], "Service");
+  EXPECT_EQ(list["items"][1]["kind"], "Job");
+  auto errors = Schemas().ValidateManifest(list);
+  EXPECT_TRUE(errors.empty()) << Joined(errors);
+}
+
+TEST(K8sBackendTest, LaunchRejectsWhatCannotRun) {
+  TempDir dir;
+  K8sOptions o;
+  o.manifest_dir = dir.str();
+  K8sBackend backend(o);
+  LaunchSpec no_command = Spec("j-1", 1, 1, "A100-80GB");
+  no_command.command.clear();
+  EXPECT_EQ(backend.Launch(no_command).status().code(), StatusCode::kInvalidArgument);
+
+  auto unknown = backend.Launch(Spec("j-1", 1, 1, "Z9000"));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("Z9000"), std::string::npos);
+
+  K8sOptions bad_ns = o;
+  bad_ns.namespace_name = "Not_A_Namespace";
+  EXPECT_FALSE(K8sBackend(bad_ns).Launch(Spec("j-1", 1, 1, "A100-80GB")).ok());
+
+  for (const char* h : {"slurm:12", "k8s:", "k8s:ns", "k8s:/x", "k8s:ns/", "k8s:NS/x"}) {
+    EXPECT_FALSE(backend.Status(h).ok()) << h;
+    EXPECT_FALSE(backend.Cancel(h).ok()) << h;
+  }
+}
+
+// ---- the backend with a cluster, through a stand-in kubectl ----------------------------------
+
+// A kubectl that logs its arguments and answers from files in its folder.
+std::string FakeKubectl(const fs::path& dir) {
+  const fs::path script = dir / "kubectl";
+  WriteText(script, R"(#!/bin/sh
+dir=$(dirname "$0")
+echo "$*" >> "$dir/calls.log"
+for a in "$@"; do
+  case "$a" in
+    apply) echo "job.batch/x created"; exit 0 ;;
+    delete) echo "job.batch \"x\" deleted"; exit 0 ;;
+    nodes) cat "$dir/nodes.json"; exit 0 ;;
+    job)
+      if [ -f "$dir/job.json" ]; then cat "$dir/job.json"; exit 0; fi
+      echo 'Error from server (NotFound): jobs.batch "x" not found' >&2; exit 1 ;;
+  esac
+done
+echo "unexpected call" >&2
+exit 2
+)");
+  fs::permissions(script, fs::perms::owner_all);
+  return script.string();
+}
+
+TEST(K8sBackendTest, WithAClusterAppliesQueriesAndDeletes) {
+  TempDir dir;
+  K8sOptions o;
+  o.apply = true;
+  o.kubectl = FakeKubectl(dir.path());
+  o.kubeconfig = (dir.path() / "kubeconfig").string();
+  o.context = "lab";
+  o.namespace_name = "training";
+  o.manifest_dir = (dir.path() / "manifests").string();
+  K8sBackend backend(o);
+
+  auto handle = backend.Launch(Spec("j-9", 2, 8, "A100-80GB"));
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  EXPECT_EQ(*handle, "k8s:training/frenzy-j-9-0");
+  const std::string manifest = backend.ManifestPath("frenzy-j-9-0");
+  EXPECT_TRUE(fs::exists(manifest));
+
+  // Not created yet (or deleted behind our back): lost.
+  auto st = backend.Status(*handle);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->state, RunState::kLost);
+
+  WriteText(dir.path() / "job.json", JobWithStatus({{"active", 2}, {"ready", 2}}).dump());
+  st = backend.Status(*handle);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->state, RunState::kRunning);
+
+  WriteText(dir.path() / "nodes.json", kNodesJson);
+  auto nodes = backend.Nodes();
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  EXPECT_EQ(nodes->size(), 3u);
+
+  EXPECT_TRUE(backend.Cancel(*handle).ok());
+
+  std::vector<std::string> calls;
+  {
+    std::istringstream log(ReadText(dir.path() / "calls.log"));
+    for (std::string line; std::getline(log, line);) calls.push_back(line);
+  }
+  const std::string common = "--kubeconfig " + o.kubeconfig + " --context lab";
+  ASSERT_EQ(calls.size(), 5u);
+  EXPECT_EQ(calls[0], common + " --namespace training apply --filename " + manifest);
+  EXPECT_EQ(calls[1], common + " --namespace training get job frenzy-j-9-0 --output json");
+  EXPECT_EQ(calls[3], common + " get nodes --output json");
+  EXPECT_EQ(calls[4], common +
+                          " --namespace training delete job,service frenzy-j-9-0 "
+                          "--ignore-not-found --wait=false");
+}
+
+TEST(K8sBackendTest, KubectlFailuresAreErrorsWithItsMessage) {
+  TempDir dir;
+  const fs::path script = dir.path() / "kubectl";
+  WriteText(script, "#!/bin/sh\necho 'error: You must be logged in to the server' >&2\nexit 1\n");
+  fs::permissions(script, fs::perms::owner_all);
+  K8sOptions o;
+  o.apply = true;
+  o.kubectl = script.string();
+  o.manifest_dir = dir.str();
+  K8sBackend backend(o);
+  auto handle = backend.Launch(Spec("j-1", 1, 1, "A100-80GB"));
+  ASSERT_FALSE(handle.ok());
+  EXPECT_NE(handle.status().message().find("You must be logged in"), std::string::npos)
+      << handle.status().ToString();
+  auto st = backend.Status("k8s:default/frenzy-j-1-0");
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("You must be logged in"), std::string::npos);
+  EXPECT_FALSE(backend.Nodes().ok());
+
+  o.kubectl = (dir.path() / "no-such-kubectl").string();
+  EXPECT_EQ(K8sBackend(o).Nodes().status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace frenzy::server
