@@ -1,0 +1,220 @@
+// The daemon on the sim backend with an injected clock: jobs are planned on GPUs that hold
+// them, run, finish; a restarted daemon re-attaches to running jobs; bad specs change nothing.
+#include "server/daemon.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "server/api.h"
+#include "server/sim_backend.h"
+
+namespace frenzy::server {
+namespace {
+
+using nlohmann::json;
+
+struct Fixture {
+  double now = 1000;
+  std::string db;
+  std::string runs;
+  std::string policy = "frenzy";
+  explicit Fixture(const std::string& name) {
+    auto base = std::filesystem::temp_directory_path() /
+                ("frenzy-daemon-" + std::to_string(getpid()) + "-" + name);
+    std::filesystem::remove_all(base);
+    std::filesystem::create_directories(base);
+    db = (base / "d.db").string();
+    runs = (base / "runs").string();
+  }
+  std::unique_ptr<Daemon> Make() {
+    auto cluster = ResolveCluster("lab", GpuCatalog::Default());
+    EXPECT_TRUE(cluster.ok());
+    auto backend = std::make_unique<SimBackend>(*cluster, 3600.0, [this] { return now; });
+    auto store = Store::Open(db);
+    EXPECT_TRUE(store.ok());
+    DaemonOptions o;
+    o.runs_dir = runs;
+    o.policy = policy;
+    auto d = Daemon::Create(o, std::move(store).value(), std::move(backend), [this] { return now; });
+    EXPECT_TRUE(d.ok()) << d.status().ToString();
+    return std::move(d).value();
+  }
+};
+
+json Spec(const std::string& model, double tokens, int64_t seq_len = 2048) {
+  return json{{"model", model}, {"tokens", tokens}, {"global_batch", 64}, {"seq_len", seq_len}};
+}
+
+TEST(Daemon, JobsArePlannedOnFittingGpusRunAndFinish) {
+  Fixture f("flow");
+  auto d = f.Make();
+  auto a = d->Submit(Spec("llama-2-7b", 1e9));
+  auto b = d->Submit(Spec("opt-30b", 1e9));
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString();
+  ASSERT_TRUE(d->Tick().ok());
+  for (const char* id : {"j-000001", "j-000002"}) {
+    auto j = d->GetJob(id);
+    ASSERT_TRUE(j.ok());
+    EXPECT_EQ((*j)["state"], "running") << id;
+    const json& plan = (*j)["plan"];
+    // The plan fits: predicted device memory within the GPU's memory.
+    EXPECT_LE(plan["device_bytes"].get<int64_t>(), plan["gpu_memory_bytes"].get<int64_t>());
+    EXPECT_FALSE((*j)["why"].get<std::string>().empty());
+  }
+  // opt-30b fits only on the A100-80GB server of the lab.
+  EXPECT_EQ((*d->GetJob("j-000002"))["plan"]["gpu"], "A100-80GB");
+  f.now += 3 * 24 * 3600 / 3600.0 * 10;  // long enough at 3600x
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(d->Tick().ok());
+  for (const char* id : {"j-000001", "j-000002"}) {
+    auto j = d->GetJob(id);
+    EXPECT_EQ((*j)["state"], "succeeded") << id << " " << (*j).dump();
+    EXPECT_DOUBLE_EQ((*j)["progress"]["fraction"].get<double>(), 1.0);
+    EXPECT_GT((*j)["memory"]["observed_bytes"].get<int64_t>(), 0);
+  }
+}
+
+TEST(Daemon, RestartedDaemonReattachesToRunningJobs) {
+  Fixture f("restart");
+  f.policy = "frenzy-no-move";  // so that the job stays where it is and attempts count runs
+  {
+    auto d = f.Make();
+    ASSERT_TRUE(d->Submit(Spec("llama-2-7b", 5e9)).ok());
+    ASSERT_TRUE(d->Tick().ok());
+    EXPECT_EQ((*d->GetJob("j-000001"))["state"], "running");
+  }  // the daemon goes away (as if killed): the store has what it had
+  f.now += 1;
+  auto d = f.Make();
+  ASSERT_TRUE(d->Tick().ok());
+  auto j = d->GetJob("j-000001");
+  EXPECT_EQ((*j)["state"], "running");
+  EXPECT_EQ((*j)["attempt"], 1);  // re-attached, not relaunched
+  EXPECT_GT((*j)["progress"]["fraction"].get<double>(), 0.0);
+  f.now += 1e6;
+  ASSERT_TRUE(d->Tick().ok());
+  EXPECT_EQ((*d->GetJob("j-000001"))["state"], "succeeded");
+}
+
+TEST(Daemon, BadSpecsAreRefusedAndStoreNothing) {
+  Fixture f("bad");
+  auto d = f.Make();
+  struct Case {
+    json spec;
+    std::string field;
+    StatusCode code;
+  };
+  std::vector<Case> cases = {
+      {json::array(), "", StatusCode::kInvalidArgument},
+      {json{{"tokens", 1e9}, {"global_batch", 8}}, "model", StatusCode::kInvalidArgument},
+      {json{{"model", "no-such-model"}, {"tokens", 1e9}, {"global_batch", 8}}, "model",
+       StatusCode::kNotFound},
+      {json{{"model", "/etc/passwd"}, {"tokens", 1e9}, {"global_batch", 8}}, "model",
+       StatusCode::kInvalidArgument},
+      {json{{"model", "gpt2"}, {"tokens", -5}, {"global_batch", 8}}, "tokens",
+       StatusCode::kInvalidArgument},
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8.5}}, "global_batch",
+       StatusCode::kInvalidArgument},
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"gpus", 4}}, "gpus",
+       StatusCode::kInvalidArgument},
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"gpu", "A100-80GB"}}, "gpu",
+       StatusCode::kInvalidArgument},
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"colour", "red"}}, "colour",
+       StatusCode::kInvalidArgument},
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"precision", "int3"}},
+       "precision", StatusCode::kInvalidArgument},
+      // A model no GPU of the lab can hold.
+      {json{{"model", "llama-2-70b"}, {"tokens", 1e9}, {"global_batch", 8}, {"seq_len", 4096}},
+       "model", StatusCode::kFailedPrecondition},
+  };
+  for (const Case& c : cases) {
+    auto r = d->Submit(c.spec);
+    ASSERT_FALSE(r.ok()) << c.spec.dump();
+    EXPECT_EQ(r.status().code(), c.code) << c.spec.dump() << ": " << r.status().ToString();
+    EXPECT_EQ(r.status().field(), c.field) << c.spec.dump();
+  }
+  auto list = d->ListJobs("", -1);
+  ASSERT_TRUE(list.ok());
+  EXPECT_TRUE((*list)["jobs"].empty());
+}
+
+TEST(Daemon, CancelAndReports) {
+  Fixture f("cancel");
+  auto d = f.Make();
+  ASSERT_TRUE(d->Submit(Spec("gpt2", 1e12, 1024)).ok());
+  ASSERT_TRUE(d->Tick().ok());
+  // A report from the run: progress and memory reach the job.
+  auto plan = (*d->GetJob("j-000001"))["plan"];
+  int64_t predicted = plan["device_bytes"];
+  auto rep = d->Report("j-000001", json{{"step", 10}, {"tokens", 5000}, {"peak_bytes", predicted * 1.1}});
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  auto j = *d->GetJob("j-000001");
+  EXPECT_EQ(j["progress"]["step"], 10);
+  EXPECT_NEAR(j["memory"]["factor"].get<double>(), 1.1 * 1.03, 1e-6);
+  EXPECT_NE(j["memory"]["note"].get<std::string>().find("1.10x"), std::string::npos);
+  EXPECT_FALSE(d->Report("j-000001", json{{"step", -1}, {"tokens", 1}}).ok());
+  EXPECT_EQ(d->Report("j-000009", json{{"step", 1}, {"tokens", 1}}).status().code(),
+            StatusCode::kNotFound);
+  ASSERT_TRUE(d->Cancel("j-000001").ok());
+  EXPECT_EQ((*d->GetJob("j-000001"))["state"], "cancelled");
+  EXPECT_EQ(d->Cancel("j-000001").status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(d->Tick().ok());
+  EXPECT_EQ((*d->GetJob("j-000001"))["state"], "cancelled");
+  // Its GPUs are free again.
+  int64_t free = 0;
+  json cj = d->ClusterJson();
+  for (const json& t : cj["types"]) free += t["free"].get<int64_t>();
+  EXPECT_EQ(free, d->cluster().total_gpus()) << cj.dump();
+}
+
+TEST(Api, AuthBadRequestsAndMetrics) {
+  Fixture f("api");
+  auto d = f.Make();
+  ApiOptions o;
+  o.token = "s3cret";
+  o.max_body_bytes = 1000;
+  auto call = [&](const std::string& m, const std::string& p, const std::string& body,
+                  const std::string& auth) {
+    HttpRequest r;
+    r.method = m;
+    r.path = p;
+    r.body = body;
+    r.authorization = auth;
+    return Handle(*d, r, o);
+  };
+  std::string spec = Spec("gpt2", 1e9, 1024).dump();
+  EXPECT_EQ(call("POST", "/v1/jobs", spec, "").status, 401);
+  EXPECT_EQ(call("POST", "/v1/jobs", spec, "Bearer wrong!").status, 401);
+  EXPECT_EQ(call("POST", "/v1/jobs", "{not json", "Bearer s3cret").status, 400);
+  EXPECT_EQ(call("POST", "/v1/jobs", std::string(2000, ' '), "Bearer s3cret").status, 413);
+  HttpResponse bad = call("POST", "/v1/jobs", R"({"model":"gpt2","tokens":1,"global_batch":1,"gpus":2})",
+                          "Bearer s3cret");
+  EXPECT_EQ(bad.status, 400);
+  json err = json::parse(bad.body);
+  EXPECT_EQ(err["error"]["field"], "gpus");
+  EXPECT_EQ(err["error"]["code"], "invalid_argument");
+  EXPECT_EQ(call("GET", "/v1/jobs/j-000404", "", "").status, 404);
+  EXPECT_EQ(call("GET", "/v1/nothing", "", "").status, 404);
+  EXPECT_EQ(call("PUT", "/v1/jobs", "", "Bearer s3cret").status, 405);
+  HttpRequest q;
+  q.method = "GET";
+  q.path = "/v1/jobs";
+  q.query["limit"] = "x";
+  HttpResponse limit = Handle(*d, q, o);
+  EXPECT_EQ(limit.status, 400);
+  EXPECT_EQ(json::parse(limit.body)["error"]["field"], "limit");
+  // Nothing above was stored.
+  EXPECT_TRUE(json::parse(call("GET", "/v1/jobs", "", "").body)["jobs"].empty());
+  HttpResponse ok = call("POST", "/v1/jobs", spec, "Bearer s3cret");
+  EXPECT_EQ(ok.status, 201);
+  EXPECT_EQ(json::parse(ok.body)["id"], "j-000001");
+  EXPECT_EQ(call("GET", "/healthz", "", "").status, 200);
+  HttpResponse m = call("GET", "/metrics", "", "");
+  EXPECT_NE(m.body.find("frenzy_jobs{state=\"queued\"} 1"), std::string::npos) << m.body;
+  EXPECT_NE(m.body.find("frenzy_gpus{type=\"A100-80GB\",kind=\"total\"} 8"), std::string::npos);
+  EXPECT_TRUE(IsLoopback("127.0.0.1"));
+  EXPECT_FALSE(IsLoopback("0.0.0.0"));
+}
+
+}  // namespace
+}  // namespace frenzy::server

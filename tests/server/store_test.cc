@@ -1,0 +1,97 @@
+// The SQLite store: ids, transactions, listing by state, events, nodes, reopening.
+#include "server/store.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+namespace frenzy::server {
+namespace {
+
+std::string TempDb(const std::string& name) {
+  auto p = std::filesystem::temp_directory_path() /
+           ("frenzy-store-" + std::to_string(getpid()) + "-" + name + ".db");
+  std::filesystem::remove(p);
+  std::filesystem::remove(p.string() + "-wal");
+  std::filesystem::remove(p.string() + "-shm");
+  return p.string();
+}
+
+TEST(Store, IdsIncreaseAndStateSurvivesReopening) {
+  std::string path = TempDb("reopen");
+  {
+    auto s = Store::Open(path);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    JobRow r;
+    r.spec = R"({"model":"gpt2"})";
+    r.model = "gpt2";
+    r.total_tokens = 100;
+    auto a = (*s)->InsertJob(r, "first");
+    auto b = (*s)->InsertJob(r, "second");
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(*a, "j-000001");
+    EXPECT_EQ(*b, "j-000002");
+    auto row = (*s)->GetJob(*b);
+    ASSERT_TRUE(row.ok() && row->has_value());
+    JobRow changed = **row;
+    changed.state = JobState::kRunning;
+    changed.handle = "sim:x";
+    changed.updated_s = 5;
+    ASSERT_TRUE((*s)->UpdateJob(changed, "started", "on 8 GPUs").ok());
+  }
+  auto s = Store::Open(path);
+  ASSERT_TRUE(s.ok());
+  auto running = (*s)->ListJobs({JobState::kRunning});
+  ASSERT_TRUE(running.ok());
+  ASSERT_EQ(running->size(), 1u);
+  EXPECT_EQ((*running)[0].id, "j-000002");
+  EXPECT_EQ((*running)[0].handle, "sim:x");
+  EXPECT_EQ((*running)[0].total_tokens, 100);
+  auto events = (*s)->Events("j-000002");
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ((*events)[0].kind, "submitted");
+  EXPECT_EQ((*events)[1].kind, "started");
+  EXPECT_EQ((*events)[1].detail, "on 8 GPUs");
+  // Ids keep increasing after a reopen.
+  JobRow r;
+  r.spec = "{}";
+  auto c = (*s)->InsertJob(r, "third");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(*c, "j-000003");
+  EXPECT_EQ(*(*s)->CountJobs(), 3);
+  EXPECT_EQ(*(*s)->CountJobs(JobState::kQueued), 2);
+}
+
+TEST(Store, UpdatingAnUnknownJobChangesNothing) {
+  auto s = Store::Open(TempDb("unknown"));
+  ASSERT_TRUE(s.ok());
+  JobRow r;
+  r.id = "j-000042";
+  Status st = (*s)->UpdateJob(r, "started", "x");
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_TRUE((*s)->Events("j-000042")->empty());  // the event was rolled back too
+  EXPECT_EQ(*(*s)->CountJobs(), 0);
+}
+
+TEST(Store, NodesUpsert) {
+  auto s = Store::Open(TempDb("nodes"));
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->UpsertNode(NodeRow{"n1", "A100-80GB", 8, true, 1, "{}"}).ok());
+  ASSERT_TRUE((*s)->UpsertNode(NodeRow{"n1", "A100-80GB", 4, false, 2, "{}"}).ok());
+  auto nodes = (*s)->Nodes();
+  ASSERT_TRUE(nodes.ok());
+  ASSERT_EQ(nodes->size(), 1u);
+  EXPECT_EQ((*nodes)[0].gpus, 4);
+  EXPECT_FALSE((*nodes)[0].up);
+}
+
+TEST(Store, UnopenablePathIsAClearError) {
+  auto s = Store::Open("/nonexistent-dir/sub/frenzy.db");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().ToString().find("cannot open database"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace frenzy::server
