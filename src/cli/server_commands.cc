@@ -64,6 +64,7 @@ struct ServeOptions {
   bool k8s_apply = false;
   std::string inventory;
   std::string report_url;
+  bool all_layouts = false;
 };
 
 std::vector<std::string> SplitWords(const std::string& s) {
@@ -125,14 +126,9 @@ Result<std::unique_ptr<Backend>> MakeBackend(const ServeOptions& o) {
   if (o.backend == "local") {
     server::AgentOptions ao;
     ao.inventory_path = o.inventory;
-    server::GpuSourceInfo info;
-    ASSIGN_OR_RETURN(auto gpus, server::ReadGpus(ao, &info));
-    server::BackendNode node;
-    node.name = info.node.empty() ? "localhost" : info.node;
-    node.gpus = static_cast<int64_t>(gpus.size());
-    node.gpu = gpus.empty() ? "" : server::CatalogGpuName(gpus[0].name);
+    ASSIGN_OR_RETURN(auto nodes, server::LocalBackend::DiscoverLocalNodes(ao));
     server::LocalBackendOptions lo;
-    lo.nodes = {node};
+    lo.nodes = std::move(nodes);
     return std::unique_ptr<Backend>(new server::LocalBackend(lo));
   }
   if (o.backend == "slurm") {
@@ -184,6 +180,7 @@ void RunServe(ServeOptions o, const CLI::App& cmd) {
       o.report_url.empty() ? fmt::format("http://{}:{}", host == "0.0.0.0" ? "127.0.0.1" : host, port)
                            : o.report_url;
   dopt.token = o.token;
+  dopt.data_parallel_only = !o.all_layouts;
   auto daemon = server::Daemon::Create(dopt, std::move(store).value(), std::move(backend).value(),
                                        WallNow);
   if (!daemon.ok()) return Fail(daemon.status());
@@ -297,6 +294,9 @@ void RegisterServeOptions(CLI::App* cmd) {
   cmd->add_option("--k8s-dir", o->k8s_dir, "k8s: folder for manifests")->capture_default_str();
   cmd->add_flag("--k8s-apply", o->k8s_apply, "k8s: apply manifests with kubectl");
   cmd->add_option("--inventory", o->inventory, "local: GPU inventory file when NVML is absent");
+  cmd->add_flag("--all-layouts", o->all_layouts,
+                "Plan TP/PP/CP too (the training command supports them; examples/train.py does "
+                "data parallelism only)");
   cmd->add_option("--report-url", o->report_url, "Base URL runs report to (default: --listen)");
   cmd->callback([o, cmd] { RunServe(*o, *cmd); });
 }

@@ -167,6 +167,11 @@ Result<Daemon::Parsed> Daemon::ParseSpec(const json& spec) const {
   ASSIGN_OR_RETURN(double batch, number("global_batch", 1, 1e7, std::nullopt, true));
   ASSIGN_OR_RETURN(double seq, number("seq_len", 1, 1e7, 2048.0, true));
   ASSIGN_OR_RETURN(double priority, number("priority", -1e6, 1e6, 0.0, true));
+  if (opt_.data_parallel_only) {
+    p.spec.tp = 1;
+    p.spec.pp = 1;
+    p.spec.cp = 1;
+  }
   p.spec.tokens = tokens;
   p.spec.global_batch = static_cast<int64_t>(batch);
   p.spec.seq_len = static_cast<int64_t>(seq);

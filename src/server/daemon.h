@@ -37,6 +37,10 @@ struct DaemonOptions {
   std::string report_base_url;  // "http://127.0.0.1:8470": where runs report progress
   std::string token;            // given to runs (FRENZY_TOKEN) for their reports
   double memory_margin = 0.10;
+  // The training entry point runs data parallelism only (examples/train.py refuses TP, PP and
+  // CP): plan every job with TP = PP = CP = 1. Off for entry points built on Megatron and the
+  // like.
+  bool data_parallel_only = true;
 };
 
 class Daemon {

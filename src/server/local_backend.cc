@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cstring>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -108,7 +108,8 @@ Result<int> FreePort() {
   }
   int err = errno;
   ::close(fd);
-  if (port <= 0) return InternalError("cannot find a free port: " + std::string(std::strerror(err)));
+  if (port <= 0)
+    return InternalError("cannot find a free port: " + std::string(std::strerror(err)));
   return port;
 }
 
@@ -121,7 +122,8 @@ Result<std::string> WorkdirOf(const std::string& handle) {
 
 // The rank's exit code when its wrapper wrote one.
 std::optional<int> ExitCodeOf(const std::string& workdir, int rank) {
-  std::optional<std::string> text = ReadText(fs::path(workdir) / ("exit_code." + std::to_string(rank)));
+  std::optional<std::string> text =
+      ReadText(fs::path(workdir) / ("exit_code." + std::to_string(rank)));
   if (!text) return std::nullopt;
   std::string t = Trim(*text);
   if (t.empty()) return std::nullopt;
@@ -238,8 +240,8 @@ Result<std::string> LocalBackend::Launch(const LaunchSpec& spec) {
   // The ranks per node, in placement order.
   std::vector<std::pair<std::string, int64_t>> groups = spec.placement;
   if (groups.empty()) {
-    int64_t ranks = spec.plan.gpus > 0 ? spec.plan.gpus
-                                       : std::max<int64_t>(1, spec.nodes * spec.gpus_per_node);
+    int64_t ranks =
+        spec.plan.gpus > 0 ? spec.plan.gpus : std::max<int64_t>(1, spec.nodes * spec.gpus_per_node);
     groups.emplace_back(options_.nodes.front().name, ranks);
   }
   int64_t world = 0;
@@ -270,9 +272,10 @@ Result<std::string> LocalBackend::Launch(const LaunchSpec& spec) {
     for (const Rank& r : *old) {
       if (ProcessAlive(r.pid) && ProcessStartTicks(r.pid) == r.start_ticks) {
         return ::frenzy::Status(StatusCode::kFailedPrecondition,
-                      "rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) +
-                          ") of an earlier run in " + workdir + " is still running",
-                      workdir);
+                                "rank " + std::to_string(r.rank) + " (pid " +
+                                    std::to_string(r.pid) + ") of an earlier run in " + workdir +
+                                    " is still running",
+                                workdir);
       }
     }
   }
@@ -317,7 +320,8 @@ Result<std::string> LocalBackend::Launch(const LaunchSpec& spec) {
       env["CUDA_VISIBLE_DEVICES"] = visible;
       env["FRENZY_WORKDIR"] = workdir;
       env["FRENZY_NODE"] = node;
-      const std::string log = (fs::path(workdir) / ("rank-" + std::to_string(rank) + ".log")).string();
+      const std::string log =
+          (fs::path(workdir) / ("rank-" + std::to_string(rank) + ".log")).string();
       Result<int> pid = SpawnDetached(argv, env, workdir, log);
       if (!pid.ok()) return abort_started(pid.status());
       Rank r;
@@ -355,15 +359,15 @@ Result<RunStatus> LocalBackend::Status(const std::string& handle) {
   }
 
   int alive = 0;
-  std::vector<const Rank*> gone;        // dead without an exit code
-  const Rank* first_failed = nullptr;   // the lowest rank that exited non-zero
+  std::vector<const Rank*> gone;       // dead without an exit code
+  const Rank* first_failed = nullptr;  // the lowest rank that exited non-zero
   int failed_code = 0;
   std::vector<const Rank*> running;
   for (const Rank& r : *ranks) {
     std::optional<int> code = ExitCodeOf(workdir, r.rank);
     if (!code) {
-      bool live = ProcessAlive(r.pid) &&
-                  (r.start_ticks == 0 || ProcessStartTicks(r.pid) == r.start_ticks);
+      bool live =
+          ProcessAlive(r.pid) && (r.start_ticks == 0 || ProcessStartTicks(r.pid) == r.start_ticks);
       if (live) {
         ++alive;
         running.push_back(&r);
@@ -382,7 +386,9 @@ Result<RunStatus> LocalBackend::Status(const std::string& handle) {
   }
 
   if (cancelled) {
-    if (alive == 0) ReleaseGpus(handle);
+    // A Cancel cut short (the daemon died in it) is finished here.
+    for (const Rank* r : running) KillGroup(r->pid, SIGKILL);
+    ReleaseGpus(handle);
     st.state = RunState::kCancelled;
     st.message = "cancelled";
     return st;
@@ -432,7 +438,8 @@ Result<RunStatus> LocalBackend::Status(const std::string& handle) {
   bool all_ended = ranks.ok();
   if (ranks.ok()) {
     for (const Rank& r : *ranks) {
-      if (ProcessAlive(r.pid) && (r.start_ticks == 0 || ProcessStartTicks(r.pid) == r.start_ticks)) {
+      if (ProcessAlive(r.pid) &&
+          (r.start_ticks == 0 || ProcessStartTicks(r.pid) == r.start_ticks)) {
         live.push_back(r);
       }
       if (!ExitCodeOf(workdir, r.rank)) all_ended = false;

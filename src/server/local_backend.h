@@ -4,8 +4,9 @@
 // its own session (so it outlives the daemon), with RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT (a free port), CUDA_VISIBLE_DEVICES (the
 // GPU indices the run holds on the rank's node, as Slurm gives them: every rank of a node sees
-// the node's GPUs of the run and picks its own by LOCAL_RANK), FRENZY_WORKDIR and spec.env. The
-// run's folder (spec.workdir) keeps everything Status needs after a daemon restart:
+// the node's GPUs of the run and picks its own by LOCAL_RANK), FRENZY_WORKDIR, FRENZY_NODE (the
+// node's name) and spec.env; it starts in the run's folder (spec.workdir), which keeps
+// everything Status needs after a daemon restart:
 //   rank-N.log    the rank's standard output and error
 //   pids          one line per rank: "RANK PID START_TICKS NODE GPU_INDICES"
 //   exit_code.N   the rank's exit code, written by the wrapper when the command ends

@@ -337,9 +337,10 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
     // Short waits while the child runs: its exit is noticed by waitpid, not by a descriptor.
     int wait_ms = 20;
     if (exited) {
-      wait_ms = static_cast<int>(
-          std::chrono::duration_cast<std::chrono::milliseconds>(kExitGrace - (now - exit_time))
-              .count()) + 1;
+      wait_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     kExitGrace - (now - exit_time))
+                                     .count()) +
+                1;
     } else if (has_deadline) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
       wait_ms = static_cast<int>(std::min<int64_t>(wait_ms, left + 1));

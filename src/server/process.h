@@ -36,12 +36,11 @@ struct CommandResult {
 // Runs argv[0] (looked up on PATH) with `argv`, feeding `stdin_text` to its standard input and
 // capturing its standard output and error in full (read as they come, so a large output never
 // blocks the child). The child runs in its own process group with the daemon's environment
-// plus `extra_env`; after `timeout_s` seconds the whole group is killed and the result says
-// timed_out. Output still held open by a grandchild that outlives the command is read for a
-// short grace period, then dropped.
-// Errors: InvalidArgument (empty argv), NotFound (the program does not exist or is not
-// executable), Internal (pipe/fork failures). A command that runs and fails is not an error:
-// look at the result's exit_code.
+// plus `extra_env`; after `timeout_s` seconds (none when <= 0) the whole group is killed and
+// the result says timed_out. Output still held open by a grandchild that outlives the command is
+// read for a short grace period, then dropped. Errors: InvalidArgument (empty argv), NotFound (the
+// program does not exist or is not executable), Internal (pipe/fork failures). A command that runs
+// and fails is not an error: look at the result's exit_code.
 Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
                                  const std::string& stdin_text = "", double timeout_s = 30,
                                  const std::map<std::string, std::string>& extra_env = {});

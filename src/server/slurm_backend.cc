@@ -4,11 +4,10 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <system_error>
-
-#include <nlohmann/json.hpp>
 
 #include "common/strings.h"
 #include "hardware/gpu.h"
@@ -70,7 +69,8 @@ std::optional<std::string> ReadText(const fs::path& path) {
   return ss.str();
 }
 
-// The last non-blank line of a file (from its last 64 KiB), at most 500 characters.
+// The last non-blank line of a job's output (from its last 64 KiB), at most 500 characters,
+// passing over Slurm's own lines ("srun: ...", "slurmstepd: ...") when the ranks wrote any.
 std::string LastLine(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return "";
@@ -80,13 +80,16 @@ std::string LastLine(const fs::path& path) {
   in.seekg(from);
   std::string tail(static_cast<size_t>(size - from), '\0');
   in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
-  std::string last;
+  std::string last, last_own;
   std::istringstream lines(tail);
   std::string line;
   while (std::getline(lines, line)) {
     std::string t = Trim(line);
-    if (!t.empty()) last = t;
+    if (t.empty()) continue;
+    last = t;
+    if (t.rfind("srun: ", 0) != 0 && t.rfind("slurmstepd: ", 0) != 0) last_own = t;
   }
+  if (!last_own.empty()) last = last_own;
   if (last.size() > 500) last = last.substr(last.size() - 500);
   return last;
 }
@@ -159,11 +162,11 @@ std::vector<std::string> StateWords(const json& node) {
 }
 
 bool NodeUp(const std::vector<std::string>& words) {
-  static const char* kDown[] = {"DOWN",          "DRAIN",        "DRAINED",     "DRAINING",
-                                "FAIL",          "FAILING",      "NOT_RESPONDING", "UNKNOWN",
-                                "FUTURE",        "POWERED_DOWN", "POWER_DOWN",  "POWERING_DOWN",
-                                "INVALID_REG",   "MAINTENANCE",  "REBOOT_ISSUED", "INVAL",
-                                "NO_RESPOND",    "MAINT",        "PERFCTRS",    "RESERVED_FOR_MAINT"};
+  static const char* kDown[] = {
+      "DOWN",       "DRAIN",          "DRAINED",     "DRAINING",    "FAIL",
+      "FAILING",    "NOT_RESPONDING", "UNKNOWN",     "FUTURE",      "POWERED_DOWN",
+      "POWER_DOWN", "POWERING_DOWN",  "INVALID_REG", "MAINTENANCE", "REBOOT_ISSUED",
+      "INVAL",      "NO_RESPOND",     "MAINT",       "PERFCTRS",    "RESERVED_FOR_MAINT"};
   if (words.empty()) return false;
   for (const std::string& w : words) {
     for (const char* d : kDown) {
@@ -316,8 +319,8 @@ Result<std::vector<BackendNode>> ParseSinfoJson(const std::string& json_text,
     BackendNode node;
     node.name = n["name"].get<std::string>();
     node.up = NodeUp(StateWords(n));
-    std::string gres = n.contains("gres") && n["gres"].is_string() ? n["gres"].get<std::string>()
-                                                                      : "";
+    std::string gres =
+        n.contains("gres") && n["gres"].is_string() ? n["gres"].get<std::string>() : "";
     std::string first_type;
     bool have_type = false;
     for (const std::string& item : SplitGres(gres)) {
@@ -377,12 +380,12 @@ Result<RunStatus> ParseJobState(const std::string& scontrol_output) {
   }
   st.exit_code = code != 0 ? code : (sig != 0 ? 128 + sig : 0);
 
-  static const char* kPending[] = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD",
+  static const char* kPending[] = {"PENDING",     "CONFIGURING",   "REQUEUED",     "REQUEUE_HOLD",
                                    "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT", "RESIZING"};
-  static const char* kRunning[] = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING",
-                                   "STAGE_OUT", "POWER_UP_NODE", "UPDATE_DB"};
-  static const char* kFailed[] = {"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
-                                  "DEADLINE", "PREEMPTED", "REVOKED"};
+  static const char* kRunning[] = {"RUNNING",   "COMPLETING", "SUSPENDED",     "STOPPED",
+                                   "SIGNALING", "STAGE_OUT",  "POWER_UP_NODE", "UPDATE_DB"};
+  static const char* kFailed[] = {"FAILED",    "TIMEOUT",  "NODE_FAIL", "OUT_OF_MEMORY",
+                                  "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED"};
   auto in = [&](const auto& list) {
     return std::any_of(std::begin(list), std::end(list), [&](const char* s) { return state == s; });
   };
@@ -421,9 +424,11 @@ Result<std::pair<std::string, std::string>> ParseSlurmHandle(const std::string& 
   size_t colon = rest.find(':');
   std::string id = rest.substr(0, colon);
   if (colon == std::string::npos || id.empty() || colon + 1 >= rest.size() ||
-      !std::all_of(id.begin(), id.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || c == '_'; })) {
-    return InvalidArgument("not a slurm backend handle (slurm:<job id>:<workdir>): '" + handle + "'",
-                           {}, "handle");
+      !std::all_of(id.begin(), id.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c)) || c == '_';
+      })) {
+    return InvalidArgument(
+        "not a slurm backend handle (slurm:<job id>:<workdir>): '" + handle + "'", {}, "handle");
   }
   return std::make_pair(id, rest.substr(colon + 1));
 }
@@ -437,7 +442,8 @@ Result<CommandResult> SlurmBackend::Run(const std::vector<std::string>& argv) co
   }
   Result<CommandResult> r = RunCommand(full, "", options_.command_timeout_s, env);
   if (!r.ok()) {
-    return ::frenzy::Status(r.status().code(), JoinArgv(argv) + ": " + r.status().message(), "slurm");
+    return ::frenzy::Status(r.status().code(), JoinArgv(argv) + ": " + r.status().message(),
+                            "slurm");
   }
   return r;
 }
@@ -447,10 +453,10 @@ Result<std::string> SlurmBackend::RunChecked(const std::vector<std::string>& arg
   if (!r.ok()) {
     std::string err = Trim(r.stderr_text);
     if (err.empty()) err = Trim(r.stdout_text);
-    return ::frenzy::Status(StatusCode::kFailedPrecondition,
-                  "'" + JoinArgv(argv) + "' failed (" + r.Describe() + ")" +
-                      (err.empty() ? "" : ": " + err),
-                  "slurm");
+    return ::frenzy::Status(
+        StatusCode::kFailedPrecondition,
+        "'" + JoinArgv(argv) + "' failed (" + r.Describe() + ")" + (err.empty() ? "" : ": " + err),
+        "slurm");
   }
   return r.stdout_text;
 }
@@ -464,37 +470,35 @@ Result<std::vector<BackendNode>> SlurmBackend::Nodes() {
 
 Result<std::string> SlurmBackend::Launch(const LaunchSpec& spec) {
   if (spec.command.empty()) return InvalidArgument("no command to run", {}, "command");
-  if (spec.job_id.empty() ||
-      !std::all_of(spec.job_id.begin(), spec.job_id.end(), [](char c) {
+  if (spec.job_id.empty() || !std::all_of(spec.job_id.begin(), spec.job_id.end(), [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
       })) {
-    return InvalidArgument("a job id of letters, digits, '-', '_' and '.' is needed, not '" +
-                               spec.job_id + "'",
-                           {}, "job_id");
+    return InvalidArgument(
+        "a job id of letters, digits, '-', '_' and '.' is needed, not '" + spec.job_id + "'", {},
+        "job_id");
   }
   if (spec.workdir.empty() || spec.workdir[0] != '/') {
-    return InvalidArgument("the run folder must be an absolute path (the nodes share it): '" +
-                               spec.workdir + "'",
-                           {}, "workdir");
+    return InvalidArgument(
+        "the run folder must be an absolute path (the nodes share it): '" + spec.workdir + "'", {},
+        "workdir");
   }
   if (spec.workdir.find_first_of("\"\\%\n\r$`") != std::string::npos) {
-    return InvalidArgument("the run folder may not contain \", \\, %, $, ` or line breaks: '" +
-                               spec.workdir + "'",
-                           {}, "workdir");
+    return InvalidArgument(
+        "the run folder may not contain \", \\, %, $, ` or line breaks: '" + spec.workdir + "'", {},
+        "workdir");
   }
   for (const auto& [key, value] : spec.env) {
     if (!IsEnvName(key)) return InvalidArgument("not a variable name: '" + key + "'", {}, "env");
   }
   if (spec.nodes < 1) return InvalidArgument("a run needs at least one node", {}, "nodes");
-  if (spec.gpus_per_node < 0) return InvalidArgument("negative", {}, "gpus_per_node");
+  if (spec.gpus_per_node < 0) return InvalidArgument("is negative", {}, "gpus_per_node");
   if (!spec.placement.empty()) {
-    int64_t total = 0;
     for (const auto& [node, count] : spec.placement) {
-      total += count;
       if (count != spec.gpus_per_node) {
-        return InvalidArgument("Slurm runs need the same number of GPUs on every node; the "
-                               "placement gives " + node + " " + std::to_string(count) +
-                                   " of " + std::to_string(spec.gpus_per_node),
+        std::string got = node + " " + std::to_string(count);
+        return InvalidArgument("Slurm runs need the same number of GPUs on every node (" +
+                                   std::to_string(spec.gpus_per_node) + "); the placement gives " +
+                                   got,
                                {}, "placement");
       }
     }
@@ -503,7 +507,6 @@ Result<std::string> SlurmBackend::Launch(const LaunchSpec& spec) {
                                  " nodes, the spec " + std::to_string(spec.nodes),
                              {}, "placement");
     }
-    (void)total;
   }
   if (spec.plan.gpus > 0 && spec.gpus_per_node > 0 &&
       spec.plan.gpus != spec.nodes * spec.gpus_per_node) {
@@ -516,7 +519,8 @@ Result<std::string> SlurmBackend::Launch(const LaunchSpec& spec) {
   std::error_code ec;
   fs::create_directories(spec.workdir, ec);
   if (ec) {
-    return ::frenzy::Status(StatusCode::kInternal, "cannot create " + spec.workdir + ": " + ec.message());
+    return ::frenzy::Status(StatusCode::kInternal,
+                            "cannot create " + spec.workdir + ": " + ec.message());
   }
   fs::remove(fs::path(spec.workdir) / "exit_code", ec);
   fs::remove(fs::path(spec.workdir) / "cancelled", ec);
@@ -536,10 +540,12 @@ Result<std::string> SlurmBackend::Launch(const LaunchSpec& spec) {
   ASSIGN_OR_RETURN(std::string out, RunChecked(argv));
   // "<id>" or "<id>;<cluster>"
   std::string id = Trim(out.substr(0, out.find(';')));
-  if (id.empty() || !std::all_of(id.begin(), id.end(),
-                                 [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
-    return ::frenzy::Status(StatusCode::kInternal, "'" + JoinArgv(argv) + "' printed no job id: '" +
-                                             Trim(out) + "'", "slurm");
+  if (id.empty() || !std::all_of(id.begin(), id.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c));
+      })) {
+    return ::frenzy::Status(StatusCode::kInternal,
+                            "'" + JoinArgv(argv) + "' printed no job id: '" + Trim(out) + "'",
+                            "slurm");
   }
   return SlurmHandle(id, spec.workdir);
 }
@@ -560,10 +566,10 @@ Result<RunStatus> SlurmBackend::Status(const std::string& handle) {
   }
   if (r.timed_out || r.stderr_text.find("Invalid job id") == std::string::npos) {
     std::string err = Trim(r.stderr_text);
-    return ::frenzy::Status(StatusCode::kFailedPrecondition,
-                  "'" + JoinArgv(argv) + "' failed (" + r.Describe() + ")" +
-                      (err.empty() ? "" : ": " + err),
-                  "slurm");
+    return ::frenzy::Status(
+        StatusCode::kFailedPrecondition,
+        "'" + JoinArgv(argv) + "' failed (" + r.Describe() + ")" + (err.empty() ? "" : ": " + err),
+        "slurm");
   }
   // Slurm has forgotten the job: the run's folder tells.
   RunStatus st;
@@ -602,18 +608,18 @@ Result<RunStatus> SlurmBackend::Status(const std::string& handle) {
   const auto& [id, workdir] = parsed;
   // Only a job still pending or running is marked: one that ended keeps its outcome.
   Result<RunStatus> before = Status(handle);
-  const bool active = !before.ok() || before->state == RunState::kPending ||
-                      before->state == RunState::kRunning;
+  const bool active =
+      !before.ok() || before->state == RunState::kPending || before->state == RunState::kRunning;
   if (!active) return ::frenzy::Status::Ok();
   const std::vector<std::string> argv = {"scancel", id};
   ASSIGN_OR_RETURN(CommandResult r, Run(argv));
   if (!r.ok() && r.stderr_text.find("Invalid job id") == std::string::npos &&
       r.stderr_text.find("already completing or completed") == std::string::npos) {
     std::string err = Trim(r.stderr_text);
-    return ::frenzy::Status(StatusCode::kFailedPrecondition,
-                            "'" + JoinArgv(argv) + "' failed (" + r.Describe() + ")" +
-                                (err.empty() ? "" : ": " + err),
-                            "slurm");
+    return ::frenzy::Status(
+        StatusCode::kFailedPrecondition,
+        "'" + JoinArgv(argv) + "' failed (" + r.Describe() + ")" + (err.empty() ? "" : ": " + err),
+        "slurm");
   }
   std::ofstream marker(fs::path(workdir) / "cancelled", std::ios::trunc);
   marker << "cancelled\n";

@@ -1,0 +1,344 @@
+#include "server/local_backend.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "server/process.h"
+
+namespace frenzy::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class LocalBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "frenzy-local-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    root_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+
+  LaunchSpec Spec(const std::string& name, const std::string& script, int64_t ranks) {
+    LaunchSpec s;
+    s.job_id = "j-" + name;
+    s.name = "test";
+    s.plan.gpu = "A100-80GB";
+    s.plan.gpus = ranks;
+    s.nodes = 1;
+    s.gpus_per_node = ranks;
+    s.command = {"/bin/sh", "-c", script};
+    s.workdir = (root_ / name).string();
+    return s;
+  }
+
+  // Polls Status until the run leaves pending/running (or `seconds` pass).
+  RunStatus WaitEnd(Backend& b, const std::string& handle, double seconds = 20) {
+    auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    RunStatus st;
+    while (std::chrono::steady_clock::now() < end) {
+      auto r = b.Status(handle);
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      if (!r.ok()) return st;
+      st = *r;
+      if (st.state != RunState::kRunning && st.state != RunState::kPending) return st;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "run did not end within " << seconds << " s: " << st.message;
+    return st;
+  }
+
+  static std::vector<BackendNode> TwoGpuNode() {
+    return {BackendNode{"localhost", "A100-80GB", 2, true}};
+  }
+
+  fs::path root_;
+};
+
+TEST_F(LocalBackendTest, NodesAreTheGivenOnesOrLocalhost) {
+  LocalBackend given(TwoGpuNode());
+  auto nodes = given.Nodes();
+  ASSERT_TRUE(nodes.ok());
+  ASSERT_EQ(nodes->size(), 1u);
+  EXPECT_EQ((*nodes)[0].name, "localhost");
+  EXPECT_EQ((*nodes)[0].gpu, "A100-80GB");
+  EXPECT_EQ((*nodes)[0].gpus, 2);
+  EXPECT_EQ(given.name(), "local");
+
+  LocalBackend defaulted;
+  auto d = defaulted.Nodes();
+  ASSERT_TRUE(d.ok());
+  ASSERT_EQ(d->size(), 1u);
+  EXPECT_EQ((*d)[0].name, "localhost");
+}
+
+TEST_F(LocalBackendTest, DiscoversNodeFromInventory) {
+  fs::path inv = root_ / "inventory.json";
+  std::ofstream(inv) << R"({"node": "box1", "gpus": [{"name": "V100-32GB", "count": 4}]})";
+  AgentOptions o;
+  o.use_nvml = false;
+  o.use_nvidia_smi = false;
+  o.inventory_path = inv.string();
+  auto nodes = LocalBackend::DiscoverLocalNodes(o);
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  ASSERT_EQ(nodes->size(), 1u);
+  EXPECT_EQ((*nodes)[0].name, "box1");
+  EXPECT_EQ((*nodes)[0].gpu, "V100-32GB");
+  EXPECT_EQ((*nodes)[0].gpus, 4);
+}
+
+TEST_F(LocalBackendTest, TwoRanksGetLauncherEnvironment) {
+  LocalBackend b(TwoGpuNode());
+  LaunchSpec spec = Spec("env", R"(
+    echo "$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR" \
+      "$CUDA_VISIBLE_DEVICES $EXTRA" > "$FRENZY_WORKDIR/out.$RANK"
+    echo "$MASTER_PORT" > "$FRENZY_WORKDIR/port.$RANK"
+    pwd > "$FRENZY_WORKDIR/cwd.$RANK"
+    echo "rank $RANK done")",
+                         2);
+  spec.env["EXTRA"] = "it's a value";
+  auto handle = b.Launch(spec);
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  EXPECT_EQ(*handle, "local:" + spec.workdir);
+  RunStatus st = WaitEnd(b, *handle);
+  EXPECT_EQ(st.state, RunState::kSucceeded) << st.message;
+  EXPECT_EQ(st.exit_code, 0);
+
+  fs::path wd = spec.workdir;
+  EXPECT_EQ(ReadFile(wd / "out.0"), "0 2 0 2 127.0.0.1 0,1 it's a value\n");
+  EXPECT_EQ(ReadFile(wd / "out.1"), "1 2 1 2 127.0.0.1 0,1 it's a value\n");
+  std::string port = ReadFile(wd / "port.0");
+  EXPECT_EQ(port, ReadFile(wd / "port.1"));
+  EXPECT_GT(std::stoi(port), 0);
+  EXPECT_EQ(ReadFile(wd / "cwd.0"), fs::canonical(wd).string() + "\n");
+  EXPECT_EQ(ReadFile(wd / "rank-0.log"), "rank 0 done\n");
+  EXPECT_EQ(ReadFile(wd / "rank-1.log"), "rank 1 done\n");
+  EXPECT_EQ(ReadFile(wd / "exit_code.0"), "0\n");
+  EXPECT_EQ(ReadFile(wd / "exit_code.1"), "0\n");
+  std::istringstream pids(ReadFile(wd / "pids"));
+  std::string line;
+  int lines = 0;
+  while (std::getline(pids, line)) ++lines;
+  EXPECT_EQ(lines, 2);
+}
+
+TEST_F(LocalBackendTest, CommandArgumentsAreNotReinterpreted) {
+  LocalBackend b(TwoGpuNode());
+  LaunchSpec spec = Spec("args", "", 1);
+  spec.command = {"/bin/sh", "-c",   "printf '%s|' \"$@\" > \"$FRENZY_WORKDIR/args\"",
+                  "sh",      "a b",  "it's",
+                  "$HOME",   "\"q\""};
+  auto handle = b.Launch(spec);
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  EXPECT_EQ(WaitEnd(b, *handle).state, RunState::kSucceeded);
+  EXPECT_EQ(ReadFile(fs::path(spec.workdir) / "args"), "a b|it's|$HOME|\"q\"|");
+}
+
+TEST_F(LocalBackendTest, FailingCommandIsFailedWithItsLastLogLine) {
+  LocalBackend b(TwoGpuNode());
+  LaunchSpec spec =
+      Spec("fail", "echo starting; echo \"rank $RANK: CUDA out of memory\" >&2; exit 7", 2);
+  auto handle = b.Launch(spec);
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  RunStatus st = WaitEnd(b, *handle);
+  EXPECT_EQ(st.state, RunState::kFailed);
+  EXPECT_EQ(st.exit_code, 7);
+  EXPECT_NE(st.message.find("exited with code 7"), std::string::npos) << st.message;
+  EXPECT_NE(st.message.find("CUDA out of memory"), std::string::npos) << st.message;
+}
+
+TEST_F(LocalBackendTest, OneFailedRankEndsTheOthers) {
+  LocalBackend b(TwoGpuNode());
+  LaunchSpec spec =
+      Spec("failfast", "if [ \"$RANK\" = 1 ]; then echo bad; exit 3; fi; sleep 60", 2);
+  auto handle = b.Launch(spec);
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  auto start = std::chrono::steady_clock::now();
+  RunStatus st = WaitEnd(b, *handle);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(st.state, RunState::kFailed);
+  EXPECT_EQ(st.exit_code, 3);
+  EXPECT_NE(st.message.find("rank 1"), std::string::npos) << st.message;
+  // Rank 0 was killed.
+  std::istringstream pids(ReadFile(fs::path(spec.workdir) / "pids"));
+  int rank = -1, pid = 0;
+  ASSERT_TRUE(pids >> rank >> pid);
+  for (int i = 0; i < 200 && ProcessAlive(pid); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(ProcessAlive(pid));
+}
+
+TEST_F(LocalBackendTest, CancelStopsTheRanks) {
+  LocalBackendOptions o;
+  o.nodes = TwoGpuNode();
+  o.kill_grace_s = 2;
+  LocalBackend b(o);
+  // The shell ignores SIGTERM in rank 1's command: Cancel must still end it (SIGKILL).
+  LaunchSpec spec = Spec("cancel", "if [ \"$RANK\" = 1 ]; then trap '' TERM; fi; sleep 60", 2);
+  auto handle = b.Launch(spec);
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  auto st = b.Status(*handle);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->state, RunState::kRunning) << st->message;
+
+  ASSERT_TRUE(b.Cancel(*handle).ok());
+  st = b.Status(*handle);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->state, RunState::kCancelled);
+  EXPECT_TRUE(fs::exists(fs::path(spec.workdir) / "cancelled"));
+  std::istringstream pids(ReadFile(fs::path(spec.workdir) / "pids"));
+  int rank, pid;
+  unsigned long long ticks;
+  std::string node, gpus;
+  while (pids >> rank >> pid >> ticks >> node >> gpus) EXPECT_FALSE(ProcessAlive(pid)) << rank;
+
+  // Cancelling a run that already ended keeps its outcome.
+  LaunchSpec done = Spec("done", "exit 0", 1);
+  auto h2 = b.Launch(done);
+  ASSERT_TRUE(h2.ok());
+  EXPECT_EQ(WaitEnd(b, *h2).state, RunState::kSucceeded);
+  ASSERT_TRUE(b.Cancel(*h2).ok());
+  EXPECT_EQ(b.Status(*h2)->state, RunState::kSucceeded);
+}
+
+TEST_F(LocalBackendTest, KilledRanksAreLost) {
+  LocalBackend b(TwoGpuNode());
+  LaunchSpec spec = Spec("lost", "echo working; sleep 60", 1);
+  auto handle = b.Launch(spec);
+  ASSERT_TRUE(handle.ok());
+  std::istringstream pids(ReadFile(fs::path(spec.workdir) / "pids"));
+  int rank = -1, pid = 0;
+  ASSERT_TRUE(pids >> rank >> pid);
+  KillGroup(pid, SIGKILL);
+  RunStatus st = WaitEnd(b, *handle);
+  EXPECT_EQ(st.state, RunState::kLost);
+  EXPECT_NE(st.message.find("without an exit code"), std::string::npos) << st.message;
+}
+
+TEST_F(LocalBackendTest, AnotherBackendInstanceSeesTheRun) {
+  // As after a daemon restart: everything Status needs is in the run's folder.
+  std::string handle;
+  LaunchSpec spec = Spec("restart", "sleep 0.5; exit 0", 2);
+  {
+    LocalBackend first(TwoGpuNode());
+    auto h = first.Launch(spec);
+    ASSERT_TRUE(h.ok());
+    handle = *h;
+  }
+  LocalBackend second(TwoGpuNode());
+  auto st = second.Status(handle);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->state, RunState::kRunning);
+  EXPECT_EQ(WaitEnd(second, handle).state, RunState::kSucceeded);
+}
+
+TEST_F(LocalBackendTest, GpuIndicesArePerRunAndNode) {
+  std::vector<BackendNode> nodes = {{"n1", "A100-80GB", 2, true}, {"n2", "A100-80GB", 2, true}};
+  LocalBackendOptions o;
+  o.nodes = nodes;
+  o.kill_grace_s = 1;
+  LocalBackend b(o);
+  const std::string script =
+      "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $CUDA_VISIBLE_DEVICES $FRENZY_NODE\""
+      " > \"$FRENZY_WORKDIR/out.$RANK\"; sleep 60";
+  // Three ranks over two nodes.
+  LaunchSpec a = Spec("a", script, 3);
+  a.nodes = 2;
+  a.placement = {{"n1", 1}, {"n2", 2}};
+  auto ha = b.Launch(a);
+  ASSERT_TRUE(ha.ok()) << ha.status().ToString();
+  // One more rank on n1: gets the other index.
+  LaunchSpec c = Spec("c", script, 1);
+  c.placement = {{"n1", 1}};
+  auto hc = b.Launch(c);
+  ASSERT_TRUE(hc.ok()) << hc.status().ToString();
+
+  auto wait_file = [](const fs::path& p) {
+    for (int i = 0; i < 500 && ReadFile(p).empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return ReadFile(p);
+  };
+  EXPECT_EQ(wait_file(fs::path(a.workdir) / "out.0"), "0 3 0 1 0 n1\n");
+  EXPECT_EQ(wait_file(fs::path(a.workdir) / "out.1"), "1 3 0 2 0,1 n2\n");
+  EXPECT_EQ(wait_file(fs::path(a.workdir) / "out.2"), "2 3 1 2 0,1 n2\n");
+  EXPECT_EQ(wait_file(fs::path(c.workdir) / "out.0"), "0 1 0 1 1 n1\n");
+
+  // Once `a` is cancelled its n1 index is free again.
+  ASSERT_TRUE(b.Cancel(*ha).ok());
+  LaunchSpec d = Spec("d", script, 1);
+  d.placement = {{"n1", 1}};
+  auto hd = b.Launch(d);
+  ASSERT_TRUE(hd.ok());
+  EXPECT_EQ(wait_file(fs::path(d.workdir) / "out.0"), "0 1 0 1 0 n1\n");
+  EXPECT_TRUE(b.Cancel(*hc).ok());
+  EXPECT_TRUE(b.Cancel(*hd).ok());
+}
+
+TEST_F(LocalBackendTest, RelaunchInTheSameFolderStartsClean) {
+  LocalBackend b(TwoGpuNode());
+  LaunchSpec spec = Spec("again", "exit 5", 1);
+  auto h1 = b.Launch(spec);
+  ASSERT_TRUE(h1.ok());
+  EXPECT_EQ(WaitEnd(b, *h1).state, RunState::kFailed);
+  spec.command = {"/bin/sh", "-c", "sleep 60"};
+  spec.attempt = 1;
+  auto h2 = b.Launch(spec);
+  ASSERT_TRUE(h2.ok());
+  EXPECT_EQ(b.Status(*h2)->state, RunState::kRunning);
+  // A live run in the folder blocks another launch there.
+  auto h3 = b.Launch(spec);
+  ASSERT_FALSE(h3.ok());
+  EXPECT_EQ(h3.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(b.Cancel(*h2).ok());
+  EXPECT_TRUE(fs::exists(fs::path(spec.workdir) / "rank-0.prev.log"));
+}
+
+TEST_F(LocalBackendTest, Errors) {
+  LocalBackend b(TwoGpuNode());
+  LaunchSpec spec = Spec("errors", "true", 2);
+  spec.placement = {{"nowhere", 2}};
+  auto bad_node = b.Launch(spec);
+  ASSERT_FALSE(bad_node.ok());
+  EXPECT_EQ(bad_node.status().field(), "placement");
+
+  spec.placement = {{"localhost", 1}};
+  auto short_placement = b.Launch(spec);
+  ASSERT_FALSE(short_placement.ok());
+  EXPECT_EQ(short_placement.status().code(), StatusCode::kInvalidArgument);
+
+  spec.placement.clear();
+  spec.command.clear();
+  EXPECT_FALSE(b.Launch(spec).ok());
+
+  spec.command = {"frenzy-no-such-trainer"};
+  auto missing = b.Launch(spec);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+
+  EXPECT_EQ(b.Status("slurm:1:/x").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(b.Status("local:" + (root_ / "nope").string()).status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(b.Cancel("local:" + (root_ / "nope").string()).ok());
+}
+
+}  // namespace
+}  // namespace frenzy::server

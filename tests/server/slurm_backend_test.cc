@@ -1,0 +1,539 @@
+#include "server/slurm_backend.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "server/process.h"
+
+namespace frenzy::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteExecutable(const fs::path& p, const std::string& text) {
+  std::ofstream(p) << text;
+  fs::permissions(p, fs::perms::owner_all);
+}
+
+fs::path DataDir() { return fs::path(FRENZY_SOURCE_DIR) / "tests" / "data" / "slurm"; }
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "frenzy-slurm-XXXXXX").string();
+    EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+LaunchSpec TwoByTwo(const std::string& workdir) {
+  LaunchSpec s;
+  s.job_id = "j-000042";
+  s.name = "gpt-small";
+  s.plan.gpu = "A100-80GB";
+  s.plan.gpus = 4;
+  s.nodes = 2;
+  s.gpus_per_node = 2;
+  s.command = {"python3", "train.py", "--name", "it's a \"quoted\" $name", "--flag"};
+  s.env = {{"FRENZY_PLAN", R"({"tp": 2, "note": "it's"})"}, {"FRENZY_JOB_ID", "j-000042"}};
+  s.workdir = workdir;
+  return s;
+}
+
+// Lines of `text` starting with "#SBATCH ".
+std::vector<std::string> SbatchLines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("#SBATCH ", 0) == 0) out.push_back(line.substr(8));
+  }
+  return out;
+}
+
+TEST(SlurmGres, TypesFromCatalogNames) {
+  SlurmOptions o;
+  EXPECT_EQ(GresType("A100-80GB", o), "a10080gb");
+  EXPECT_EQ(GresType("V100-32GB", o), "v10032gb");
+  EXPECT_EQ(GresType("H100-PCIe", o), "h100pcie");
+  EXPECT_EQ(GresType("", o), "");
+  o.gres_types = {{"A100-80GB", "a100"}};
+  EXPECT_EQ(GresType("A100-80GB", o), "a100");
+  EXPECT_EQ(GresType("a100-80gb", o), "a100");  // matched like catalog names
+  EXPECT_EQ(GresType("V100-32GB", o), "v10032gb");
+}
+
+TEST(SlurmGres, CatalogNamesFromTypes) {
+  SlurmOptions o;
+  EXPECT_EQ(CatalogGpuForGres("a10080gb", o), "A100-80GB");
+  EXPECT_EQ(CatalogGpuForGres("v10032gb", o), "V100-32GB");
+  EXPECT_EQ(CatalogGpuForGres("h100pcie", o), "H100-PCIe");
+  EXPECT_EQ(CatalogGpuForGres("a100", o), "A100-80GB");  // a catalog alias
+  EXPECT_EQ(CatalogGpuForGres("mystery9000", o), "mystery9000");
+  o.gres_types = {{"A100-40GB", "a100"}};
+  EXPECT_EQ(CatalogGpuForGres("a100", o), "A100-40GB");
+  // Every catalog name survives the round trip.
+  SlurmOptions none;
+  for (const char* name : {"V100-16GB", "T4", "L40S", "RTX-4090", "H200", "MI300X"}) {
+    EXPECT_EQ(CatalogGpuForGres(GresType(name, none), none), name);
+  }
+}
+
+TEST(SlurmScript, ShellQuote) {
+  EXPECT_EQ(ShellQuote("plain"), "'plain'");
+  EXPECT_EQ(ShellQuote(""), "''");
+  EXPECT_EQ(ShellQuote("it's"), "'it'\\''s'");
+  EXPECT_EQ(ShellQuote("a \"b\" $c `d`"), "'a \"b\" $c `d`'");
+}
+
+TEST(SlurmScript, Directives) {
+  SlurmOptions o;
+  o.partition = "gpu";
+  std::string script = SbatchScript(TwoByTwo("/runs/j 42"), o);
+  EXPECT_EQ(script.rfind("#!/bin/bash\n", 0), 0u);
+  std::vector<std::string> lines = SbatchLines(script);
+  std::vector<std::string> want = {
+      "--job-name=frenzy-j-000042", "--nodes=2",       "--ntasks-per-node=2",
+      "--gres=gpu:a10080gb:2",      "--partition=gpu", "--output=\"/runs/j 42/slurm-%j.out\"",
+      "--chdir=\"/runs/j 42\""};
+  EXPECT_EQ(lines, want);
+}
+
+TEST(SlurmScript, UntypedAndCpuOnlyRuns) {
+  SlurmOptions o;
+  LaunchSpec s = TwoByTwo("/runs/x");
+  s.plan.gpu = "";
+  auto lines = SbatchLines(SbatchScript(s, o));
+  EXPECT_NE(std::find(lines.begin(), lines.end(), "--gres=gpu:2"), lines.end());
+  s.gpus_per_node = 0;
+  lines = SbatchLines(SbatchScript(s, o));
+  EXPECT_NE(std::find(lines.begin(), lines.end(), "--ntasks-per-node=1"), lines.end());
+  for (const std::string& l : lines) EXPECT_EQ(l.find("--gres"), std::string::npos) << l;
+}
+
+TEST(SlurmScript, BodyQuotesEverything) {
+  SlurmOptions o;
+  o.master_port = 29500;
+  std::string script = SbatchScript(TwoByTwo("/runs/j-000042"), o);
+  EXPECT_NE(script.find("export FRENZY_PLAN='{\"tp\": 2, \"note\": \"it'\\''s\"}'\n"),
+            std::string::npos)
+      << script;
+  EXPECT_NE(script.find("export FRENZY_WORKDIR='/runs/j-000042'\n"), std::string::npos);
+  EXPECT_NE(script.find("export MASTER_PORT=29500\n"), std::string::npos);
+  EXPECT_NE(script.find("scontrol show hostnames \"$SLURM_JOB_NODELIST\""), std::string::npos);
+  EXPECT_NE(script.find("srun --kill-on-bad-exit=1 /bin/sh -c "), std::string::npos);
+  EXPECT_NE(script.find(" frenzy-rank 'python3' 'train.py' '--name' "
+                        "'it'\\''s a \"quoted\" $name' '--flag'\n"),
+            std::string::npos)
+      << script;
+  EXPECT_NE(script.find("RANK=\"$SLURM_PROCID\""), std::string::npos);
+  EXPECT_NE(script.find("WORLD_SIZE=\"$SLURM_NTASKS\""), std::string::npos);
+  EXPECT_NE(script.find("LOCAL_RANK=\"$SLURM_LOCALID\""), std::string::npos);
+  EXPECT_NE(script.find("LOCAL_WORLD_SIZE=\"$SLURM_NTASKS_PER_NODE\""), std::string::npos);
+  EXPECT_NE(script.find("\"$FRENZY_WORKDIR/exit_code\""), std::string::npos);
+}
+
+// Runs the script with stand-ins for srun and scontrol, as one task would see it: the command
+// must get its arguments verbatim and the launcher variables.
+TEST(SlurmScript, RunsWithFakeSlurmCommands) {
+  TempDir tmp;
+  fs::path bin = tmp.path() / "bin";
+  fs::create_directories(bin);
+  WriteExecutable(bin / "srun",
+                  "#!/bin/sh\n"
+                  "[ \"$1\" = --kill-on-bad-exit=1 ] || exit 99\nshift\n"
+                  "export SLURM_PROCID=3 SLURM_NTASKS=4 SLURM_LOCALID=1 SLURM_NTASKS_PER_NODE=2\n"
+                  "exec \"$@\"\n");
+  WriteExecutable(bin / "scontrol",
+                  "#!/bin/sh\n"
+                  "case \"$*\" in\n"
+                  "  'show hostnames a100-[0-1]') printf 'a100-0\\na100-1\\n' ;;\n"
+                  "  'show node -o a100-0') echo 'NodeName=a100-0 Arch=x86_64 NodeAddr=10.0.0.7 "
+                  "NodeHostName=gpu7 Version=22.05.8' ;;\n"
+                  "  *) exit 1 ;;\n"
+                  "esac\n");
+  fs::path work = tmp.path() / "run dir";
+  fs::create_directories(work);
+  LaunchSpec s = TwoByTwo(work.string());
+  s.command = {"/bin/sh",
+               "-c",
+               "printf '%s|' \"$@\"; echo; echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE "
+               "$MASTER_ADDR $MASTER_PORT $FRENZY_WORKDIR\"; printf '%s\\n' \"$FRENZY_PLAN\"; "
+               "exit 4",
+               "sh",
+               "a b",
+               "it's",
+               "\"q\"",
+               "$HOME"};
+  fs::path script = work / "job.sbatch";
+  std::ofstream(script) << SbatchScript(s, SlurmOptions{});
+  const char* path = std::getenv("PATH");
+  auto r = RunCommand({"/bin/bash", script.string()}, "", 20,
+                      {{"PATH", bin.string() + ":" + (path ? path : "/usr/bin:/bin")},
+                       {"SLURM_JOB_ID", "1234"},
+                       {"SLURM_JOB_NODELIST", "a100-[0-1]"}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->exit_code, 4) << r->stderr_text;
+  EXPECT_EQ(r->stdout_text, "a b|it's|\"q\"|$HOME|\n3 4 1 2 10.0.0.7 21234 " + work.string() +
+                                "\n{\"tp\": 2, \"note\": \"it's\"}\n");
+  EXPECT_EQ(ReadFile(work / "exit_code"), "4\n");
+}
+
+TEST(SlurmSinfo, ParsesCapturedIdleCluster) {
+  auto nodes = ParseSinfoJson(ReadFile(DataDir() / "sinfo-22.05.json"));
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  ASSERT_EQ(nodes->size(), 2u);
+  EXPECT_EQ((*nodes)[0].name, "a100-0");
+  EXPECT_EQ((*nodes)[0].gpu, "A100-80GB");
+  EXPECT_EQ((*nodes)[0].gpus, 2);
+  EXPECT_TRUE((*nodes)[0].up);
+  EXPECT_EQ((*nodes)[1].name, "v100-0");
+  EXPECT_EQ((*nodes)[1].gpu, "V100-32GB");
+  EXPECT_EQ((*nodes)[1].gpus, 2);
+  EXPECT_TRUE((*nodes)[1].up);
+}
+
+TEST(SlurmSinfo, ParsesCapturedBusyAndDrainedCluster) {
+  auto nodes = ParseSinfoJson(ReadFile(DataDir() / "sinfo-22.05-busy-drained.json"));
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  ASSERT_EQ(nodes->size(), 2u);
+  EXPECT_EQ((*nodes)[0].name, "a100-0");
+  EXPECT_TRUE((*nodes)[0].up);  // mixed: some GPUs in use
+  EXPECT_EQ((*nodes)[0].gpus, 2);
+  EXPECT_EQ((*nodes)[1].name, "v100-0");
+  EXPECT_FALSE((*nodes)[1].up);  // idle + DRAIN
+}
+
+TEST(SlurmSinfo, GresForms) {
+  std::string text = R"json({"nodes": [
+    {"name": "n1", "state": "allocated", "gres": "gpu:a100:4(S:0-1)", "partitions": ["p1"]},
+    {"name": "n2", "state": "idle", "gres": "gpu:2", "partitions": ["p2"]},
+    {"name": "n3", "state": "idle", "gres": "", "partitions": ["p1"]},
+    {"name": "n4", "state": "down*", "gres": "gpu:tesla_t4:1(S:0),gpu:tesla_t4:1(S:1),mps:200",
+     "partitions": ["p1"]},
+    {"name": "n5", "state": ["IDLE", "DRAIN"], "gres": "gpu:h100:8", "partitions": ["p1"]},
+    {"name": "n6", "state": ["MIXED"], "gres": "gpu:l4:2,gpu:a10:1", "partitions": ["p1"]},
+    {"name": "n7", "state": "idle", "gres": "gpu:weird9:3", "partitions": ["p1"]}
+  ]})json";
+  auto nodes = ParseSinfoJson(text);
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  ASSERT_EQ(nodes->size(), 7u);
+  const auto& n = *nodes;
+  EXPECT_EQ(n[0].gpu, "A100-80GB");
+  EXPECT_EQ(n[0].gpus, 4);
+  EXPECT_TRUE(n[0].up);
+  EXPECT_EQ(n[1].gpu, "");
+  EXPECT_EQ(n[1].gpus, 2);
+  EXPECT_EQ(n[2].gpus, 0);
+  EXPECT_EQ(n[3].gpu, "T4");
+  EXPECT_EQ(n[3].gpus, 2);
+  EXPECT_FALSE(n[3].up);
+  EXPECT_EQ(n[4].gpu, "H100-80GB");
+  EXPECT_FALSE(n[4].up);
+  EXPECT_EQ(n[5].gpu, "L4");
+  EXPECT_EQ(n[5].gpus, 2);
+  EXPECT_TRUE(n[5].up);
+  EXPECT_EQ(n[6].gpu, "weird9");
+
+  auto p2 = ParseSinfoJson(text, {}, "p2");
+  ASSERT_TRUE(p2.ok());
+  ASSERT_EQ(p2->size(), 1u);
+  EXPECT_EQ((*p2)[0].name, "n2");
+
+  SlurmOptions mapped;
+  mapped.gres_types = {{"A100-40GB", "a100"}};
+  auto m = ParseSinfoJson(text, mapped);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ((*m)[0].gpu, "A100-40GB");
+}
+
+TEST(SlurmSinfo, Errors) {
+  EXPECT_EQ(ParseSinfoJson("not json").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseSinfoJson("{}").status().code(), StatusCode::kInvalidArgument);
+  auto e = ParseSinfoJson(R"({"errors": [{"error": "Unable to contact slurm controller"}],
+                              "nodes": []})");
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("Unable to contact slurm controller"), std::string::npos);
+  EXPECT_FALSE(ParseSinfoJson(R"({"nodes": [{"state": "idle"}]})").ok());
+}
+
+// The captured records: held (pending), running, completed, failed (exit 3), cancelled and
+// killed by SIGSEGV, in that order.
+TEST(SlurmJobState, CapturedRecords) {
+  std::istringstream in(ReadFile(DataDir() / "scontrol-show-job.txt"));
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) lines.push_back(line);
+  }
+  ASSERT_EQ(lines.size(), 6u);
+  std::vector<RunStatus> st;
+  for (const std::string& l : lines) {
+    auto r = ParseJobState(l);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    st.push_back(*r);
+  }
+  EXPECT_EQ(st[0].state, RunState::kPending);
+  EXPECT_NE(st[0].message.find("JobHeldUser"), std::string::npos);
+  EXPECT_EQ(st[1].state, RunState::kRunning);
+  EXPECT_EQ(st[2].state, RunState::kSucceeded);
+  EXPECT_EQ(st[2].exit_code, 0);
+  EXPECT_EQ(st[3].state, RunState::kFailed);
+  EXPECT_EQ(st[3].exit_code, 3);
+  EXPECT_NE(st[3].message.find("NonZeroExitCode"), std::string::npos);
+  EXPECT_EQ(st[4].state, RunState::kCancelled);
+  EXPECT_EQ(st[5].state, RunState::kFailed);
+  EXPECT_EQ(st[5].exit_code, 128 + 11);
+}
+
+TEST(SlurmJobState, OtherStates) {
+  auto parse = [](const std::string& s) {
+    auto r = ParseJobState("JobId=7 JobName=frenzy-j-1 UserId=root(0) " + s + " RunTime=00:01:00");
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : RunStatus{};
+  };
+  RunStatus t = parse("JobState=TIMEOUT Reason=TimeLimit ExitCode=0:0");
+  EXPECT_EQ(t.state, RunState::kFailed);
+  EXPECT_NE(t.message.find("TIMEOUT"), std::string::npos);
+  EXPECT_NE(t.message.find("TimeLimit"), std::string::npos);
+  EXPECT_NE(t.exit_code, 0);
+  EXPECT_EQ(parse("JobState=NODE_FAIL Reason=NodeDown ExitCode=0:0").state, RunState::kFailed);
+  RunStatus oom = parse("JobState=OUT_OF_MEMORY Reason=OutOfMemory ExitCode=0:125");
+  EXPECT_EQ(oom.state, RunState::kFailed);
+  EXPECT_NE(oom.message.find("OUT_OF_MEMORY"), std::string::npos);
+  EXPECT_EQ(parse("JobState=COMPLETING Reason=None ExitCode=0:0").state, RunState::kRunning);
+  EXPECT_EQ(parse("JobState=PENDING Reason=Resources ExitCode=0:0").message, "pending: Resources");
+  EXPECT_EQ(parse("JobState=CONFIGURING Reason=None ExitCode=0:0").state, RunState::kPending);
+  EXPECT_EQ(parse("JobState=CANCELLED Reason=None ExitCode=0:15").state, RunState::kCancelled);
+
+  EXPECT_FALSE(ParseJobState("").ok());
+  EXPECT_FALSE(ParseJobState("slurm_load_jobs error: Invalid job id specified").ok());
+  EXPECT_FALSE(ParseJobState("JobId=1 JobState=EXPLODED ExitCode=0:0").ok());
+}
+
+TEST(SlurmHandle, RoundTrip) {
+  EXPECT_EQ(SlurmHandle("123", "/runs/a:b"), "slurm:123:/runs/a:b");
+  auto p = ParseSlurmHandle("slurm:123:/runs/a:b");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->first, "123");
+  EXPECT_EQ(p->second, "/runs/a:b");
+  EXPECT_FALSE(ParseSlurmHandle("local:/runs/x").ok());
+  EXPECT_FALSE(ParseSlurmHandle("slurm:abc:/runs/x").ok());
+  EXPECT_FALSE(ParseSlurmHandle("slurm:123").ok());
+}
+
+// SlurmBackend against stand-in client commands that log their calls.
+class SlurmBackendFakeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    bin_ = tmp_.path() / "bin";
+    fs::create_directories(bin_);
+    calls_ = tmp_.path() / "calls";
+    // sbatch: prints the job id from a file (or fails with the message in sbatch.err).
+    WriteExecutable(bin_ / "sbatch",
+                    "#!/bin/sh\n"
+                    "echo \"sbatch SLURM_CONF=$SLURM_CONF $*\" >> '" +
+                        calls_.string() +
+                        "'\n"
+                        "if [ -f '" +
+                        (tmp_.path() / "sbatch.err").string() +
+                        "' ]; then\n"
+                        "  cat '" +
+                        (tmp_.path() / "sbatch.err").string() +
+                        "' >&2; exit 1; fi\n"
+                        "echo '4242;cluster'\n");
+    // scontrol: the record in job.txt, or Slurm's message for a forgotten job.
+    WriteExecutable(bin_ / "scontrol",
+                    "#!/bin/sh\n"
+                    "echo \"scontrol $*\" >> '" +
+                        calls_.string() +
+                        "'\n"
+                        "if [ -f '" +
+                        (tmp_.path() / "job.txt").string() +
+                        "' ]; then\n"
+                        "  cat '" +
+                        (tmp_.path() / "job.txt").string() +
+                        "'; exit 0; fi\n"
+                        "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1\n");
+    WriteExecutable(bin_ / "scancel",
+                    "#!/bin/sh\necho \"scancel $*\" >> '" + calls_.string() + "'\n");
+    WriteExecutable(bin_ / "sinfo", "#!/bin/sh\necho \"sinfo $*\" >> '" + calls_.string() +
+                                        "'\n"
+                                        "cat '" +
+                                        (DataDir() / "sinfo-22.05.json").string() + "'\n");
+    options_.bin_dir = bin_.string();
+    options_.slurm_conf = "/etc/test/slurm.conf";
+    options_.extra_sbatch_args = {"--time=01:00:00", "--comment=a b"};
+    work_ = tmp_.path() / "runs" / "j-000042";
+  }
+  void SetJob(const std::string& record) { std::ofstream(tmp_.path() / "job.txt") << record; }
+
+  TempDir tmp_;
+  fs::path bin_, calls_, work_;
+  SlurmOptions options_;
+};
+
+TEST_F(SlurmBackendFakeTest, LaunchWritesScriptAndSubmits) {
+  SlurmBackend b(options_);
+  EXPECT_EQ(b.name(), "slurm");
+  auto h = b.Launch(TwoByTwo(work_.string()));
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(*h, "slurm:4242:" + work_.string());
+  EXPECT_EQ(ReadFile(work_ / "job.sbatch"), SbatchScript(TwoByTwo(work_.string()), options_));
+  EXPECT_EQ(ReadFile(calls_),
+            "sbatch SLURM_CONF=/etc/test/slurm.conf --parsable "
+            "--time=01:00:00 --comment=a b " +
+                (work_ / "job.sbatch").string() + "\n");
+}
+
+TEST_F(SlurmBackendFakeTest, SbatchFailureNamesCommandAndStderr) {
+  std::ofstream(tmp_.path() / "sbatch.err")
+      << "sbatch: error: Batch job submission failed: Requested node configuration is not "
+         "available\n";
+  SlurmBackend b(options_);
+  auto h = b.Launch(TwoByTwo(work_.string()));
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("sbatch --parsable"), std::string::npos)
+      << h.status().message();
+  EXPECT_NE(h.status().message().find("Requested node configuration is not available"),
+            std::string::npos);
+}
+
+TEST_F(SlurmBackendFakeTest, MissingClientIsNotFound) {
+  options_.bin_dir = (tmp_.path() / "nothing-here").string();
+  SlurmBackend b(options_);
+  auto h = b.Launch(TwoByTwo(work_.string()));
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(h.status().message().find("sbatch"), std::string::npos);
+  EXPECT_EQ(b.Nodes().status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(SlurmBackendFakeTest, LaunchValidates) {
+  SlurmBackend b(options_);
+  LaunchSpec s = TwoByTwo(work_.string());
+  s.placement = {{"a100-0", 2}, {"a100-1", 1}};
+  s.plan.gpus = 3;
+  auto uneven = b.Launch(s);
+  ASSERT_FALSE(uneven.ok());
+  EXPECT_EQ(uneven.status().field(), "placement");
+
+  s = TwoByTwo("relative/dir");
+  EXPECT_EQ(b.Launch(s).status().field(), "workdir");
+  s = TwoByTwo("/runs/with\"quote");
+  EXPECT_EQ(b.Launch(s).status().field(), "workdir");
+  s = TwoByTwo(work_.string());
+  s.env["not a name"] = "x";
+  EXPECT_EQ(b.Launch(s).status().field(), "env");
+  s = TwoByTwo(work_.string());
+  s.job_id = "j 1";
+  EXPECT_EQ(b.Launch(s).status().field(), "job_id");
+  s = TwoByTwo(work_.string());
+  s.plan.gpus = 3;
+  EXPECT_FALSE(b.Launch(s).ok());
+  EXPECT_FALSE(fs::exists(calls_));  // nothing was submitted
+}
+
+TEST_F(SlurmBackendFakeTest, StatusFromScontrol) {
+  SlurmBackend b(options_);
+  fs::create_directories(work_);
+  std::ofstream(work_ / "slurm-4242.out")
+      << "step 1\nTraceback: CUDA error: out of memory\n\n"
+      << "srun: error: a100-0: task 1: Exited with exit code 1\n"
+      << "srun: launch/slurm: _step_signal: Terminating StepId=4242.0\n";
+  SetJob(
+      "JobId=4242 JobName=frenzy-j-000042 JobState=FAILED Reason=NonZeroExitCode "
+      "ExitCode=1:0\n");
+  auto st = b.Status(SlurmHandle("4242", work_.string()));
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->state, RunState::kFailed);
+  EXPECT_EQ(st->exit_code, 1);
+  EXPECT_NE(st->message.find("CUDA error: out of memory"), std::string::npos) << st->message;
+  EXPECT_NE(ReadFile(calls_).find("scontrol show job -o 4242"), std::string::npos);
+}
+
+TEST_F(SlurmBackendFakeTest, StatusFallsBackToTheRunFolder) {
+  SlurmBackend b(options_);
+  fs::create_directories(work_);
+  const std::string h = SlurmHandle("4242", work_.string());
+  auto lost = b.Status(h);
+  ASSERT_TRUE(lost.ok()) << lost.status().ToString();
+  EXPECT_EQ(lost->state, RunState::kLost);
+
+  std::ofstream(work_ / "exit_code") << "0\n";
+  EXPECT_EQ(b.Status(h)->state, RunState::kSucceeded);
+
+  std::ofstream(work_ / "exit_code") << "9\n";
+  std::ofstream(work_ / "slurm-4242.out") << "last words\n";
+  auto failed = b.Status(h);
+  EXPECT_EQ(failed->state, RunState::kFailed);
+  EXPECT_EQ(failed->exit_code, 9);
+  EXPECT_NE(failed->message.find("last words"), std::string::npos);
+}
+
+TEST_F(SlurmBackendFakeTest, ScontrolFailureIsAnError) {
+  WriteExecutable(bin_ / "scontrol",
+                  "#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact slurm controller' "
+                  ">&2; exit 1\n");
+  SlurmBackend b(options_);
+  auto st = b.Status(SlurmHandle("4242", work_.string()));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("scontrol show job -o 4242"), std::string::npos);
+  EXPECT_NE(st.status().message().find("Unable to contact slurm controller"), std::string::npos);
+}
+
+TEST_F(SlurmBackendFakeTest, CancelRunningJobLeavesMarker) {
+  SlurmBackend b(options_);
+  fs::create_directories(work_);
+  const std::string h = SlurmHandle("4242", work_.string());
+  SetJob("JobId=4242 JobState=RUNNING Reason=None ExitCode=0:0\n");
+  ASSERT_TRUE(b.Cancel(h).ok());
+  EXPECT_NE(ReadFile(calls_).find("scancel 4242"), std::string::npos);
+  EXPECT_TRUE(fs::exists(work_ / "cancelled"));
+  // Once Slurm forgets the job, the marker still says cancelled.
+  fs::remove(tmp_.path() / "job.txt");
+  EXPECT_EQ(b.Status(h)->state, RunState::kCancelled);
+}
+
+TEST_F(SlurmBackendFakeTest, CancelEndedJobKeepsOutcome) {
+  SlurmBackend b(options_);
+  fs::create_directories(work_);
+  SetJob("JobId=4242 JobState=COMPLETED Reason=None ExitCode=0:0\n");
+  ASSERT_TRUE(b.Cancel(SlurmHandle("4242", work_.string())).ok());
+  EXPECT_EQ(ReadFile(calls_).find("scancel"), std::string::npos);
+  EXPECT_FALSE(fs::exists(work_ / "cancelled"));
+}
+
+TEST_F(SlurmBackendFakeTest, NodesFromSinfo) {
+  options_.partition = "gpu";
+  SlurmBackend b(options_);
+  auto nodes = b.Nodes();
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  ASSERT_EQ(nodes->size(), 2u);
+  EXPECT_EQ((*nodes)[1].gpu, "V100-32GB");
+  EXPECT_NE(ReadFile(calls_).find("sinfo --json --partition=gpu"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace frenzy::server

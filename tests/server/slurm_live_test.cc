@@ -1,0 +1,200 @@
+// SlurmBackend against a real Slurm cluster: FRENZY_SLURM_CONF names its slurm.conf. Made for
+// the test cluster of scripts/slurm-up.sh (nodes a100-0 and v100-0, two fake GPUs each, of types
+// a10080gb and v10032gb). Not registered with CTest: the integration script runs it, e.g.
+//   conf=$(scripts/slurm-up.sh /tmp/frenzy-slurm)
+//   FRENZY_SLURM_CONF=$conf build/tests/frenzy_slurm_live_test
+//   scripts/slurm-down.sh /tmp/frenzy-slurm
+// Without FRENZY_SLURM_CONF every test fails: this binary never passes without a cluster.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "server/slurm_backend.h"
+
+namespace frenzy::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class SlurmLiveTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* conf = std::getenv("FRENZY_SLURM_CONF");
+    ASSERT_TRUE(conf != nullptr && *conf != '\0')
+        << "FRENZY_SLURM_CONF is not set: this test needs a Slurm cluster (scripts/slurm-up.sh)";
+    options_.slurm_conf = conf;
+    std::string tmpl = (fs::temp_directory_path() / "frenzy-slurm-live-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    root_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (!HasFailure()) fs::remove_all(root_, ec);
+  }
+
+  LaunchSpec Spec(const std::string& name, const std::string& script) {
+    LaunchSpec s;
+    s.job_id = "live-" + name;
+    s.name = "live test";
+    s.nodes = 1;
+    s.gpus_per_node = 1;
+    s.plan.gpus = 1;
+    s.command = {"/bin/sh", "-c", script};
+    s.workdir = (root_ / name).string();
+    return s;
+  }
+
+  RunStatus WaitEnd(SlurmBackend& b, const std::string& handle, double seconds = 60) {
+    auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    RunStatus st;
+    while (std::chrono::steady_clock::now() < end) {
+      auto r = b.Status(handle);
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      if (!r.ok()) return st;
+      st = *r;
+      if (st.state != RunState::kRunning && st.state != RunState::kPending) return st;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    ADD_FAILURE() << "job did not end within " << seconds << " s: " << st.message;
+    return st;
+  }
+
+  SlurmOptions options_;
+  fs::path root_;
+};
+
+TEST_F(SlurmLiveTest, NodesHaveCatalogGpuTypes) {
+  SlurmBackend b(options_);
+  auto nodes = b.Nodes();
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  std::set<std::string> seen;
+  for (const BackendNode& n : *nodes) {
+    seen.insert(n.name + " " + n.gpu + " " + std::to_string(n.gpus) + (n.up ? " up" : " down"));
+  }
+  EXPECT_TRUE(seen.count("a100-0 A100-80GB 2 up")) << ::testing::PrintToString(seen);
+  EXPECT_TRUE(seen.count("v100-0 V100-32GB 2 up")) << ::testing::PrintToString(seen);
+}
+
+TEST_F(SlurmLiveTest, TwoNodeJobSucceeds) {
+  SlurmBackend b(options_);
+  // Two nodes of different GPU types: only an untyped request spans both.
+  LaunchSpec s = Spec("two-nodes",
+                      "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR "
+                      "$MASTER_PORT $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES $FRENZY_NOTE\" > "
+                      "\"$FRENZY_WORKDIR/rank.$RANK\"");
+  s.nodes = 2;
+  s.gpus_per_node = 2;
+  s.plan.gpus = 4;
+  s.plan.gpu = "";
+  s.env["FRENZY_NOTE"] = "it's here";
+  auto h = b.Launch(s);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(h->rfind("slurm:", 0), 0u);
+  RunStatus st = WaitEnd(b, *h);
+  ASSERT_EQ(st.state, RunState::kSucceeded) << st.message << "\n"
+                                            << ReadFile(fs::path(s.workdir) / "job.sbatch");
+  EXPECT_EQ(ReadFile(fs::path(s.workdir) / "exit_code"), "0\n");
+  std::set<std::string> nodes;
+  std::string port;
+  for (int r = 0; r < 4; ++r) {
+    std::istringstream line(ReadFile(fs::path(s.workdir) / ("rank." + std::to_string(r))));
+    std::string rank, world, local, local_world, addr, p, node, cvd, note;
+    ASSERT_TRUE(line >> rank >> world >> local >> local_world >> addr >> p >> node >> cvd)
+        << "rank " << r;
+    std::getline(line, note);
+    EXPECT_EQ(rank, std::to_string(r));
+    EXPECT_EQ(world, "4");
+    EXPECT_EQ(local_world, "2");
+    EXPECT_TRUE(local == "0" || local == "1");
+    EXPECT_EQ(addr, "127.0.0.1");  // the first node's NodeAddr
+    EXPECT_EQ(cvd, "0,1");
+    EXPECT_EQ(note, " it's here");
+    if (port.empty()) port = p;
+    EXPECT_EQ(p, port);
+    nodes.insert(node);
+  }
+  EXPECT_EQ(nodes, (std::set<std::string>{"a100-0", "v100-0"}));
+}
+
+TEST_F(SlurmLiveTest, TypedJobLandsOnItsGpuType) {
+  SlurmBackend b(options_);
+  LaunchSpec s = Spec("typed", "echo \"$SLURMD_NODENAME\" > \"$FRENZY_WORKDIR/node.$RANK\"");
+  s.plan.gpu = "V100-32GB";
+  s.gpus_per_node = 2;
+  s.plan.gpus = 2;
+  auto h = b.Launch(s);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  RunStatus st = WaitEnd(b, *h);
+  ASSERT_EQ(st.state, RunState::kSucceeded) << st.message;
+  EXPECT_EQ(ReadFile(fs::path(s.workdir) / "node.0"), "v100-0\n");
+  EXPECT_EQ(ReadFile(fs::path(s.workdir) / "node.1"), "v100-0\n");
+}
+
+TEST_F(SlurmLiveTest, FailingJobIsFailed) {
+  SlurmBackend b(options_);
+  LaunchSpec s = Spec("fails", "echo \"rank $RANK: loss is NaN\"; exit 5");
+  s.plan.gpu = "A100-80GB";
+  auto h = b.Launch(s);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  RunStatus st = WaitEnd(b, *h);
+  EXPECT_EQ(st.state, RunState::kFailed);
+  EXPECT_EQ(st.exit_code, 5);
+  EXPECT_NE(st.message.find("loss is NaN"), std::string::npos) << st.message;
+  EXPECT_EQ(ReadFile(fs::path(s.workdir) / "exit_code"), "5\n");
+}
+
+TEST_F(SlurmLiveTest, CancelledJobIsCancelled) {
+  SlurmBackend b(options_);
+  LaunchSpec s = Spec("cancel", "sleep 120");
+  s.plan.gpu = "A100-80GB";
+  auto h = b.Launch(s);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  for (int i = 0; i < 100; ++i) {
+    auto st = b.Status(*h);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    if (st->state == RunState::kRunning) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(b.Cancel(*h).ok());
+  RunStatus st = WaitEnd(b, *h);
+  EXPECT_EQ(st.state, RunState::kCancelled) << st.message;
+}
+
+TEST_F(SlurmLiveTest, UnknownGpuTypeIsASubmitError) {
+  SlurmBackend b(options_);
+  LaunchSpec s = Spec("no-such-gpu", "true");
+  s.plan.gpu = "H200";
+  auto h = b.Launch(s);
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("sbatch"), std::string::npos) << h.status().message();
+  EXPECT_NE(h.status().message().find("node configuration is not available"), std::string::npos)
+      << h.status().message();
+}
+
+TEST_F(SlurmLiveTest, ForgottenJobFallsBackToTheRunFolder) {
+  SlurmBackend b(options_);
+  fs::path work = root_ / "forgotten";
+  fs::create_directories(work);
+  std::ofstream(work / "exit_code") << "0\n";
+  auto st = b.Status(SlurmHandle("987654", work.string()));
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->state, RunState::kSucceeded);
+}
+
+}  // namespace
+}  // namespace frenzy::server
