@@ -15,3 +15,28 @@ run predict --model llama-3-8b --tp 2 --dp 4 --zero 1 --distributed-optimizer --
 run gpus
 run cluster show cluster64
 run simulate --cluster lab --workload lab-synthetic --policy fifo-static,tiresias,gavel,sia,frenzy --out build/demo-sim --no-progress
+
+# The serverless flow on the embedded default: frenzyd with its simulated lab cluster (time
+# runs 20,000x faster), jobs submitted over HTTP with a model and goals only, planned,
+# scheduled, run and finished.
+printf '\n== frenzyd (sim backend, lab cluster)\n'
+work=$(mktemp -d)
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+export FRENZY_SERVER="http://127.0.0.1:$port" FRENZY_TOKEN="demo-token"
+build/bin/frenzyd --backend sim --cluster lab --time-scale 20000 --listen "127.0.0.1:$port" \
+  --db "$work/frenzy.db" --runs-dir "$work/runs" 2>"$work/frenzyd.log" &
+daemon=$!
+trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 50); do "$frenzy" jobs >/dev/null 2>&1 && break; sleep 0.1; done
+run submit --model llama-2-7b --tokens 2e10 --global-batch 256 --seq-len 4096 --name pretrain-7b
+run submit --model opt-30b --tokens 5e9 --global-batch 64 --seq-len 2048 --name big-one
+run submit --model gpt2 --tokens 2e9 --global-batch 64 --seq-len 1024 --name small
+run submit --model mistral-7b --tokens 1e10 --global-batch 128 --seq-len 4096 --name finetune
+sleep 1
+run jobs
+run cluster status
+while "$frenzy" jobs --state queued --json | grep -q '"id"' || "$frenzy" jobs --state running --json | grep -q '"id"'; do
+  sleep 1
+done
+run jobs
+run status j-000002

@@ -180,7 +180,8 @@ void RunServe(ServeOptions o, const CLI::App& cmd) {
       o.report_url.empty() ? fmt::format("http://{}:{}", host == "0.0.0.0" ? "127.0.0.1" : host, port)
                            : o.report_url;
   dopt.token = o.token;
-  dopt.data_parallel_only = !o.all_layouts;
+  // The sim backend runs no training code: it can plan every layout.
+  dopt.data_parallel_only = !o.all_layouts && o.backend != "sim";
   auto daemon = server::Daemon::Create(dopt, std::move(store).value(), std::move(backend).value(),
                                        WallNow);
   if (!daemon.ok()) return Fail(daemon.status());

@@ -195,10 +195,13 @@ Result<Daemon::Parsed> Daemon::ParseSpec(const json& spec) const {
 }
 
 Result<std::shared_ptr<const JobOptions>> Daemon::OptionsFor(const JobRow& row) {
+  if (auto it = options_of_.find(row.id); it != options_of_.end()) return it->second;
   json spec = ParseOr(row.spec, json::object());
   spec.erase("model_key");
   ASSIGN_OR_RETURN(Parsed p, ParseSpec(spec));
-  return cache_.Get(p.model_key, p.spec, policy_->options_kind());
+  ASSIGN_OR_RETURN(auto options, cache_.Get(p.model_key, p.spec, policy_->options_kind()));
+  options_of_[row.id] = options;
+  return options;
 }
 
 Result<json> Daemon::Submit(const json& body) {
@@ -708,6 +711,10 @@ Status Daemon::ScheduleJobs(double now, int& changes) {
     rows[views.size() - 1] = r;  // rows[k] is the row of views[k]
   }
   rows.resize(views.size());
+  // Forget the tables of jobs no longer active.
+  for (auto it = options_of_.begin(); it != options_of_.end();) {
+    it = index_of.count(KeyOf(it->first)) ? std::next(it) : options_of_.erase(it);
+  }
   Snapshot s;
   s.now_s = now;
   s.cluster = &view_;

@@ -98,6 +98,8 @@ class Daemon {
   runtime::RuntimeOptions runtime_opt_;
   std::map<std::string, runtime::RetryState> retry_;
   std::map<std::string, std::vector<int>> failed_options_;  // per job: crashed options
+  // Per active job: its option table (parsing a spec again every pass would dominate the loop).
+  std::map<std::string, std::shared_ptr<const JobOptions>> options_of_;
   // Metrics.
   int64_t submissions_ = 0, launches_ = 0, ticks_ = 0;
   double last_schedule_s_ = 0, schedule_s_total_ = 0;

@@ -20,6 +20,7 @@ struct Fixture {
   std::string db;
   std::string runs;
   std::string policy = "frenzy";
+  bool data_parallel_only = false;  // plan like a Megatron entry point: TP and PP allowed
   explicit Fixture(const std::string& name) {
     auto base = std::filesystem::temp_directory_path() /
                 ("frenzy-daemon-" + std::to_string(getpid()) + "-" + name);
@@ -37,6 +38,7 @@ struct Fixture {
     DaemonOptions o;
     o.runs_dir = runs;
     o.policy = policy;
+    o.data_parallel_only = data_parallel_only;
     auto d = Daemon::Create(o, std::move(store).value(), std::move(backend), [this] { return now; });
     EXPECT_TRUE(d.ok()) << d.status().ToString();
     return std::move(d).value();
@@ -73,6 +75,22 @@ TEST(Daemon, JobsArePlannedOnFittingGpusRunAndFinish) {
     EXPECT_DOUBLE_EQ((*j)["progress"]["fraction"].get<double>(), 1.0);
     EXPECT_GT((*j)["memory"]["observed_bytes"].get<int64_t>(), 0);
   }
+}
+
+TEST(Daemon, DataParallelOnlyEntryPointsGetNoTensorOrPipelineParallelism) {
+  Fixture f("dponly");
+  f.data_parallel_only = true;
+  auto d = f.Make();
+  auto small = d->Submit(Spec("llama-2-7b", 1e9));
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  ASSERT_TRUE(d->Tick().ok());
+  auto j = d->GetJob("j-000001");
+  EXPECT_EQ((*j)["plan"]["tp"], 1);
+  EXPECT_EQ((*j)["plan"]["pp"], 1);
+  // opt-30b needs TP or PP to fit any GPU of the lab: refused, with the planner's reason.
+  auto big = d->Submit(Spec("opt-30b", 1e9));
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), StatusCode::kFailedPrecondition);
 }
 
 TEST(Daemon, RestartedDaemonReattachesToRunningJobs) {
