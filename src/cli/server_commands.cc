@@ -235,6 +235,7 @@ Result<json> Call(const ClientOptions& c, const std::string& method, const std::
   httplib::Client cli(c.server);
   cli.set_connection_timeout(5, 0);
   cli.set_read_timeout(30, 0);
+  cli.set_tcp_nodelay(true);
   httplib::Headers h;
   if (!c.token.empty()) h.emplace("Authorization", "Bearer " + c.token);
   httplib::Result r = method == "GET"      ? cli.Get(path, h)
