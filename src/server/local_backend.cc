@@ -245,7 +245,10 @@ Result<std::string> LocalBackend::Launch(const LaunchSpec& spec) {
     groups.emplace_back(options_.nodes.front().name, ranks);
   }
   int64_t world = 0;
-  for (const auto& [node, count] : groups) {
+  for (const auto& group : groups) {
+    // (Not a structured binding: clang 14 cannot capture one in the lambda.)
+    const std::string& node = group.first;
+    const int64_t count = group.second;
     bool known = std::any_of(options_.nodes.begin(), options_.nodes.end(),
                              [&](const BackendNode& n) { return n.name == node; });
     if (!known) return InvalidArgument("unknown node '" + node + "'", {}, "placement");
