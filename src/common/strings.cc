@@ -6,6 +6,13 @@
 
 namespace frenzy {
 
+std::string_view Trim(std::string_view s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
 std::string ToLower(std::string_view s) {
   std::string out(s);
   for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -38,8 +45,7 @@ size_t EditDistance(const std::string& a, const std::string& b) {
 }  // namespace
 
 std::vector<std::string> ClosestMatches(std::string_view query,
-                                        const std::vector<std::string>& candidates,
-                                        size_t limit) {
+                                        const std::vector<std::string>& candidates, size_t limit) {
   std::string q = ToLower(query);
   std::vector<std::pair<size_t, std::string>> scored;
   for (const auto& c : candidates) {

@@ -10,6 +10,8 @@
 namespace frenzy {
 
 std::string ToLower(std::string_view s);
+// `s` without leading and trailing whitespace (a view into `s`).
+std::string_view Trim(std::string_view s);
 std::string Join(const std::vector<std::string>& parts, std::string_view sep);
 
 // Up to `limit` candidates closest to `query` by case-insensitive edit distance, best first,

@@ -13,6 +13,7 @@
 #include <string>
 #include <utility>
 
+#include "common/strings.h"
 #include "hardware/gpu.h"
 #include "server/process.h"
 
@@ -82,13 +83,6 @@ std::string NvmlError(NvmlErrorStringFn error_string, NvmlReturn code) {
 }
 
 // ---- text helpers ----------------------------------------------------------------------------
-
-std::string Trim(std::string_view s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return std::string(s.substr(b, e - b));
-}
 
 // nvidia-smi's ways of saying a value is not there.
 bool NotAvailable(const std::string& field) {
@@ -202,13 +196,13 @@ Result<std::vector<GpuReading>> ParseNvidiaSmiCsv(std::string_view text) {
   int line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
-    const std::string trimmed = Trim(line);
+    const std::string trimmed(Trim(line));
     if (trimmed.empty()) continue;
     const std::string where = fmt::format("nvidia-smi output line {}", line_no);
     std::vector<std::string> fields;
     std::stringstream ss(trimmed);
     std::string f;
-    while (std::getline(ss, f, ',')) fields.push_back(Trim(f));
+    while (std::getline(ss, f, ',')) fields.emplace_back(Trim(f));
     if (!trimmed.empty() && trimmed.back() == ',') fields.push_back("");
     if (fields.size() != 5) {
       return InvalidArgument(
@@ -402,7 +396,7 @@ Result<std::vector<GpuReading>> ReadGpus(const AgentOptions& options, GpuSourceI
     if (!run.ok()) {
       out.skipped.push_back("nvidia-smi: " + run.status().message());
     } else if (!run->ok()) {
-      std::string said = Trim(run->stdout_text + " " + run->stderr_text);
+      std::string said(Trim(run->stdout_text + " " + run->stderr_text));
       out.skipped.push_back("nvidia-smi: " + run->Describe() + (said.empty() ? "" : ": " + said));
     } else {
       auto parsed = ParseNvidiaSmiCsv(run->stdout_text);

@@ -39,14 +39,6 @@ Status InternalError(std::string message) {
   return ::frenzy::Status(StatusCode::kInternal, std::move(message));
 }
 
-std::optional<std::string> ReadText(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Writes through a temporary file and a rename, so readers never see half a file.
 Status WriteTextAtomic(const fs::path& path, const std::string& text) {
   fs::path tmp = path;
@@ -64,30 +56,10 @@ Status WriteTextAtomic(const fs::path& path, const std::string& text) {
   return Status::Ok();
 }
 
-std::string Trim(std::string_view s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return std::string(s.substr(b, e - b));
-}
-
 // The last non-blank line of a log (read from its last 64 KiB), at most 500 characters.
 std::string LastLogLine(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  in.seekg(0, std::ios::end);
-  std::streamoff size = in.tellg();
-  std::streamoff from = std::max<std::streamoff>(0, size - 65536);
-  in.seekg(from);
-  std::string tail(static_cast<size_t>(size - from), '\0');
-  in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
-  std::string last;
-  std::istringstream lines(tail);
-  std::string line;
-  while (std::getline(lines, line)) {
-    std::string t = Trim(line);
-    if (!t.empty()) last = t;
-  }
+  std::vector<std::string> lines = TailLines(path.string());
+  std::string last = lines.empty() ? "" : lines.back();
   if (last.size() > 500) last = last.substr(last.size() - 500);
   return last;
 }
@@ -125,7 +97,7 @@ std::optional<int> ExitCodeOf(const std::string& workdir, int rank) {
   std::optional<std::string> text =
       ReadText(fs::path(workdir) / ("exit_code." + std::to_string(rank)));
   if (!text) return std::nullopt;
-  std::string t = Trim(*text);
+  std::string t(Trim(*text));
   if (t.empty()) return std::nullopt;
   try {
     return std::stoi(t);

@@ -9,11 +9,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+
+#include "common/strings.h"
 
 extern char** environ;
 
@@ -487,6 +490,32 @@ void KillGroup(int pid, int sig) {
   if (pid <= 1) return;
   ::kill(-pid, sig);
   ::kill(pid, sig);
+}
+
+std::optional<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> TailLines(const std::string& path, size_t max_bytes) {
+  std::vector<std::string> out;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return out;
+  in.seekg(0, std::ios::end);
+  std::streamoff size = in.tellg();
+  std::streamoff from = std::max<std::streamoff>(0, size - static_cast<std::streamoff>(max_bytes));
+  in.seekg(from);
+  std::string tail(static_cast<size_t>(size - from), '\0');
+  in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
+  std::istringstream lines(tail);
+  for (std::string line; std::getline(lines, line);) {
+    std::string t(Trim(line));
+    if (!t.empty()) out.push_back(std::move(t));
+  }
+  return out;
 }
 
 }  // namespace frenzy::server

@@ -74,6 +74,12 @@ std::optional<uint64_t> ProcessStartTicks(int pid);
 // it left the group. Missing processes are ignored.
 void KillGroup(int pid, int sig);
 
+// The whole text of a file, or nullopt when it cannot be read.
+std::optional<std::string> ReadText(const std::string& path);
+// The non-blank lines (trimmed) of the last `max_bytes` of a file, oldest first; none when it
+// cannot be read. For the last words of a run's log.
+std::vector<std::string> TailLines(const std::string& path, size_t max_bytes = 65536);
+
 }  // namespace frenzy::server
 
 #endif  // FRENZY_SERVER_PROCESS_H_

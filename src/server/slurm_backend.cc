@@ -36,13 +36,6 @@ std::string AlnumLower(std::string_view s) {
   return out;
 }
 
-std::string Trim(std::string_view s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return std::string(s.substr(b, e - b));
-}
-
 bool IsEnvName(const std::string& k) {
   if (k.empty() || std::isdigit(static_cast<unsigned char>(k[0]))) return false;
   return std::all_of(k.begin(), k.end(), [](char c) {
@@ -61,31 +54,11 @@ std::string OneLine(std::string_view s) {
 // need escaping there).
 std::string SbatchQuoted(const std::string& s) { return "\"" + s + "\""; }
 
-std::optional<std::string> ReadText(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // The last non-blank line of a job's output (from its last 64 KiB), at most 500 characters,
 // passing over Slurm's own lines ("srun: ...", "slurmstepd: ...") when the ranks wrote any.
 std::string LastLine(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  in.seekg(0, std::ios::end);
-  std::streamoff size = in.tellg();
-  std::streamoff from = std::max<std::streamoff>(0, size - 65536);
-  in.seekg(from);
-  std::string tail(static_cast<size_t>(size - from), '\0');
-  in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
   std::string last, last_own;
-  std::istringstream lines(tail);
-  std::string line;
-  while (std::getline(lines, line)) {
-    std::string t = Trim(line);
-    if (t.empty()) continue;
+  for (const std::string& t : TailLines(path.string())) {
     last = t;
     if (t.rfind("srun: ", 0) != 0 && t.rfind("slurmstepd: ", 0) != 0) last_own = t;
   }
@@ -361,8 +334,9 @@ Result<RunStatus> ParseJobState(const std::string& scontrol_output) {
   }
   auto state_it = f.find("JobState");
   if (state_it == f.end()) {
-    return InvalidArgument("no JobState in scontrol output: '" + Trim(scontrol_output) + "'",
-                           "scontrol show job");
+    return InvalidArgument(
+        "no JobState in scontrol output: '" + std::string(Trim(scontrol_output)) + "'",
+        "scontrol show job");
   }
   const std::string state = state_it->second;
   const std::string reason = f.count("Reason") ? f["Reason"] : "";
@@ -451,8 +425,8 @@ Result<CommandResult> SlurmBackend::Run(const std::vector<std::string>& argv) co
 Result<std::string> SlurmBackend::RunChecked(const std::vector<std::string>& argv) const {
   ASSIGN_OR_RETURN(CommandResult r, Run(argv));
   if (!r.ok()) {
-    std::string err = Trim(r.stderr_text);
-    if (err.empty()) err = Trim(r.stdout_text);
+    std::string err(Trim(r.stderr_text));
+    if (err.empty()) err = std::string(Trim(r.stdout_text));
     return ::frenzy::Status(
         StatusCode::kFailedPrecondition,
         "'" + JoinArgv(argv) + "' failed (" + r.Describe() + ")" + (err.empty() ? "" : ": " + err),
@@ -539,13 +513,13 @@ Result<std::string> SlurmBackend::Launch(const LaunchSpec& spec) {
   argv.push_back(script.string());
   ASSIGN_OR_RETURN(std::string out, RunChecked(argv));
   // "<id>" or "<id>;<cluster>"
-  std::string id = Trim(out.substr(0, out.find(';')));
+  std::string id(Trim(out.substr(0, out.find(';'))));
   if (id.empty() || !std::all_of(id.begin(), id.end(), [](char c) {
         return std::isdigit(static_cast<unsigned char>(c));
       })) {
-    return ::frenzy::Status(StatusCode::kInternal,
-                            "'" + JoinArgv(argv) + "' printed no job id: '" + Trim(out) + "'",
-                            "slurm");
+    return ::frenzy::Status(
+        StatusCode::kInternal,
+        "'" + JoinArgv(argv) + "' printed no job id: '" + std::string(Trim(out)) + "'", "slurm");
   }
   return SlurmHandle(id, spec.workdir);
 }
@@ -565,7 +539,7 @@ Result<RunStatus> SlurmBackend::Status(const std::string& handle) {
     return st;
   }
   if (r.timed_out || r.stderr_text.find("Invalid job id") == std::string::npos) {
-    std::string err = Trim(r.stderr_text);
+    std::string err(Trim(r.stderr_text));
     return ::frenzy::Status(
         StatusCode::kFailedPrecondition,
         "'" + JoinArgv(argv) + "' failed (" + r.Describe() + ")" + (err.empty() ? "" : ": " + err),
@@ -587,9 +561,9 @@ Result<RunStatus> SlurmBackend::Status(const std::string& handle) {
     return st;
   }
   try {
-    st.exit_code = std::stoi(Trim(*code_text));
+    st.exit_code = std::stoi(std::string(Trim(*code_text)));
   } catch (const std::exception&) {
-    return InvalidArgument("bad exit code '" + Trim(*code_text) + "'",
+    return InvalidArgument("bad exit code '" + std::string(Trim(*code_text)) + "'",
                            (fs::path(workdir) / "exit_code").string());
   }
   if (st.exit_code == 0) {
@@ -615,7 +589,7 @@ Result<RunStatus> SlurmBackend::Status(const std::string& handle) {
   ASSIGN_OR_RETURN(CommandResult r, Run(argv));
   if (!r.ok() && r.stderr_text.find("Invalid job id") == std::string::npos &&
       r.stderr_text.find("already completing or completed") == std::string::npos) {
-    std::string err = Trim(r.stderr_text);
+    std::string err(Trim(r.stderr_text));
     return ::frenzy::Status(
         StatusCode::kFailedPrecondition,
         "'" + JoinArgv(argv) + "' failed (" + r.Describe() + ")" + (err.empty() ? "" : ": " + err),
