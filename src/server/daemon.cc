@@ -708,7 +708,8 @@ Status Daemon::ScheduleJobs(double now, int& changes) {
       }
     }
     views.push_back(std::move(v));
-    rows[views.size() - 1] = r;  // rows[k] is the row of views[k]
+    // rows[k] is the row of views[k] (rows whose options failed are dropped).
+    if (views.size() - 1 != i) rows[views.size() - 1] = std::move(rows[i]);
   }
   rows.resize(views.size());
   // Forget the tables of jobs no longer active.

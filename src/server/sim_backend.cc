@@ -20,24 +20,6 @@ double EnvNumber(const LaunchSpec& s, const std::string& key, double fallback) {
 
 }  // namespace
 
-const char* RunStateName(RunState s) {
-  switch (s) {
-    case RunState::kPending:
-      return "pending";
-    case RunState::kRunning:
-      return "running";
-    case RunState::kSucceeded:
-      return "succeeded";
-    case RunState::kFailed:
-      return "failed";
-    case RunState::kCancelled:
-      return "cancelled";
-    case RunState::kLost:
-      return "lost";
-  }
-  return "lost";
-}
-
 Result<std::vector<BackendNode>> SimBackend::Nodes() {
   std::vector<BackendNode> out;
   for (const auto& n : cluster_.nodes) out.push_back(BackendNode{n.name, n.gpu, n.gpus, true});

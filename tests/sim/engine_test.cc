@@ -1,6 +1,7 @@
 // The simulator's engine: determinism, exact completion times, restart and crash accounting,
 // invalid decisions reported rather than applied.
 #include "sim/engine.h"
+#include "sim_fixtures.h"
 
 #include <gtest/gtest.h>
 
@@ -11,16 +12,8 @@
 namespace frenzy {
 namespace {
 
-const Cluster& Lab() {
-  static const Cluster c = *ResolveCluster("lab", GpuCatalog::Default());
-  return c;
-}
-
-Workload Parse(const std::string& csv) {
-  auto w = ParseWorkloadCsv(csv, "test.csv");
-  EXPECT_TRUE(w.ok()) << w.status().ToString();
-  return *w;
-}
+using testing::Lab;
+using testing::Parse;
 
 // Runs every queued job on its fastest option of `type` with `gpus` GPUs, first come first
 // served, event-driven; stops job `stop_key` at `stop_at_s` once.

@@ -11,20 +11,13 @@
 #include "sched/placement.h"
 #include "sched/policy.h"
 #include "sim/engine.h"
+#include "sim_fixtures.h"
 
 namespace frenzy {
 namespace {
 
-const Cluster& Lab() {
-  static const Cluster c = *ResolveCluster("lab", GpuCatalog::Default());
-  return c;
-}
-
-Workload Parse(const std::string& csv) {
-  auto w = ParseWorkloadCsv(csv, "test.csv");
-  EXPECT_TRUE(w.ok()) << w.status().ToString();
-  return *w;
-}
+using testing::Lab;
+using testing::Parse;
 
 // First come first served: each queued job on option `preferred` when some layout of it fits
 // the job's memory factor, else on the first runnable option with free GPUs.
