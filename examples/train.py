@@ -681,6 +681,9 @@ def train(args: argparse.Namespace) -> None:
                                 timeout=datetime.timedelta(seconds=args.dist_timeout))
     try:
         run(args, plan, precision, notes, corpus, checkpoint_path, d)
+        if d.enabled:
+            # No rank tears down while another may still be talking to it.
+            dist.barrier()
     finally:
         if d.enabled:
             dist.destroy_process_group()

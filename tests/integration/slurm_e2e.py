@@ -18,6 +18,7 @@ With --live-test, also runs that GoogleTest binary (SlurmBackend against the sam
 Needs root (the Slurm daemons), Slurm 22.05 and munge (scripts/install-deps.sh installs them).
 """
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -189,8 +190,9 @@ def run(frenzyd, work, live_test):
         c2 = api.wait(c["id"], {"succeeded", "failed"}, 240, "(after restart)")
         check(c2["state"] == "succeeded", f"{c['id']} finished after the restart: {c2['message']}")
         events = [e["kind"] for e in c2["events"]]
+        details = "; ".join(f"{e['kind']}: {e.get('detail', '')}" for e in c2["events"])
         check(c2["attempt"] == 1 and "lost" not in events,
-              f"it was re-attached, not restarted (attempt {c2['attempt']}, events {events})")
+              f"it was re-attached, not restarted (attempt {c2['attempt']}, events: {details})")
         status, metrics = 0, ""
         with urllib.request.urlopen(api.base + "/metrics", timeout=10) as r:
             metrics = r.read().decode()
@@ -222,6 +224,12 @@ def main():
         if os.path.exists(logf):
             print("--- frenzyd.log (tail)", file=sys.stderr)
             print("".join(open(logf, errors="replace").readlines()[-30:]), file=sys.stderr)
+        # What each run printed (a crash names its cause there) and what Slurm logged.
+        logs = sorted(glob.glob(os.path.join(work, "runs", "*", "slurm-*.out")))
+        logs += sorted(glob.glob(os.path.join(work, "slurm", "log", "*.log")))
+        for out in logs:
+            print(f"--- {os.path.relpath(out, work)} (tail)", file=sys.stderr)
+            print("".join(open(out, errors="replace").readlines()[-15:]), file=sys.stderr)
         return 1
     finally:
         if not a.keep:
