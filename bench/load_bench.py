@@ -7,11 +7,14 @@ on a fresh database, then:
   1. queues `--queued` jobs (1,000);
   2. submits `--submissions` more from `--clients` threads, each on its own keep-alive
      connection, and reports submissions/s (every one persisted: the daemon answers 201 after
-     its transaction commits) and the latency percentiles;
+     its transaction commits) and the latency percentiles. The submissions come from the
+     compiled client `frenzy_load_client` (beside FRENZYD, or `--client`) when it is there,
+     else from Python threads, whose interpreter lock adds a tail of its own;
   3. fills the database to `--fill` jobs (100,000) and reports the daemon's resident memory and
      the latency of GET /v1/jobs/{id} and of a control-loop pass (from /metrics).
 
 usage: bench/load_bench.py FRENZYD [--queued N] [--submissions N] [--clients N] [--fill N]
+                            [--client PATH | --python-client]
 """
 import argparse
 import http.client
@@ -76,6 +79,14 @@ def submit_many(port, n, clients):
     return n / wall, lat
 
 
+def submit_compiled(client, port, n, clients):
+    out = subprocess.run([client, str(port), TOKEN, str(n), str(clients), SPEC],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{client} failed: {out.stderr.strip()}")
+    return json.loads(out.stdout)
+
+
 def pct(lat, p):
     return lat[min(len(lat) - 1, int(p * len(lat)))] * 1e3
 
@@ -87,7 +98,14 @@ def main():
     ap.add_argument("--submissions", type=int, default=5000)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--fill", type=int, default=100000)
+    ap.add_argument("--client", help="the compiled load client (default: frenzy_load_client "
+                    "beside FRENZYD)")
+    ap.add_argument("--python-client", action="store_true", help="submit from Python threads")
     a = ap.parse_args()
+    client = a.client or os.path.join(os.path.dirname(os.path.abspath(a.frenzyd)),
+                                      "frenzy_load_client")
+    if a.python_client or not os.path.exists(client):
+        client = None
     work = tempfile.mkdtemp(prefix="frenzy-load-")
     port = free_port()
     log = open(os.path.join(work, "frenzyd.log"), "w")
@@ -104,11 +122,16 @@ def main():
             except OSError:
                 time.sleep(0.1)
         rate0, _ = submit_many(port, a.queued, a.clients)
-        rate, lat = submit_many(port, a.submissions, a.clients)
+        if client:
+            r = submit_compiled(client, port, a.submissions, a.clients)
+            rate, p50, p99, worst = r["rate"], r["p50_ms"], r["p99_ms"], r["max_ms"]
+        else:
+            rate, lat = submit_many(port, a.submissions, a.clients)
+            p50, p99, worst = pct(lat, 0.5), pct(lat, 0.99), lat[-1] * 1e3
         print(f"queued first: {a.queued} jobs ({rate0:.0f}/s)")
-        print(f"submissions: {a.submissions} from {a.clients} clients: {rate:.0f} per second "
-              f"persisted; latency p50 {pct(lat, 0.5):.2f} ms, p99 {pct(lat, 0.99):.2f} ms, "
-              f"max {lat[-1] * 1e3:.2f} ms")
+        print(f"submissions: {a.submissions} from {a.clients} clients "
+              f"({'compiled' if client else 'Python'}): {rate:.0f} per second persisted; "
+              f"latency p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {worst:.2f} ms")
         print(f"daemon memory with {a.queued + a.submissions} jobs: {rss_mib(d.pid):.0f} MiB")
         left = a.fill - a.queued - a.submissions
         if left > 0:
@@ -125,9 +148,12 @@ def main():
             c.request("GET", "/metrics")
             metrics = c.getresponse().read().decode()
             last = [l for l in metrics.splitlines() if l.startswith("frenzy_schedule_last_seconds")]
+            locked = [l for l in metrics.splitlines()
+                      if l.startswith("frenzy_schedule_locked_last_seconds")]
             print(f"filled to {a.fill} jobs ({rate2:.0f}/s): daemon memory {rss_mib(d.pid):.0f} "
                   f"MiB; GET /v1/jobs/ID p50 {pct(gets, 0.5):.2f} ms, p99 {pct(gets, 0.99):.2f} "
-                  f"ms; last control-loop pass {float(last[0].split()[1]) * 1e3:.0f} ms "
+                  f"ms; last control-loop pass {float(last[0].split()[1]) * 1e3:.0f} ms, of "
+                  f"which {float(locked[0].split()[1]) * 1e3:.0f} ms under the daemon's lock "
                   f"(all {a.fill} jobs queued)")
         print(f"database: {os.path.getsize(os.path.join(work, 'load.db')) / 2**20:.0f} MiB")
     finally:

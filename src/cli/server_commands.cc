@@ -1,5 +1,6 @@
 // `frenzy serve` (the daemon, also installed as `frenzyd`), the client commands that talk to it
 // (`frenzy submit|jobs|status|cancel|cluster`) and the node agent (`frenzy agent`).
+#include <fmt/core.h>
 #include <httplib.h>
 #include <unistd.h>
 
@@ -12,8 +13,6 @@
 #include <iostream>
 #include <sstream>
 #include <thread>
-
-#include <fmt/core.h>
 
 #include "cli/commands.h"
 #include "server/agent.h"
@@ -35,8 +34,7 @@ std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
 
 double WallNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 void Log(const std::string& level, const std::string& msg, json extra = json::object()) {
@@ -102,12 +100,13 @@ Status ApplyConfig(ServeOptions& o, const CLI::App& cmd) {
   RETURN_IF_ERROR(str("inventory", o.inventory, "--inventory"));
   for (const auto& [key, v] : j.items()) {
     static const std::set<std::string> known = {
-        "backend", "listen",  "db",         "cluster", "token",     "runs_dir", "train_command",
+        "backend", "listen",     "db",      "cluster",   "token",      "runs_dir", "train_command",
         "policy",  "slurm_conf", "k8s_dir", "inventory", "time_scale", "tick_s"};
     if (!known.count(key)) return InvalidArgument("unknown setting", o.config, key);
   }
   if (j.contains("time_scale") && cmd.count("--time-scale") == 0) {
-    if (!j["time_scale"].is_number()) return InvalidArgument("must be a number", o.config, "time_scale");
+    if (!j["time_scale"].is_number())
+      return InvalidArgument("must be a number", o.config, "time_scale");
     o.time_scale = j["time_scale"].get<double>();
   }
   if (j.contains("tick_s") && cmd.count("--tick-s") == 0) {
@@ -177,19 +176,22 @@ void RunServe(ServeOptions o, const CLI::App& cmd) {
   dopt.runs_dir = o.runs_dir;
   dopt.train_command = SplitWords(o.train_command);
   dopt.report_base_url =
-      o.report_url.empty() ? fmt::format("http://{}:{}", host == "0.0.0.0" ? "127.0.0.1" : host, port)
-                           : o.report_url;
+      o.report_url.empty()
+          ? fmt::format("http://{}:{}", host == "0.0.0.0" ? "127.0.0.1" : host, port)
+          : o.report_url;
   dopt.token = o.token;
   // The sim backend runs no training code: it can plan every layout.
   dopt.data_parallel_only = !o.all_layouts && o.backend != "sim";
-  auto daemon = server::Daemon::Create(dopt, std::move(store).value(), std::move(backend).value(),
-                                       WallNow);
+  auto daemon =
+      server::Daemon::Create(dopt, std::move(store).value(), std::move(backend).value(), WallNow);
   if (!daemon.ok()) return Fail(daemon.status());
   server::Daemon& d = **daemon;
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   Log("info", "frenzyd started",
-      {{"backend", d.backend_name()}, {"listen", o.listen}, {"db", o.db},
+      {{"backend", d.backend_name()},
+       {"listen", o.listen},
+       {"db", o.db},
        {"gpus", d.cluster().total_gpus()}});
   std::thread loop([&] {
     while (!g_stop.load()) {
@@ -199,6 +201,7 @@ void RunServe(ServeOptions o, const CLI::App& cmd) {
       } else if (*changes > 0) {
         Log("info", "scheduled", {{"changes", *changes}});
       }
+      if (Status ck = d.Checkpoint(); !ck.ok()) Log("error", "database: " + ck.ToString());
       std::this_thread::sleep_for(std::chrono::duration<double>(o.tick_s));
     }
   });
@@ -238,19 +241,20 @@ Result<json> Call(const ClientOptions& c, const std::string& method, const std::
   cli.set_tcp_nodelay(true);
   httplib::Headers h;
   if (!c.token.empty()) h.emplace("Authorization", "Bearer " + c.token);
-  httplib::Result r = method == "GET"      ? cli.Get(path, h)
-                      : method == "DELETE" ? cli.Delete(path, h)
-                                           : cli.Post(path, h, body ? body->dump() : "{}",
-                                                      "application/json");
+  httplib::Result r = method == "GET" ? cli.Get(path, h)
+                      : method == "DELETE"
+                          ? cli.Delete(path, h)
+                          : cli.Post(path, h, body ? body->dump() : "{}", "application/json");
   if (!r) {
-    return Status(StatusCode::kFailedPrecondition,
-                  fmt::format("cannot reach frenzyd at {}: {}", c.server, httplib::to_string(r.error())),
-                  {}, "server");
+    return Status(
+        StatusCode::kFailedPrecondition,
+        fmt::format("cannot reach frenzyd at {}: {}", c.server, httplib::to_string(r.error())), {},
+        "server");
   }
   json j = json::parse(r->body, nullptr, false);
   if (r->status >= 400) {
-    std::string msg = j.is_object() && j.contains("error") ? j["error"].value("message", r->body)
-                                                          : r->body;
+    std::string msg =
+        j.is_object() && j.contains("error") ? j["error"].value("message", r->body) : r->body;
     std::string field = j.is_object() && j.contains("error") ? j["error"].value("field", "") : "";
     return Status(r->status == 404 ? StatusCode::kNotFound : StatusCode::kInvalidArgument,
                   fmt::format("HTTP {}: {}", r->status, msg), c.server, field);
@@ -267,7 +271,8 @@ std::string PlanLine(const json& plan) {
 }
 
 void AddClientFlags(CLI::App* cmd, std::shared_ptr<ClientOptions> c) {
-  cmd->add_option("--server", c->server, "frenzyd URL (default $FRENZY_SERVER or http://127.0.0.1:8470)");
+  cmd->add_option("--server", c->server,
+                  "frenzyd URL (default $FRENZY_SERVER or http://127.0.0.1:8470)");
   cmd->add_option("--token", c->token, "API token (default $FRENZY_TOKEN)");
   cmd->add_flag("--json", c->json, "Machine-readable output");
 }
@@ -382,16 +387,17 @@ void RegisterServerCommands(CLI::App& app) {
       fmt::print("job       {} ({})\nstate     {}  attempt {}  {}\n", j.value("id", std::string()),
                  j.value("model", std::string()), j.value("state", std::string()),
                  j.value("attempt", 0), j.value("message", std::string()));
-      fmt::print("plan      {}\nwhy       {}\n", PlanLine(j["plan"]), j.value("why", std::string()));
+      fmt::print("plan      {}\nwhy       {}\n", PlanLine(j["plan"]),
+                 j.value("why", std::string()));
       const json& p = j["progress"];
       fmt::print("progress  {:.0f} of {:.0f} tokens ({:.1f}%), step {}\n",
                  p.value("tokens_done", 0.0), p.value("tokens_total", 0.0),
                  100 * p.value("fraction", 0.0), p.value("step", 0));
       const json& m = j["memory"];
-      fmt::print("memory    predicted {} GiB, observed {} GiB per GPU{}\n",
-                 Gib(m.value("predicted_bytes", int64_t{0})),
-                 Gib(m.value("observed_bytes", int64_t{0})),
-                 m.value("note", std::string()).empty() ? "" : "; " + m.value("note", std::string()));
+      fmt::print(
+          "memory    predicted {} GiB, observed {} GiB per GPU{}\n",
+          Gib(m.value("predicted_bytes", int64_t{0})), Gib(m.value("observed_bytes", int64_t{0})),
+          m.value("note", std::string()).empty() ? "" : "; " + m.value("note", std::string()));
       for (const json& e : j["events"]) {
         fmt::print("  {:.0f}  {:<12} {}\n", e.value("t_s", 0.0), e.value("kind", std::string()),
                    e.value("detail", std::string()));
@@ -416,8 +422,8 @@ void RegisterServerCommands(CLI::App& app) {
     auto c = std::make_shared<ClientOptions>();
     // `frenzy cluster show C` describes a cluster file; `frenzy cluster status` asks frenzyd.
     CLI::App* cluster = app.get_subcommand("cluster");
-    auto* cmd = cluster->add_subcommand("status",
-                                        "The daemon's cluster: GPUs per type, used and free");
+    auto* cmd =
+        cluster->add_subcommand("status", "The daemon's cluster: GPUs per type, used and free");
     AddClientFlags(cmd, c);
     cmd->callback([=] {
       Resolve(*c);
@@ -427,8 +433,8 @@ void RegisterServerCommands(CLI::App& app) {
       fmt::print("backend {}\n{:<12} {:>6} {:>6} {:>8}\n", r->value("backend", std::string()),
                  "GPU", "GPUS", "FREE", "MEM GiB");
       for (const json& t : (*r)["types"]) {
-        fmt::print("{:<12} {:>6} {:>6} {:>8}\n", t.value("gpu", std::string()),
-                   t.value("gpus", 0), t.value("free", 0), Gib(t.value("memory_bytes", int64_t{0})));
+        fmt::print("{:<12} {:>6} {:>6} {:>8}\n", t.value("gpu", std::string()), t.value("gpus", 0),
+                   t.value("free", 0), Gib(t.value("memory_bytes", int64_t{0})));
       }
     });
   }
@@ -437,10 +443,12 @@ void RegisterServerCommands(CLI::App& app) {
     auto ao = std::make_shared<server::AgentOptions>();
     auto every = std::make_shared<double>(0);
     auto* cmd = app.add_subcommand(
-        "agent", "Node agent: report this node's GPUs and their memory (NVML, nvidia-smi, or an "
-                 "inventory file) to frenzyd");
+        "agent",
+        "Node agent: report this node's GPUs and their memory (NVML, nvidia-smi, or an "
+        "inventory file) to frenzyd");
     AddClientFlags(cmd, c);
-    cmd->add_option("--node", ao->node_name, "Node name (default: the inventory's, else the host's)");
+    cmd->add_option("--node", ao->node_name,
+                    "Node name (default: the inventory's, else the host's)");
     cmd->add_option("--inventory", ao->inventory_path, "Inventory file (last fallback)");
     cmd->add_option("--every", *every, "Seconds between heartbeats (0: send one and exit)");
     cmd->callback([=] {
@@ -450,12 +458,12 @@ void RegisterServerCommands(CLI::App& app) {
         auto gpus = server::ReadGpus(*ao, &info);
         if (!gpus.ok()) return Fail(gpus.status());
         std::string node = !ao->node_name.empty() ? ao->node_name
-                           : !info.node.empty()    ? info.node
-                                                   : [] {
-                                                       char h[256] = {0};
-                                                       gethostname(h, sizeof(h) - 1);
-                                                       return std::string(h);
-                                                     }();
+                           : !info.node.empty()   ? info.node
+                                                  : [] {
+                                                    char h[256] = {0};
+                                                    gethostname(h, sizeof(h) - 1);
+                                                    return std::string(h);
+                                                  }();
         json body = server::HeartbeatJson(node, *gpus, info.source);
         if (c->json) PrintJson(body);
         auto r = Call(*c, "POST", "/v1/nodes/" + node + "/heartbeat", &body);

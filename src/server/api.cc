@@ -138,6 +138,9 @@ HttpResponse Handle(Daemon& d, const HttpRequest& req, const ApiOptions& o) {
   return Error(404, "not_found", "no such endpoint: " + m + " " + p);
 }
 
+// Connections served at once (runs' reports, agents' heartbeats, CLI and API clients).
+constexpr size_t kHttpWorkers = 64;
+
 Status Serve(Daemon& d, const std::string& host, int port, const ApiOptions& o,
              const std::atomic<bool>& stop) {
   httplib::Server server;
@@ -147,6 +150,11 @@ Status Serve(Daemon& d, const std::string& host, int port, const ApiOptions& o,
   // Responses go out as header and body writes: without this, Nagle and delayed ACKs add
   // ~40 ms to every keep-alive request.
   server.set_tcp_nodelay(true);
+  // Every open keep-alive connection holds one worker thread, and cpp-httplib's defaults (as
+  // many workers as cores, at least 8, and a connection closed after 5 requests) made clients
+  // beyond the eighth, and every fifth request, wait for a worker: up to a second.
+  server.new_task_queue = [] { return new httplib::ThreadPool(kHttpWorkers); };
+  server.set_keep_alive_max_count(1000);
   auto handler = [&](const httplib::Request& in, httplib::Response& out) {
     HttpRequest req;
     req.method = in.method;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <set>
+#include <unordered_map>
 
 #include "model/hf_config.h"
 #include "model/zoo.h"
@@ -19,11 +20,11 @@ using nlohmann::json;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // Fields a job spec may hold. Jobs never name GPUs or layouts: choosing them is Frenzy's job.
-const std::set<std::string> kSpecFields = {"name",      "model",     "tokens",   "global_batch",
-                                           "seq_len",   "precision", "priority", "user"};
+const std::set<std::string> kSpecFields = {"name",    "model",     "tokens",   "global_batch",
+                                           "seq_len", "precision", "priority", "user"};
 const std::set<std::string> kGpuFields = {
-    "gpu",  "gpus", "gpu_type", "gpu_count", "requested_gpu", "requested_gpus", "nodes", "tp",
-    "pp",   "dp",   "cp",       "ep",        "micro_batch",   "zero",           "recompute"};
+    "gpu", "gpus", "gpu_type", "gpu_count", "requested_gpu", "requested_gpus", "nodes",    "tp",
+    "pp",  "dp",   "cp",       "ep",        "micro_batch",   "zero",           "recompute"};
 
 int64_t KeyOf(const std::string& id) {
   // "j-000042" -> 42
@@ -38,9 +39,8 @@ bool ContainsNoCase(const std::string& text, const std::string& needle) {
 }
 
 std::string Describe(const Plan& p) {
-  return fmt::format("{} x {} (tp {}, pp {}, dp {}, micro-batch {}, zero {}, recompute {})",
-                     p.gpus, p.gpu, p.tp, p.pp, p.dp, p.micro_batch, p.zero,
-                     RecomputeName(p.recompute));
+  return fmt::format("{} x {} (tp {}, pp {}, dp {}, micro-batch {}, zero {}, recompute {})", p.gpus,
+                     p.gpu, p.tp, p.pp, p.dp, p.micro_batch, p.zero, RecomputeName(p.recompute));
 }
 
 json ParseOr(const std::string& text, json fallback) {
@@ -111,6 +111,13 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options, std::uniqu
     d->view_.nodes.push_back(NodeView{static_cast<int>(t), n.gpus, n.gpus, true});
   }
   d->runtime_opt_.restart_s = 60;
+  ASSIGN_OR_RETURN(auto active, d->store_->ListJobs({JobState::kQueued, JobState::kRunning}));
+  for (JobRow& r : active) {
+    int64_t key = KeyOf(r.id);
+    if (r.state == JobState::kRunning) d->running_.insert(key);
+    d->active_.emplace(key, std::move(r));
+  }
+  d->RecountFree();
   return d;
 }
 
@@ -125,7 +132,8 @@ Result<Daemon::Parsed> Daemon::ParseSpec(const json& spec) const {
     if (!kSpecFields.count(key)) return InvalidArgument("unknown field", {}, key);
   }
   Parsed p;
-  if (!spec.contains("model")) return InvalidArgument("missing: a zoo name or a config", {}, "model");
+  if (!spec.contains("model"))
+    return InvalidArgument("missing: a zoo name or a config", {}, "model");
   const json& model = spec["model"];
   if (model.is_string()) {
     std::string name = model.get<std::string>();
@@ -178,7 +186,8 @@ Result<Daemon::Parsed> Daemon::ParseSpec(const json& spec) const {
   if (spec.contains("precision")) {
     if (!spec["precision"].is_string()) return InvalidArgument("must be a string", {}, "precision");
     auto pr = ParsePrecision(spec["precision"].get<std::string>());
-    if (!pr) return InvalidArgument("unknown precision (bf16, fp16, fp32, bf16-pure)", {}, "precision");
+    if (!pr)
+      return InvalidArgument("unknown precision (bf16, fp16, fp32, bf16-pure)", {}, "precision");
     p.spec.precision = *pr;
   }
   for (const char* key : {"name", "user"}) {
@@ -195,12 +204,13 @@ Result<Daemon::Parsed> Daemon::ParseSpec(const json& spec) const {
 }
 
 Result<std::shared_ptr<const JobOptions>> Daemon::OptionsFor(const JobRow& row) {
-  if (auto it = options_of_.find(row.id); it != options_of_.end()) return it->second;
+  const int64_t key = KeyOf(row.id);
+  if (auto it = options_of_.find(key); it != options_of_.end()) return it->second;
   json spec = ParseOr(row.spec, json::object());
   spec.erase("model_key");
   ASSIGN_OR_RETURN(Parsed p, ParseSpec(spec));
   ASSIGN_OR_RETURN(auto options, cache_.Get(p.model_key, p.spec, policy_->options_kind()));
-  options_of_[row.id] = options;
+  options_of_[key] = options;
   return options;
 }
 
@@ -224,6 +234,8 @@ Result<json> Daemon::Submit(const json& body) {
   row.total_tokens = p.spec.tokens;
   ASSIGN_OR_RETURN(std::string id, store_->InsertJob(row, p.model_name));
   row.id = id;
+  active_.emplace(KeyOf(id), row);
+  dirty_ = true;
   ++submissions_;
   return JobJson(row, false);
 }
@@ -268,7 +280,7 @@ json Daemon::JobJson(const JobRow& r, bool detail) {
 }
 
 Result<json> Daemon::GetJob(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  // The store is thread-safe and has every committed change: no need to wait for the loop.
   ASSIGN_OR_RETURN(auto row, store_->GetJob(id));
   if (!row) return NotFound("no job '" + id + "'", {}, "id");
   return JobJson(*row, true);
@@ -281,7 +293,6 @@ Result<json> Daemon::ListJobs(const std::string& state_filter, int64_t limit) {
     if (!st) return InvalidArgument("unknown state '" + state_filter + "'", {}, "state");
     states.push_back(*st);
   }
-  std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(auto rows, store_->ListJobs(states, limit));
   json out = json::array();
   for (const JobRow& r : rows) out.push_back(JobJson(r, false));
@@ -290,11 +301,14 @@ Result<json> Daemon::ListJobs(const std::string& state_filter, int64_t limit) {
 
 Result<json> Daemon::Cancel(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(auto row, store_->GetJob(id));
-  if (!row) return NotFound("no job '" + id + "'", {}, "id");
-  if (Terminal(row->state)) {
+  std::optional<JobRow> row;
+  if (auto it = active_.find(KeyOf(id)); it != active_.end() && it->second.id == id) {
+    row = it->second;
+  } else {
+    ASSIGN_OR_RETURN(auto stored, store_->GetJob(id));
+    if (!stored) return NotFound("no job '" + id + "'", {}, "id");
     return Status(StatusCode::kFailedPrecondition,
-                  fmt::format("job '{}' already {}", id, JobStateName(row->state)), {}, "id");
+                  fmt::format("job '{}' already {}", id, JobStateName(stored->state)), {}, "id");
   }
   if (row->state == JobState::kRunning && !row->handle.empty()) {
     Status st = backend_->Cancel(row->handle);
@@ -304,7 +318,7 @@ Result<json> Daemon::Cancel(const std::string& id) {
   row->updated_s = row->finished_s = now_s_();
   row->message = "cancelled by request";
   row->allocation.clear();
-  RETURN_IF_ERROR(store_->UpdateJob(*row, "cancelled", "by request"));
+  RETURN_IF_ERROR(Save(*row, "cancelled", "by request"));
   monitor_.Forget(KeyOf(id));
   return JobJson(*row, false);
 }
@@ -325,8 +339,13 @@ Result<json> Daemon::Report(const std::string& id, const json& body) {
   ASSIGN_OR_RETURN(auto tokens, field("tokens", true));
   ASSIGN_OR_RETURN(auto peak, field("peak_bytes", false));
   std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(auto row, store_->GetJob(id));
-  if (!row) return NotFound("no job '" + id + "'", {}, "id");
+  std::optional<JobRow> row;
+  if (auto it = active_.find(KeyOf(id)); it != active_.end() && it->second.id == id) {
+    row = it->second;
+  } else {
+    ASSIGN_OR_RETURN(row, store_->GetJob(id));
+    if (!row) return NotFound("no job '" + id + "'", {}, "id");
+  }
   if (row->state != JobState::kRunning) {
     return Status(StatusCode::kFailedPrecondition,
                   fmt::format("job '{}' is {}, not running", id, JobStateName(row->state)), {},
@@ -348,11 +367,13 @@ Result<json> Daemon::Report(const std::string& id, const json& body) {
       r.predicted_bytes = predicted;
       r.capacity_bytes = capacity;
       monitor_.Report(KeyOf(id), r);
-      row->memory_factor = monitor_.Factor(KeyOf(id)).value_or(0.0);
+      double factor = monitor_.Factor(KeyOf(id)).value_or(0.0);
+      if (factor != row->memory_factor) dirty_ = true;
+      row->memory_factor = factor;
       row->memory_note = monitor_.Explain(KeyOf(id));
     }
   }
-  RETURN_IF_ERROR(store_->UpdateJob(*row, "", ""));
+  RETURN_IF_ERROR(Save(*row, "", ""));
   return json{{"ok", true}, {"memory_factor", row->memory_factor}};
 }
 
@@ -381,11 +402,8 @@ json Daemon::ClusterJson() {
   for (size_t i = 0; i < cluster_.nodes.size(); ++i) {
     const Node& n = cluster_.nodes[i];
     const NodeView& v = view_.nodes[i];
-    nodes.push_back({{"name", n.name},
-                     {"gpu", n.gpu},
-                     {"gpus", n.gpus},
-                     {"free", v.free},
-                     {"up", v.up}});
+    nodes.push_back(
+        {{"name", n.name}, {"gpu", n.gpu}, {"gpus", n.gpus}, {"free", v.free}, {"up", v.up}});
   }
   json types = json::array();
   for (size_t t = 0; t < view_.types.size(); ++t) {
@@ -423,14 +441,16 @@ std::string Daemon::Metrics() {
   std::lock_guard<std::mutex> lock(mu_);
   std::string s;
   s += "# HELP frenzy_jobs Jobs by state.\n# TYPE frenzy_jobs gauge\n";
-  for (JobState st : {JobState::kQueued, JobState::kRunning, JobState::kSucceeded,
-                      JobState::kFailed, JobState::kCancelled}) {
+  const auto running = static_cast<int64_t>(running_.size());
+  const auto queued = static_cast<int64_t>(active_.size()) - running;
+  s += fmt::format("frenzy_jobs{{state=\"queued\"}} {}\n", queued);
+  s += fmt::format("frenzy_jobs{{state=\"running\"}} {}\n", running);
+  for (JobState st : {JobState::kSucceeded, JobState::kFailed, JobState::kCancelled}) {
     auto n = store_->CountJobs(st);
     s += fmt::format("frenzy_jobs{{state=\"{}\"}} {}\n", JobStateName(st), n.ok() ? *n : -1);
   }
   s += "# HELP frenzy_queue_length Jobs waiting for GPUs.\n# TYPE frenzy_queue_length gauge\n";
-  auto q = store_->CountJobs(JobState::kQueued);
-  s += fmt::format("frenzy_queue_length {}\n", q.ok() ? *q : -1);
+  s += fmt::format("frenzy_queue_length {}\n", queued);
   s += "# HELP frenzy_gpus GPUs per type: total and used.\n# TYPE frenzy_gpus gauge\n";
   for (size_t t = 0; t < view_.types.size(); ++t) {
     int64_t total = view_.TotalOfType(static_cast<int>(t));
@@ -440,20 +460,29 @@ std::string Daemon::Metrics() {
   }
   s += "# HELP frenzy_job_memory_bytes Peak memory per GPU of running jobs: predicted and "
        "observed.\n# TYPE frenzy_job_memory_bytes gauge\n";
-  if (auto rows = store_->ListJobs({JobState::kRunning}); rows.ok()) {
-    for (const JobRow& r : *rows) {
-      s += fmt::format("frenzy_job_memory_bytes{{job=\"{}\",kind=\"predicted\"}} {}\n", r.id,
-                       r.predicted_bytes);
-      s += fmt::format("frenzy_job_memory_bytes{{job=\"{}\",kind=\"observed\"}} {}\n", r.id,
-                       r.observed_bytes);
-    }
+  for (int64_t key : running_) {
+    const JobRow& r = active_.at(key);
+    s += fmt::format("frenzy_job_memory_bytes{{job=\"{}\",kind=\"predicted\"}} {}\n", r.id,
+                     r.predicted_bytes);
+    s += fmt::format("frenzy_job_memory_bytes{{job=\"{}\",kind=\"observed\"}} {}\n", r.id,
+                     r.observed_bytes);
   }
   s += "# HELP frenzy_schedule_seconds Time of the control loop's scheduling passes.\n"
        "# TYPE frenzy_schedule_seconds summary\n";
   s += fmt::format("frenzy_schedule_seconds_sum {:.6f}\nfrenzy_schedule_seconds_count {}\n",
-                   schedule_s_total_, ticks_);
-  s += fmt::format("# TYPE frenzy_schedule_last_seconds gauge\nfrenzy_schedule_last_seconds {:.6f}\n",
-                   last_schedule_s_);
+                   schedule_s_total_, passes_);
+  s += "# HELP frenzy_ticks_total Control-loop ticks (a tick asks the policy only when something "
+       "changed or it has not for a while).\n# TYPE frenzy_ticks_total counter\n";
+  s += fmt::format("frenzy_ticks_total {}\n", ticks_);
+  s += fmt::format(
+      "# TYPE frenzy_schedule_last_seconds gauge\nfrenzy_schedule_last_seconds {:.6f}\n",
+      last_schedule_s_);
+  s += fmt::format(
+      "# HELP frenzy_schedule_locked_last_seconds How long the last pass held the daemon's lock "
+      "(taking the snapshot and applying the decisions; the policy decides without it).\n"
+      "# TYPE frenzy_schedule_locked_last_seconds gauge\nfrenzy_schedule_locked_last_seconds "
+      "{:.6f}\n",
+      last_locked_s_);
   s += fmt::format("# TYPE frenzy_submissions_total counter\nfrenzy_submissions_total {}\n",
                    submissions_);
   s += fmt::format("# TYPE frenzy_launches_total counter\nfrenzy_launches_total {}\n", launches_);
@@ -466,11 +495,34 @@ Status Daemon::Requeue(JobRow& row, double now, const std::string& kind, const s
   row.handle.clear();
   row.allocation.clear();
   row.message = why;
-  return store_->UpdateJob(row, kind, why);
+  return Save(row, kind, why);
+}
+
+Status Daemon::Save(JobRow& row, const std::string& kind, const std::string& detail) {
+  RETURN_IF_ERROR(store_->UpdateJob(row, kind, detail));
+  const int64_t key = KeyOf(row.id);
+  if (Terminal(row.state)) {
+    active_.erase(key);
+    options_of_.erase(key);
+    running_.erase(key);
+  } else {
+    active_[key] = row;
+    if (row.state == JobState::kRunning) {
+      running_.insert(key);
+    } else {
+      running_.erase(key);
+    }
+  }
+  if (!kind.empty()) {  // an event: a state change the policy should see
+    dirty_ = true;
+    RecountFree();
+  }
+  return Status::Ok();
 }
 
 Status Daemon::FollowRuns(double now, int& changes) {
-  ASSIGN_OR_RETURN(auto rows, store_->ListJobs({JobState::kRunning}));
+  std::vector<JobRow> rows;
+  for (int64_t key : running_) rows.push_back(active_.at(key));
   for (JobRow& row : rows) {
     auto st = backend_->Status(row.handle);
     if (!st.ok()) {
@@ -505,7 +557,7 @@ Status Daemon::FollowRuns(double now, int& changes) {
       case RunState::kRunning:
         if (dirty) {
           row.updated_s = now;
-          RETURN_IF_ERROR(store_->UpdateJob(row, "", ""));
+          RETURN_IF_ERROR(Save(row, "", ""));
         }
         break;
       case RunState::kSucceeded:
@@ -515,7 +567,7 @@ Status Daemon::FollowRuns(double now, int& changes) {
         row.allocation.clear();
         row.message = "finished";
         monitor_.Finish(key);
-        RETURN_IF_ERROR(store_->UpdateJob(row, "succeeded", st->message));
+        RETURN_IF_ERROR(Save(row, "succeeded", st->message));
         ++changes;
         break;
       case RunState::kCancelled:
@@ -524,12 +576,12 @@ Status Daemon::FollowRuns(double now, int& changes) {
         row.allocation.clear();
         row.message = "cancelled outside Frenzy";
         monitor_.Forget(key);
-        RETURN_IF_ERROR(store_->UpdateJob(row, "cancelled", st->message));
+        RETURN_IF_ERROR(Save(row, "cancelled", st->message));
         ++changes;
         break;
       case RunState::kLost:
-        RETURN_IF_ERROR(Requeue(row, now, "lost",
-                                "the run disappeared: requeued from its last checkpoint"));
+        RETURN_IF_ERROR(
+            Requeue(row, now, "lost", "the run disappeared: requeued from its last checkpoint"));
         ++changes;
         break;
       case RunState::kFailed: {
@@ -550,7 +602,7 @@ Status Daemon::FollowRuns(double now, int& changes) {
             row.updated_s = row.finished_s = now;
             row.allocation.clear();
             row.message = rec.message;
-            RETURN_IF_ERROR(store_->UpdateJob(row, "failed", rec.message));
+            RETURN_IF_ERROR(Save(row, "failed", rec.message));
           } else {
             RETURN_IF_ERROR(Requeue(row, now, "out_of_memory", rec.message));
           }
@@ -566,7 +618,7 @@ Status Daemon::FollowRuns(double now, int& changes) {
           row.updated_s = row.finished_s = now;
           row.allocation.clear();
           row.message = d.message;
-          RETURN_IF_ERROR(store_->UpdateJob(row, "failed", d.message));
+          RETURN_IF_ERROR(Save(row, "failed", d.message));
         }
         ++changes;
         break;
@@ -626,7 +678,7 @@ Status Daemon::Launch(JobRow& row, const JobView& v, const Allocation& alloc, do
     row.state = JobState::kFailed;
     row.finished_s = now;
     row.message = "the backend could not launch it: " + handle.status().ToString();
-    return store_->UpdateJob(row, "failed", row.message);
+    return Save(row, "failed", row.message);
   }
   // Why this plan: its rank among the job's options that fit, and its memory.
   int runnable = 0, faster = 0;
@@ -651,112 +703,170 @@ Status Daemon::Launch(JobRow& row, const JobView& v, const Allocation& alloc, do
   row.predicted_bytes = plan.device_bytes;
   row.message = "running";
   ++launches_;
-  return store_->UpdateJob(row, "started",
-                           fmt::format("attempt {}: {} as {}", row.attempt, Describe(plan), *handle));
+  return Save(row, "started",
+              fmt::format("attempt {}: {} as {}", row.attempt, Describe(plan), *handle));
 }
 
-Status Daemon::ScheduleJobs(double now, int& changes) {
-  ASSIGN_OR_RETURN(auto rows, store_->ListJobs({JobState::kQueued, JobState::kRunning}));
-  // Cluster view: free GPUs are what running jobs do not hold.
+struct Daemon::Pass {
+  ClusterView view;  // the cluster as the snapshot saw it (the policy reads it unlocked)
+  std::vector<JobView> views;
+  std::vector<std::shared_ptr<const JobOptions>> keep;  // the views' option tables
+  // Per view: the job's state and attempt at the snapshot. A decision is applied only to a job
+  // that still has both (not cancelled, ended or restarted meanwhile).
+  std::vector<std::pair<JobState, int64_t>> seen;
+  std::unordered_map<int64_t, size_t> index_of;  // job number -> views index
+};
+
+void Daemon::RecountFree() {
+  std::map<std::string, size_t> node_index;
+  for (size_t i = 0; i < cluster_.nodes.size(); ++i) node_index[cluster_.nodes[i].name] = i;
   for (NodeView& n : view_.nodes) n.free = n.up ? n.gpus : 0;
+  for (int64_t key : running_) {
+    const JobRow& r = active_.at(key);
+    for (const json& p : ParseOr(r.allocation, json::array())) {
+      if (!p.is_array() || p.size() != 2 || !p[0].is_string() || !p[1].is_number_integer()) {
+        continue;
+      }
+      auto it = node_index.find(p[0].get<std::string>());
+      if (it == node_index.end()) continue;
+      NodeView& nv = view_.nodes[it->second];
+      nv.free = std::max<int64_t>(0, nv.free - p[1].get<int64_t>());
+    }
+  }
+}
+
+Status Daemon::PrepareSchedule(double now, Pass& pass, int& changes) {
+  RecountFree();
   std::map<std::string, int> node_index;
   for (size_t i = 0; i < cluster_.nodes.size(); ++i) {
     node_index[cluster_.nodes[i].name] = static_cast<int>(i);
   }
-  std::vector<JobView> views;
-  std::vector<std::shared_ptr<const JobOptions>> keep;
-  std::map<int64_t, size_t> index_of;  // view key (the job's number) -> rows/views index
-  views.reserve(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const JobRow& r = rows[i];
-    auto options = OptionsFor(r);
-    if (!options.ok()) continue;
-    keep.push_back(*options);
-    JobView v;
-    v.key = KeyOf(r.id);
-    index_of[v.key] = views.size();
-    v.id = r.id;
-    v.submit_s = r.submitted_s;
-    v.options = options->get();
-    v.total_tokens = r.total_tokens;
-    v.done_tokens = r.done_tokens;
-    v.progress_since_s = now;
-    v.first_start_s = r.started_s;
-    v.restarts = static_cast<int>(std::max<int64_t>(0, r.attempt - 1));
-    if (r.memory_factor > 0) v.memory_factor = r.memory_factor;
-    else if (auto f = monitor_.Factor(KeyOf(r.id))) v.memory_factor = f;
-    if (auto it = failed_options_.find(r.id); it != failed_options_.end()) {
-      v.failed_options = it->second;
-    }
-    if (r.state == JobState::kRunning) {
-      json plan = ParseOr(r.plan, json::object());
-      v.running = true;
-      v.alloc.option = plan.value("option", 0);
-      v.layout = plan.value("layout", 0);
-      v.run_start_s = plan.value("run_start_s", now);
-      v.rate_tokens_per_s = plan.value("tokens_per_s", 0.0);
-      for (const json& p : ParseOr(r.allocation, json::array())) {
-        auto it = node_index.find(p[0].get<std::string>());
-        if (it == node_index.end()) continue;
-        int64_t g = p[1].get<int64_t>();
-        v.alloc.placement.emplace_back(it->second, g);
-        NodeView& nv = view_.nodes[static_cast<size_t>(it->second)];
-        nv.free = std::max<int64_t>(0, nv.free - g);
+  auto build = [&] {
+    pass.views.clear();
+    pass.keep.clear();
+    pass.seen.clear();
+    pass.index_of.clear();
+    pass.views.reserve(active_.size());
+    pass.keep.reserve(active_.size());
+    pass.seen.reserve(active_.size());
+    pass.index_of.reserve(active_.size());
+    for (const auto& [key, r] : active_) {
+      auto options = OptionsFor(r);
+      if (!options.ok()) continue;
+      pass.keep.push_back(*options);
+      JobView v;
+      v.key = key;
+      pass.index_of[key] = pass.views.size();
+      v.id = r.id;
+      v.submit_s = r.submitted_s;
+      v.options = options->get();
+      v.total_tokens = r.total_tokens;
+      v.done_tokens = r.done_tokens;
+      v.progress_since_s = now;
+      v.first_start_s = r.started_s;
+      v.restarts = static_cast<int>(std::max<int64_t>(0, r.attempt - 1));
+      if (r.memory_factor > 0)
+        v.memory_factor = r.memory_factor;
+      else if (auto f = monitor_.Factor(key))
+        v.memory_factor = f;
+      if (!failed_options_.empty()) {
+        if (auto it = failed_options_.find(r.id); it != failed_options_.end()) {
+          v.failed_options = it->second;
+        }
       }
-      if (v.alloc.option < 0 || static_cast<size_t>(v.alloc.option) >= v.options->options.size()) {
-        v.alloc.option = 0;
+      if (r.state == JobState::kRunning) {
+        json plan = ParseOr(r.plan, json::object());
+        v.running = true;
+        v.alloc.option = plan.value("option", 0);
+        v.layout = plan.value("layout", 0);
+        v.run_start_s = plan.value("run_start_s", now);
+        v.rate_tokens_per_s = plan.value("tokens_per_s", 0.0);
+        for (const json& p : ParseOr(r.allocation, json::array())) {
+          if (!p.is_array() || p.size() != 2 || !p[0].is_string()) continue;
+          auto it = node_index.find(p[0].get<std::string>());
+          if (it == node_index.end()) continue;
+          v.alloc.placement.emplace_back(it->second, p[1].get<int64_t>());
+        }
+        if (v.alloc.option < 0 ||
+            static_cast<size_t>(v.alloc.option) >= v.options->options.size()) {
+          v.alloc.option = 0;
+        }
       }
+      pass.views.push_back(std::move(v));
+      pass.seen.emplace_back(r.state, r.attempt);
     }
-    views.push_back(std::move(v));
-    // rows[k] is the row of views[k] (rows whose options failed are dropped).
-    if (views.size() - 1 != i) rows[views.size() - 1] = std::move(rows[i]);
-  }
-  rows.resize(views.size());
-  // Forget the tables of jobs no longer active.
-  for (auto it = options_of_.begin(); it != options_of_.end();) {
-    it = index_of.count(KeyOf(it->first)) ? std::next(it) : options_of_.erase(it);
-  }
-  Snapshot s;
-  s.now_s = now;
-  s.cluster = &view_;
-  s.jobs = views;
-  s.change_seq = ticks_;
-  auto stop_run = [&](size_t i, const std::string& kind, const std::string& why) -> Status {
-    RETURN_IF_ERROR(backend_->Cancel(rows[i].handle));
-    for (const auto& [n, g] : views[i].alloc.placement) {
-      view_.nodes[static_cast<size_t>(n)].free += g;
-    }
-    views[i].running = false;
-    views[i].alloc = Allocation{};
-    ++changes;
-    return Requeue(rows[i], now, kind, why);
   };
+  build();
   // The runtime first: jobs about to run out of memory checkpoint and are placed again with
-  // their corrected memory factor (the policy below sees them queued).
+  // their corrected memory factor (the policy sees them queued).
   if (policy_->uses_runtime()) {
-    for (const runtime::MemoryAction& a : runtime::PlanMemoryActions(s, monitor_, runtime_opt_)) {
-      auto it = index_of.find(a.job);
-      if (it == index_of.end() || !views[it->second].running) continue;
-      rows[it->second].memory_factor = a.factor;
-      rows[it->second].memory_note = monitor_.Explain(a.job);
-      views[it->second].memory_factor = a.factor;
-      RETURN_IF_ERROR(stop_run(it->second, "memory", a.why));
+    Snapshot s;
+    s.now_s = now;
+    s.cluster = &view_;
+    s.jobs = pass.views;
+    s.change_seq = passes_;
+    std::vector<runtime::MemoryAction> actions =
+        runtime::PlanMemoryActions(s, monitor_, runtime_opt_);
+    for (const runtime::MemoryAction& a : actions) {
+      auto it = active_.find(a.job);
+      if (it == active_.end() || it->second.state != JobState::kRunning) continue;
+      JobRow row = it->second;
+      row.memory_factor = a.factor;
+      row.memory_note = monitor_.Explain(a.job);
+      RETURN_IF_ERROR(backend_->Cancel(row.handle));
+      RETURN_IF_ERROR(Requeue(row, now, "memory", a.why));
+      ++changes;
+    }
+    if (!actions.empty()) {
+      RecountFree();
+      build();
     }
   }
-  Decisions d = policy_->Schedule(s);
+  pass.view = view_;
+  return Status::Ok();
+}
+
+Status Daemon::ApplySchedule(double now, Pass& pass, const Decisions& d, int& changes) {
+  // The cluster now: runs that ended or were cancelled since the snapshot gave GPUs back.
+  RecountFree();
+  // The job's current row, if the decision still applies to it.
+  auto current = [&](int64_t key) -> JobRow* {
+    auto vi = pass.index_of.find(key);
+    auto it = active_.find(key);
+    if (vi == pass.index_of.end() || it == active_.end()) return nullptr;
+    const auto& [state, attempt] = pass.seen[vi->second];
+    if (it->second.state != state || it->second.attempt != attempt) return nullptr;
+    return &it->second;
+  };
+  auto stop_run = [&](JobRow row, const std::string& kind, const std::string& why) -> Status {
+    RETURN_IF_ERROR(backend_->Cancel(row.handle));
+    ++changes;
+    return Requeue(row, now, kind, why);
+  };
   for (int64_t key : d.stop) {
-    auto it = index_of.find(key);
-    if (it == index_of.end() || rows[it->second].state != JobState::kRunning) continue;
-    RETURN_IF_ERROR(stop_run(it->second, "preempted",
-                             "stopped by the scheduler; resumes from its checkpoint"));
+    JobRow* row = current(key);
+    if (row == nullptr || row->state != JobState::kRunning) continue;
+    RETURN_IF_ERROR(
+        stop_run(*row, "preempted", "stopped by the scheduler; resumes from its checkpoint"));
   }
   for (const auto& [key, alloc] : d.start) {
-    auto it = index_of.find(key);
-    if (it == index_of.end()) continue;
-    JobRow& row = rows[it->second];
-    JobView& v = views[it->second];
+    JobRow* found = current(key);
+    if (found == nullptr) {
+      // A move of a job stopped above is still this pass's decision: the stop requeued it.
+      auto it = active_.find(key);
+      auto vi = pass.index_of.find(key);
+      if (it == active_.end() || vi == pass.index_of.end() ||
+          it->second.state != JobState::kQueued ||
+          it->second.attempt != pass.seen[vi->second].second) {
+        continue;
+      }
+      found = &it->second;
+    }
+    JobRow row = *found;
+    JobView& v = pass.views[pass.index_of[key]];
     if (row.state == JobState::kRunning) {
-      RETURN_IF_ERROR(stop_run(it->second, "moved", "moved by the scheduler"));  // a move
+      RETURN_IF_ERROR(stop_run(row, "moved", "moved by the scheduler"));  // a move
+      row = active_.at(key);
     }
     bool fits = true;
     for (const auto& [n, g] : alloc.placement) {
@@ -765,25 +875,61 @@ Status Daemon::ScheduleJobs(double now, int& changes) {
         fits = false;
       }
     }
-    if (!fits) continue;  // a policy bug would show here; the job stays queued
+    if (!fits) continue;  // GPUs taken meanwhile, or a policy bug: the job stays queued
     for (const auto& [n, g] : alloc.placement) view_.nodes[static_cast<size_t>(n)].free -= g;
+    v.running = false;
+    v.alloc = Allocation{};
     RETURN_IF_ERROR(Launch(row, v, alloc, now));
     ++changes;
   }
+  RecountFree();
   return Status::Ok();
 }
 
 Result<int> Daemon::Tick() {
-  std::lock_guard<std::mutex> lock(mu_);
-  double now = now_s_();
+  std::lock_guard<std::mutex> tick_lock(tick_mu_);
   int changes = 0;
-  RETURN_IF_ERROR(FollowRuns(now, changes));
-  RETURN_IF_ERROR(ScheduleJobs(now, changes));
+  Pass pass;
+  double now = 0;
+  int64_t seq = 0;
+  double locked = 0;  // how long this pass held the daemon's lock
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    now = now_s_();
+    ++ticks_;
+    RETURN_IF_ERROR(FollowRuns(now, changes));
+    if (!dirty_ && changes == 0 && last_pass_s_ >= 0 && now - last_pass_s_ < opt_.idle_pass_s) {
+      return changes;  // nothing new for the policy
+    }
+    if (dirty_ || changes > 0) ++change_seq_;
+    seq = change_seq_;
+    dirty_ = false;
+    last_pass_s_ = now;
+    RETURN_IF_ERROR(PrepareSchedule(now, pass, changes));
+    locked = now_s_() - now;
+  }
+  // The policy decides on the snapshot while submissions, reports and reads go on.
+  Snapshot s;
+  s.now_s = now;
+  s.cluster = &pass.view;
+  s.jobs = pass.views;
+  s.change_seq = seq;
+  Decisions d = policy_->Schedule(s);
+  std::lock_guard<std::mutex> lock(mu_);
+  const double apply_start = now_s_();
+  // The pass's own launches and stops are no news to the policy; what arrived meanwhile is.
+  const bool news = dirty_;
+  Status applied = ApplySchedule(now, pass, d, changes);
+  dirty_ = news || !applied.ok();
+  RETURN_IF_ERROR(applied);
   double took = now_s_() - now;
+  last_locked_s_ = locked + (now_s_() - apply_start);
   last_schedule_s_ = took;
   schedule_s_total_ += took;
-  ++ticks_;
+  ++passes_;
   return changes;
 }
+
+Status Daemon::Checkpoint() { return store_->Checkpoint().status(); }
 
 }  // namespace frenzy::server

@@ -2,18 +2,22 @@
 // with the same policy code as the simulator, launches runs through a backend, follows them,
 // feeds their memory reports to the runtime, and keeps everything in the store.
 //
-// Every operation is thread-safe (one mutex): the HTTP handlers call Submit/Cancel/Report/...
-// while the control loop calls Tick. Nothing here reads a clock except through `now_s`.
+// Every operation is thread-safe: the HTTP handlers call Submit/Cancel/Report/... while the
+// control loop calls Tick. One mutex guards the daemon's state; the queued and running jobs are
+// kept in memory (written through to the store first), reads of single jobs and listings go to
+// the store, and the policy decides on a snapshot without the mutex, so a pass over thousands of
+// queued jobs does not hold submissions up. Nothing here reads a clock except through `now_s`.
 #ifndef FRENZY_SERVER_DAEMON_H_
 #define FRENZY_SERVER_DAEMON_H_
-
-#include <nlohmann/json.hpp>
 
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -41,14 +45,17 @@ struct DaemonOptions {
   // CP): plan every job with TP = PP = CP = 1. Off for entry points built on Megatron and the
   // like.
   bool data_parallel_only = true;
+  // The control loop asks the policy again when something changed (a submission, a cancel, a
+  // run that ended, a new memory factor) and otherwise at least this often (decisions also
+  // depend on time and progress).
+  double idle_pass_s = 5;
 };
 
 class Daemon {
  public:
   // Discovers the cluster from the backend (its nodes and GPU types) and re-attaches to the runs
   // the store says are running.
-  static Result<std::unique_ptr<Daemon>> Create(DaemonOptions options,
-                                                std::unique_ptr<Store> store,
+  static Result<std::unique_ptr<Daemon>> Create(DaemonOptions options, std::unique_ptr<Store> store,
                                                 std::unique_ptr<Backend> backend,
                                                 std::function<double()> now_s);
 
@@ -67,6 +74,9 @@ class Daemon {
   // One pass of the control loop: follow the runs, apply the runtime's memory decisions, ask the
   // policy, launch. Returns the number of state changes it made.
   Result<int> Tick();
+  // The store's checkpoint (see Store::Checkpoint): the control loop calls it after each tick,
+  // outside the daemon's lock.
+  Status Checkpoint();
 
   const Cluster& cluster() const { return cluster_; }
   const std::string& backend_name() const { return backend_name_; }
@@ -78,11 +88,20 @@ class Daemon {
   Result<Parsed> ParseSpec(const nlohmann::json& spec) const;
   Result<std::shared_ptr<const JobOptions>> OptionsFor(const JobRow& row);
   nlohmann::json JobJson(const JobRow& row, bool detail);
+  struct Pass;  // one scheduling pass: the snapshot the policy decides on
   Status FollowRuns(double now, int& changes);
-  Status ScheduleJobs(double now, int& changes);
+  // Under mu_: the runtime's memory actions, then the snapshot for the policy.
+  Status PrepareSchedule(double now, Pass& pass, int& changes);
+  // Under mu_: the policy's decisions, for the jobs that did not change since the snapshot.
+  Status ApplySchedule(double now, Pass& pass, const Decisions& d, int& changes);
+  // Recomputes view_'s free GPUs from the running jobs' allocations.
+  void RecountFree();
+  // Writes the row to the store, then to the in-memory active set (or out of it once ended).
+  Status Save(JobRow& row, const std::string& kind, const std::string& detail);
   Status Launch(JobRow& row, const JobView& view, const Allocation& alloc, double now);
   Status Requeue(JobRow& row, double now, const std::string& kind, const std::string& why);
 
+  std::mutex tick_mu_;  // one Tick at a time; taken before mu_
   std::mutex mu_;
   DaemonOptions opt_;
   std::unique_ptr<Store> store_;
@@ -99,10 +118,16 @@ class Daemon {
   std::map<std::string, runtime::RetryState> retry_;
   std::map<std::string, std::vector<int>> failed_options_;  // per job: crashed options
   // Per active job: its option table (parsing a spec again every pass would dominate the loop).
-  std::map<std::string, std::shared_ptr<const JobOptions>> options_of_;
+  std::unordered_map<int64_t, std::shared_ptr<const JobOptions>> options_of_;
+  // The queued and running jobs, by number (submission order), as last written to the store.
+  std::map<int64_t, JobRow> active_;
+  std::set<int64_t> running_;  // the running ones among them
+  bool dirty_ = true;          // something the policy should see changed since the last pass
+  int64_t change_seq_ = 0;     // Snapshot::change_seq: passes that saw a change
+  double last_pass_s_ = -1;    // when the policy was last asked
   // Metrics.
-  int64_t submissions_ = 0, launches_ = 0, ticks_ = 0;
-  double last_schedule_s_ = 0, schedule_s_total_ = 0;
+  int64_t submissions_ = 0, launches_ = 0, ticks_ = 0, passes_ = 0;
+  double last_schedule_s_ = 0, schedule_s_total_ = 0, last_locked_s_ = 0;
 };
 
 }  // namespace frenzy::server

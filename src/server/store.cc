@@ -6,16 +6,20 @@
 namespace frenzy::server {
 namespace {
 
-// A prepared statement that finalizes itself.
+// One use of a prepared statement from the store's cache (null: the preparation failed, and
+// sqlite3_errmsg says why). Resets the statement and clears its bindings when done.
 class Stmt {
  public:
-  Stmt(sqlite3* db, const char* sql) : db_(db) {
-    rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr);
+  Stmt(sqlite3* db, sqlite3_stmt* s) : db_(db), s_(s) {}
+  ~Stmt() {
+    if (s_ != nullptr) {
+      sqlite3_reset(s_);
+      sqlite3_clear_bindings(s_);
+    }
   }
-  ~Stmt() { sqlite3_finalize(s_); }
   Stmt(const Stmt&) = delete;
   Stmt& operator=(const Stmt&) = delete;
-  bool ok() const { return rc_ == SQLITE_OK; }
+  bool ok() const { return s_ != nullptr; }
   Stmt& Bind(int i, const std::string& v) {
     sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
     return *this;
@@ -41,8 +45,7 @@ class Stmt {
 
  private:
   sqlite3* db_;
-  sqlite3_stmt* s_ = nullptr;
-  int rc_;
+  sqlite3_stmt* s_;
 };
 
 Status DbError(sqlite3* db, const std::string& what) {
@@ -72,6 +75,16 @@ constexpr const char* kJobColumns =
     "id, spec, model, state, submitted_s, updated_s, started_s, finished_s, plan, why, handle, "
     "attempt, total_tokens, done_tokens, step, predicted_bytes, observed_bytes, memory_factor, "
     "memory_note, message, allocation";
+
+// Binds the row's fields 1..20 in the order of the UPDATE and INSERT below, its id as 21.
+void BindJob(Stmt& s, const JobRow& r) {
+  s.Bind(1, r.spec).Bind(2, r.model).Bind(3, std::string(JobStateName(r.state)));
+  s.Bind(4, r.submitted_s).Bind(5, r.updated_s).Bind(6, r.started_s).Bind(7, r.finished_s);
+  s.Bind(8, r.plan).Bind(9, r.why).Bind(10, r.handle).Bind(11, r.attempt);
+  s.Bind(12, r.total_tokens).Bind(13, r.done_tokens).Bind(14, r.step);
+  s.Bind(15, r.predicted_bytes).Bind(16, r.observed_bytes).Bind(17, r.memory_factor);
+  s.Bind(18, r.memory_note).Bind(19, r.message).Bind(20, r.allocation).Bind(21, r.id);
+}
 
 JobRow ReadJob(const Stmt& s) {
   JobRow r;
@@ -137,13 +150,60 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   sqlite3_busy_timeout(db, 5000);
   // WAL: readers never block the writer; NORMAL sync survives a killed process (not a power
   // cut of the machine, which FULL would).
-  RETURN_IF_ERROR(s->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"));
+  RETURN_IF_ERROR(s->Exec(
+      "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA journal_size_limit=67108864;"));
   Status st = s->Exec(kSchema);
   if (!st.ok()) return Status(st.code(), st.ToString(), path, "db");
+  // Checkpoints (copying the WAL back into the database) run on a second connection, from
+  // Checkpoint(), not inside whichever commit crosses SQLite's 1,000-page mark: that commit
+  // took tens of milliseconds and every submission queued behind it waited as long.
+  sqlite3* ck = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &ck, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK &&
+      sqlite3_exec(ck, "PRAGMA journal_mode=WAL; PRAGMA journal_size_limit=67108864;", nullptr,
+                   nullptr, nullptr) == SQLITE_OK) {
+    sqlite3_busy_timeout(ck, 5000);
+    s->checkpoint_db_ = ck;
+    RETURN_IF_ERROR(s->Exec("PRAGMA wal_autocheckpoint=0;"));
+  } else {
+    sqlite3_close(ck);  // SQLite checkpoints inside commits, as by default
+  }
   return s;
 }
 
-Store::~Store() { sqlite3_close(db_); }
+Store::~Store() {
+  for (auto& [sql, stmt] : stmts_) sqlite3_finalize(stmt);
+  sqlite3_close(checkpoint_db_);
+  sqlite3_close(db_);
+}
+
+Result<int64_t> Store::Checkpoint() {
+  if (checkpoint_db_ == nullptr) return int64_t{0};
+  std::lock_guard<std::mutex> lock(checkpoint_mu_);
+  int wal_frames = 0, copied = 0;
+  int rc = sqlite3_wal_checkpoint_v2(checkpoint_db_, nullptr, SQLITE_CHECKPOINT_PASSIVE,
+                                     &wal_frames, &copied);
+  if (rc == SQLITE_BUSY) return int64_t{0};  // a reader holds old frames: next time
+  if (rc != SQLITE_OK) return DbError(checkpoint_db_, "checkpoint");
+  return static_cast<int64_t>(copied);
+}
+
+sqlite3_stmt* Store::Prepare(const std::string& sql) {
+  auto it = stmts_.find(sql);
+  if (it != stmts_.end()) return it->second;
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+    sqlite3_finalize(stmt);
+    return nullptr;
+  }
+  stmts_.emplace(sql, stmt);
+  return stmt;
+}
+
+Status Store::Run(const char* sql) {
+  Stmt s(db_, Prepare(sql));
+  if (!s.ok() || s.Step() != SQLITE_DONE) return DbError(db_, sql);
+  return Status::Ok();
+}
 
 Status Store::Exec(const std::string& sql) {
   char* err = nullptr;
@@ -157,7 +217,7 @@ Status Store::Exec(const std::string& sql) {
 
 Status Store::AddEvent(const std::string& job_id, double t_s, const std::string& kind,
                        const std::string& detail) {
-  Stmt s(db_, "INSERT INTO events (job_id, t_s, kind, detail) VALUES (?, ?, ?, ?)");
+  Stmt s(db_, Prepare("INSERT INTO events (job_id, t_s, kind, detail) VALUES (?, ?, ?, ?)"));
   if (!s.ok()) return DbError(db_, "prepare event");
   s.Bind(1, job_id).Bind(2, t_s).Bind(3, kind).Bind(4, detail);
   if (s.Step() != SQLITE_DONE) return DbError(db_, "insert event");
@@ -165,18 +225,13 @@ Status Store::AddEvent(const std::string& job_id, double t_s, const std::string&
 }
 
 Status Store::WriteJob(const JobRow& r) {
-  Stmt s(db_,
-         "UPDATE jobs SET spec=?, model=?, state=?, submitted_s=?, updated_s=?, started_s=?, "
-         "finished_s=?, plan=?, why=?, handle=?, attempt=?, total_tokens=?, done_tokens=?, "
-         "step=?, predicted_bytes=?, observed_bytes=?, memory_factor=?, memory_note=?, "
-         "message=?, allocation=? WHERE id=?");
+  Stmt s(db_, Prepare("UPDATE jobs SET spec=?, model=?, state=?, submitted_s=?, updated_s=?, "
+                      "started_s=?, finished_s=?, plan=?, why=?, handle=?, attempt=?, "
+                      "total_tokens=?, done_tokens=?, step=?, predicted_bytes=?, "
+                      "observed_bytes=?, memory_factor=?, memory_note=?, message=?, "
+                      "allocation=? WHERE id=?"));
   if (!s.ok()) return DbError(db_, "prepare update");
-  s.Bind(1, r.spec).Bind(2, r.model).Bind(3, std::string(JobStateName(r.state)));
-  s.Bind(4, r.submitted_s).Bind(5, r.updated_s).Bind(6, r.started_s).Bind(7, r.finished_s);
-  s.Bind(8, r.plan).Bind(9, r.why).Bind(10, r.handle).Bind(11, r.attempt);
-  s.Bind(12, r.total_tokens).Bind(13, r.done_tokens).Bind(14, r.step);
-  s.Bind(15, r.predicted_bytes).Bind(16, r.observed_bytes).Bind(17, r.memory_factor);
-  s.Bind(18, r.memory_note).Bind(19, r.message).Bind(20, r.allocation).Bind(21, r.id);
+  BindJob(s, r);
   if (s.Step() != SQLITE_DONE) return DbError(db_, "update job");
   if (sqlite3_changes(db_) != 1) {
     return Status(StatusCode::kNotFound, "no job '" + r.id + "'", {}, "id");
@@ -186,47 +241,51 @@ Status Store::WriteJob(const JobRow& r) {
 
 Result<std::string> Store::InsertJob(JobRow r, const std::string& event_detail) {
   std::lock_guard<std::mutex> lock(mu_);
-  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  RETURN_IF_ERROR(Run("BEGIN IMMEDIATE"));
   auto fail = [&](Status st) {
-    (void)Exec("ROLLBACK");
+    (void)Run("ROLLBACK");
     return st;
   };
   int64_t seq = 0;
   {
-    Stmt s(db_, "UPDATE meta SET value = value + 1 WHERE key = 'next_job' RETURNING value - 1");
+    Stmt s(db_, Prepare("UPDATE meta SET value = value + 1 WHERE key = 'next_job' "
+                        "RETURNING value - 1"));
     if (!s.ok() || s.Step() != SQLITE_ROW) return fail(DbError(db_, "next job id"));
     seq = s.Int(0);
   }
   r.id = fmt::format("j-{:06d}", seq);
   {
-    Stmt s(db_, "INSERT INTO jobs (id, seq, spec, model, state, submitted_s, updated_s) "
-                "VALUES (?, ?, '', '', 'queued', 0, 0)");
+    Stmt s(db_, Prepare("INSERT INTO jobs (spec, model, state, submitted_s, updated_s, "
+                        "started_s, finished_s, plan, why, handle, attempt, total_tokens, "
+                        "done_tokens, step, predicted_bytes, observed_bytes, memory_factor, "
+                        "memory_note, message, allocation, id, seq) VALUES (?, ?, ?, ?, ?, ?, "
+                        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
     if (!s.ok()) return fail(DbError(db_, "prepare insert"));
-    s.Bind(1, r.id).Bind(2, seq);
+    BindJob(s, r);
+    s.Bind(22, seq);
     if (s.Step() != SQLITE_DONE) return fail(DbError(db_, "insert job"));
   }
-  Status st = WriteJob(r);
-  if (st.ok()) st = AddEvent(r.id, r.submitted_s, "submitted", event_detail);
+  Status st = AddEvent(r.id, r.submitted_s, "submitted", event_detail);
   if (!st.ok()) return fail(st);
-  RETURN_IF_ERROR(Exec("COMMIT"));
+  RETURN_IF_ERROR(Run("COMMIT"));
   return r.id;
 }
 
 Status Store::UpdateJob(const JobRow& r, const std::string& kind, const std::string& detail) {
   std::lock_guard<std::mutex> lock(mu_);
-  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  RETURN_IF_ERROR(Run("BEGIN IMMEDIATE"));
   Status st = WriteJob(r);
   if (st.ok() && !kind.empty()) st = AddEvent(r.id, r.updated_s, kind, detail);
   if (!st.ok()) {
-    (void)Exec("ROLLBACK");
+    (void)Run("ROLLBACK");
     return st;
   }
-  return Exec("COMMIT");
+  return Run("COMMIT");
 }
 
 Result<std::optional<JobRow>> Store::GetJob(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_, fmt::format("SELECT {} FROM jobs WHERE id = ?", kJobColumns).c_str());
+  Stmt s(db_, Prepare(fmt::format("SELECT {} FROM jobs WHERE id = ?", kJobColumns)));
   if (!s.ok()) return DbError(db_, "prepare get");
   s.Bind(1, id);
   int rc = s.Step();
@@ -242,7 +301,8 @@ Result<std::vector<JobRow>> Store::ListJobs(const std::vector<JobState>& states,
     where += (i == 0 ? " WHERE state IN ('" : "', '") + std::string(JobStateName(states[i]));
   }
   if (!states.empty()) where += "')";
-  Stmt s(db_, fmt::format("SELECT {} FROM jobs{} ORDER BY seq LIMIT ?", kJobColumns, where).c_str());
+  Stmt s(db_,
+         Prepare(fmt::format("SELECT {} FROM jobs{} ORDER BY seq LIMIT ?", kJobColumns, where)));
   if (!s.ok()) return DbError(db_, "prepare list");
   s.Bind(1, limit);
   std::vector<JobRow> out;
@@ -254,7 +314,8 @@ Result<std::vector<JobRow>> Store::ListJobs(const std::vector<JobState>& states,
 
 Result<int64_t> Store::CountJobs(std::optional<JobState> state) {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_, state ? "SELECT COUNT(*) FROM jobs WHERE state = ?" : "SELECT COUNT(*) FROM jobs");
+  Stmt s(db_, Prepare(state ? "SELECT COUNT(*) FROM jobs WHERE state = ?"
+                            : "SELECT COUNT(*) FROM jobs"));
   if (!s.ok()) return DbError(db_, "prepare count");
   if (state) s.Bind(1, std::string(JobStateName(*state)));
   if (s.Step() != SQLITE_ROW) return DbError(db_, "count jobs");
@@ -264,8 +325,8 @@ Result<int64_t> Store::CountJobs(std::optional<JobState> state) {
 Result<std::vector<EventRow>> Store::Events(const std::string& job_id, int64_t limit) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt s(db_,
-         "SELECT id, job_id, t_s, kind, detail FROM (SELECT * FROM events WHERE job_id = ? "
-         "ORDER BY id DESC LIMIT ?) ORDER BY id");
+         Prepare("SELECT id, job_id, t_s, kind, detail FROM (SELECT * FROM events WHERE job_id = ? "
+                 "ORDER BY id DESC LIMIT ?) ORDER BY id"));
   if (!s.ok()) return DbError(db_, "prepare events");
   s.Bind(1, job_id).Bind(2, limit);
   std::vector<EventRow> out;
@@ -279,10 +340,13 @@ Result<std::vector<EventRow>> Store::Events(const std::string& job_id, int64_t l
 
 Status Store::UpsertNode(const NodeRow& n) {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_,
-         "INSERT INTO nodes (name, gpu, gpus, up, last_seen_s, readings) VALUES (?, ?, ?, ?, ?, ?) "
-         "ON CONFLICT(name) DO UPDATE SET gpu=excluded.gpu, gpus=excluded.gpus, up=excluded.up, "
-         "last_seen_s=excluded.last_seen_s, readings=excluded.readings");
+  Stmt s(
+      db_,
+      Prepare(
+          "INSERT INTO nodes (name, gpu, gpus, up, last_seen_s, readings) VALUES (?, ?, ?, ?, ?, "
+          "?) "
+          "ON CONFLICT(name) DO UPDATE SET gpu=excluded.gpu, gpus=excluded.gpus, up=excluded.up, "
+          "last_seen_s=excluded.last_seen_s, readings=excluded.readings"));
   if (!s.ok()) return DbError(db_, "prepare node");
   s.Bind(1, n.name).Bind(2, n.gpu).Bind(3, n.gpus).Bind(4, int64_t{n.up ? 1 : 0});
   s.Bind(5, n.last_seen_s).Bind(6, n.readings);
@@ -292,7 +356,8 @@ Status Store::UpsertNode(const NodeRow& n) {
 
 Result<std::vector<NodeRow>> Store::Nodes() {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_, "SELECT name, gpu, gpus, up, last_seen_s, readings FROM nodes ORDER BY name");
+  Stmt s(db_,
+         Prepare("SELECT name, gpu, gpus, up, last_seen_s, readings FROM nodes ORDER BY name"));
   if (!s.ok()) return DbError(db_, "prepare nodes");
   std::vector<NodeRow> out;
   int rc;

@@ -11,12 +11,14 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "common/status.h"
 
 struct sqlite3;
+struct sqlite3_stmt;
 
 namespace frenzy::server {
 
@@ -28,9 +30,9 @@ inline bool Terminal(JobState s) {
 }
 
 struct JobRow {
-  std::string id;       // "j-000001"
-  std::string spec;     // the submitted job spec, JSON
-  std::string model;    // model name (for listings)
+  std::string id;     // "j-000001"
+  std::string spec;   // the submitted job spec, JSON
+  std::string model;  // model name (for listings)
   JobState state = JobState::kQueued;
   double submitted_s = 0, updated_s = 0, started_s = -1, finished_s = -1;
   std::string plan;     // JSON of the chosen plan ("" while queued before its first start)
@@ -79,16 +81,27 @@ class Store {
   Result<int64_t> CountJobs(std::optional<JobState> state = std::nullopt);
   Result<std::vector<EventRow>> Events(const std::string& job_id, int64_t limit = 100);
   Status UpsertNode(const NodeRow& node);
+  // Copies committed transactions from the write-ahead log into the database file without
+  // blocking writers (a passive checkpoint, on a connection of its own); returns the pages
+  // copied. The control loop calls it every tick. Until it is called the log keeps growing.
+  Result<int64_t> Checkpoint();
   Result<std::vector<NodeRow>> Nodes();
 
  private:
   explicit Store(sqlite3* db) : db_(db) {}
   Status Exec(const std::string& sql);
+  // The statement for `sql`, prepared once and kept (null on a preparation error).
+  // REQUIRES: mu_ held.
+  sqlite3_stmt* Prepare(const std::string& sql);
+  Status Run(const char* sql);         // one cached statement without results; REQUIRES: mu_ held
   Status WriteJob(const JobRow& row);  // REQUIRES: mu_ held, in a transaction
   Status AddEvent(const std::string& job_id, double t_s, const std::string& kind,
                   const std::string& detail);
   std::mutex mu_;
   sqlite3* db_;
+  std::unordered_map<std::string, sqlite3_stmt*> stmts_;
+  std::mutex checkpoint_mu_;
+  sqlite3* checkpoint_db_ = nullptr;
 };
 
 }  // namespace frenzy::server

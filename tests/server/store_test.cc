@@ -18,6 +18,31 @@ std::string TempDb(const std::string& name) {
   return p.string();
 }
 
+// Commits do not checkpoint: the write-ahead log grows until Checkpoint() copies it into the
+// database file; what was committed is there either way, also to a process opening it later.
+TEST(Store, CheckpointCopiesTheLogIntoTheDatabaseFile) {
+  std::string path = TempDb("checkpoint");
+  auto s = Store::Open(path);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  JobRow r;
+  r.spec = std::string(2000, ' ') + R"({"model":"gpt2"})";  // a few rows per page
+  r.model = "gpt2";
+  for (int i = 0; i < 300; ++i) ASSERT_TRUE((*s)->InsertJob(r, "x").ok());
+  // SQLite's own checkpoint would have run at 1,000 pages; the log holds them all.
+  const auto wal_bytes = std::filesystem::file_size(path + "-wal");
+  EXPECT_GT(wal_bytes, 1000u * 4096u);
+  auto copied = (*s)->Checkpoint();
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  EXPECT_GT(*copied, 1000);
+  EXPECT_GT(std::filesystem::file_size(path), 300u * 2000u);  // in the database file now
+  // After the checkpoint the next commit starts the log over instead of growing it.
+  ASSERT_TRUE((*s)->InsertJob(r, "after").ok());
+  EXPECT_EQ(std::filesystem::file_size(path + "-wal"), wal_bytes);
+  auto again = Store::Open(path);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*(*again)->CountJobs(), 301);
+}
+
 TEST(Store, IdsIncreaseAndStateSurvivesReopening) {
   std::string path = TempDb("reopen");
   {
