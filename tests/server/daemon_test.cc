@@ -269,7 +269,10 @@ TEST(Daemon, ConcurrentCallsDuringControlLoopKeepStateConsistent) {
   std::thread reader([&] {
     while (!done.load()) {
       auto l = d->ListJobs("running", -1);
-      if (!l.ok()) error("list: " + l.status().ToString());
+      if (!l.ok()) {
+        error("list: " + l.status().ToString());
+        continue;
+      }
       for (const json& j : (*l)["jobs"]) {
         // Reports from running jobs: only progress, so the race is on the row, not the plan.
         auto r = d->Report(j["id"], json{{"step", 1}, {"tokens", 1}});
@@ -302,7 +305,8 @@ TEST(Daemon, ConcurrentCallsDuringControlLoopKeepStateConsistent) {
     EXPECT_FALSE(full["handle"].get<std::string>().empty());
     for (const json& p : full["allocation"]) used[p[0]] += p[1].get<int64_t>();
   }
-  for (const json& n : d->ClusterJson()["nodes"]) {
+  const json cluster = d->ClusterJson();  // range-for over a temporary's member would dangle
+  for (const json& n : cluster["nodes"]) {
     int64_t gpus = n["gpus"], free = n["free"];
     EXPECT_LE(used[n["name"]], gpus) << n.dump();
     EXPECT_EQ(free, gpus - used[n["name"]]) << n.dump();
@@ -318,7 +322,9 @@ TEST(Daemon, ConcurrentCallsDuringControlLoopKeepStateConsistent) {
   for (const json& j : (*all)["jobs"]) before[j["id"]] = j["state"];
   d.reset();
   auto again = f.Make();
-  for (const json& j : (*again->ListJobs("", -1))["jobs"]) {
+  auto listed = again->ListJobs("", -1);
+  ASSERT_TRUE(listed.ok());
+  for (const json& j : (*listed)["jobs"]) {
     EXPECT_EQ(before[j["id"]], j["state"].get<std::string>()) << j["id"];
   }
 }
