@@ -108,16 +108,16 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options, std::uniqu
     }
     size_t t = static_cast<size_t>(it - d->view_.types.begin());
     d->view_.gpus_per_node[t] = std::max(d->view_.gpus_per_node[t], n.gpus);
+    d->node_index_[n.name] = static_cast<int>(d->view_.nodes.size());
     d->view_.nodes.push_back(NodeView{static_cast<int>(t), n.gpus, n.gpus, true});
   }
   d->runtime_opt_.restart_s = 60;
   ASSIGN_OR_RETURN(auto active, d->store_->ListJobs({JobState::kQueued, JobState::kRunning}));
   for (JobRow& r : active) {
     int64_t key = KeyOf(r.id);
-    if (r.state == JobState::kRunning) d->running_.insert(key);
+    d->Hold(key, r);
     d->active_.emplace(key, std::move(r));
   }
-  d->RecountFree();
   return d;
 }
 
@@ -299,28 +299,29 @@ Result<json> Daemon::ListJobs(const std::string& state_filter, int64_t limit) {
   return json{{"jobs", out}};
 }
 
+Result<JobRow> Daemon::FindJob(const std::string& id) {
+  if (auto it = active_.find(KeyOf(id)); it != active_.end() && it->second.id == id) {
+    return it->second;
+  }
+  ASSIGN_OR_RETURN(auto stored, store_->GetJob(id));  // an ended job
+  if (!stored) return NotFound("no job '" + id + "'", {}, "id");
+  return *std::move(stored);
+}
+
 Result<json> Daemon::Cancel(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::optional<JobRow> row;
-  if (auto it = active_.find(KeyOf(id)); it != active_.end() && it->second.id == id) {
-    row = it->second;
-  } else {
-    ASSIGN_OR_RETURN(auto stored, store_->GetJob(id));
-    if (!stored) return NotFound("no job '" + id + "'", {}, "id");
+  ASSIGN_OR_RETURN(JobRow row, FindJob(id));
+  if (Terminal(row.state)) {
     return Status(StatusCode::kFailedPrecondition,
-                  fmt::format("job '{}' already {}", id, JobStateName(stored->state)), {}, "id");
+                  fmt::format("job '{}' already {}", id, JobStateName(row.state)), {}, "id");
   }
-  if (row->state == JobState::kRunning && !row->handle.empty()) {
-    Status st = backend_->Cancel(row->handle);
-    if (!st.ok()) return st;
+  if (row.state == JobState::kRunning && !row.handle.empty()) {
+    RETURN_IF_ERROR(backend_->Cancel(row.handle));
   }
-  row->state = JobState::kCancelled;
-  row->updated_s = row->finished_s = now_s_();
-  row->message = "cancelled by request";
-  row->allocation.clear();
-  RETURN_IF_ERROR(Save(*row, "cancelled", "by request"));
+  RETURN_IF_ERROR(
+      End(row, JobState::kCancelled, now_s_(), "cancelled by request", "cancelled", "by request"));
   monitor_.Forget(KeyOf(id));
-  return JobJson(*row, false);
+  return JobJson(row, false);
 }
 
 Result<json> Daemon::Report(const std::string& id, const json& body) {
@@ -339,42 +340,36 @@ Result<json> Daemon::Report(const std::string& id, const json& body) {
   ASSIGN_OR_RETURN(auto tokens, field("tokens", true));
   ASSIGN_OR_RETURN(auto peak, field("peak_bytes", false));
   std::lock_guard<std::mutex> lock(mu_);
-  std::optional<JobRow> row;
-  if (auto it = active_.find(KeyOf(id)); it != active_.end() && it->second.id == id) {
-    row = it->second;
-  } else {
-    ASSIGN_OR_RETURN(row, store_->GetJob(id));
-    if (!row) return NotFound("no job '" + id + "'", {}, "id");
-  }
-  if (row->state != JobState::kRunning) {
+  ASSIGN_OR_RETURN(JobRow row, FindJob(id));
+  if (row.state != JobState::kRunning) {
     return Status(StatusCode::kFailedPrecondition,
-                  fmt::format("job '{}' is {}, not running", id, JobStateName(row->state)), {},
+                  fmt::format("job '{}' is {}, not running", id, JobStateName(row.state)), {},
                   "id");
   }
-  row->step = static_cast<int64_t>(*step);
-  row->done_tokens = std::min(row->total_tokens, std::max(row->done_tokens, *tokens));
-  row->updated_s = now_s_();
+  row.step = static_cast<int64_t>(*step);
+  row.done_tokens = std::min(row.total_tokens, std::max(row.done_tokens, *tokens));
+  row.updated_s = now_s_();
   if (peak && *peak) {
-    row->observed_bytes = static_cast<int64_t>(*peak);
-    json plan = ParseOr(row->plan, json::object());
+    row.observed_bytes = static_cast<int64_t>(*peak);
+    json plan = ParseOr(row.plan, json::object());
     int64_t predicted = plan.value("device_bytes", int64_t{0});
     int64_t capacity = plan.value("gpu_memory_bytes", int64_t{0});
     if (predicted > 0 && capacity > 0) {
       runtime::MemoryReport r;
-      r.t_s = row->updated_s;
-      r.progress = row->total_tokens > 0 ? row->done_tokens / row->total_tokens : 0;
-      r.peak_bytes = row->observed_bytes;
+      r.t_s = row.updated_s;
+      r.progress = row.total_tokens > 0 ? row.done_tokens / row.total_tokens : 0;
+      r.peak_bytes = row.observed_bytes;
       r.predicted_bytes = predicted;
       r.capacity_bytes = capacity;
       monitor_.Report(KeyOf(id), r);
       double factor = monitor_.Factor(KeyOf(id)).value_or(0.0);
-      if (factor != row->memory_factor) dirty_ = true;
-      row->memory_factor = factor;
-      row->memory_note = monitor_.Explain(KeyOf(id));
+      if (factor != row.memory_factor) dirty_ = true;
+      row.memory_factor = factor;
+      row.memory_note = monitor_.Explain(KeyOf(id));
     }
   }
-  RETURN_IF_ERROR(Save(*row, "", ""));
-  return json{{"ok", true}, {"memory_factor", row->memory_factor}};
+  RETURN_IF_ERROR(Save(row, "", ""));
+  return json{{"ok", true}, {"memory_factor", row.memory_factor}};
 }
 
 Result<json> Daemon::Heartbeat(const std::string& node, const json& body) {
@@ -460,7 +455,7 @@ std::string Daemon::Metrics() {
   }
   s += "# HELP frenzy_job_memory_bytes Peak memory per GPU of running jobs: predicted and "
        "observed.\n# TYPE frenzy_job_memory_bytes gauge\n";
-  for (int64_t key : running_) {
+  for (const auto& [key, placement] : running_) {
     const JobRow& r = active_.at(key);
     s += fmt::format("frenzy_job_memory_bytes{{job=\"{}\",kind=\"predicted\"}} {}\n", r.id,
                      r.predicted_bytes);
@@ -498,31 +493,56 @@ Status Daemon::Requeue(JobRow& row, double now, const std::string& kind, const s
   return Save(row, kind, why);
 }
 
+Status Daemon::End(JobRow& row, JobState state, double now, const std::string& message,
+                   const std::string& kind, const std::string& detail) {
+  row.state = state;
+  row.updated_s = row.finished_s = now;
+  row.allocation.clear();
+  row.message = message;
+  return Save(row, kind, detail);
+}
+
+Status Daemon::Stop(JobRow row, double now, const std::string& kind, const std::string& why) {
+  RETURN_IF_ERROR(backend_->Cancel(row.handle));
+  return Requeue(row, now, kind, why);
+}
+
 Status Daemon::Save(JobRow& row, const std::string& kind, const std::string& detail) {
   RETURN_IF_ERROR(store_->UpdateJob(row, kind, detail));
   const int64_t key = KeyOf(row.id);
+  Hold(key, row);
   if (Terminal(row.state)) {
     active_.erase(key);
     options_of_.erase(key);
-    running_.erase(key);
   } else {
     active_[key] = row;
-    if (row.state == JobState::kRunning) {
-      running_.insert(key);
-    } else {
-      running_.erase(key);
-    }
   }
-  if (!kind.empty()) {  // an event: a state change the policy should see
-    dirty_ = true;
-    RecountFree();
-  }
+  if (!kind.empty()) dirty_ = true;  // an event: a state change the policy should see
   return Status::Ok();
+}
+
+void Daemon::Hold(int64_t key, const JobRow& row) {
+  if (auto it = running_.find(key); it != running_.end()) {
+    for (const auto& [n, g] : it->second) view_.nodes[static_cast<size_t>(n)].free += g;
+    running_.erase(it);
+  }
+  if (row.state != JobState::kRunning) return;
+  std::vector<std::pair<int, int64_t>> placement;
+  for (const json& p : ParseOr(row.allocation, json::array())) {
+    if (!p.is_array() || p.size() != 2 || !p[0].is_string() || !p[1].is_number_integer()) {
+      continue;
+    }
+    auto node = node_index_.find(p[0].get<std::string>());
+    if (node == node_index_.end()) continue;  // a node the backend no longer reports
+    placement.emplace_back(node->second, p[1].get<int64_t>());
+    view_.nodes[static_cast<size_t>(node->second)].free -= placement.back().second;
+  }
+  running_.emplace(key, std::move(placement));
 }
 
 Status Daemon::FollowRuns(double now, int& changes) {
   std::vector<JobRow> rows;
-  for (int64_t key : running_) rows.push_back(active_.at(key));
+  for (const auto& [key, placement] : running_) rows.push_back(active_.at(key));
   for (JobRow& row : rows) {
     auto st = backend_->Status(row.handle);
     if (!st.ok()) {
@@ -561,22 +581,15 @@ Status Daemon::FollowRuns(double now, int& changes) {
         }
         break;
       case RunState::kSucceeded:
-        row.state = JobState::kSucceeded;
-        row.updated_s = row.finished_s = now;
         row.done_tokens = row.total_tokens;
-        row.allocation.clear();
-        row.message = "finished";
         monitor_.Finish(key);
-        RETURN_IF_ERROR(Save(row, "succeeded", st->message));
+        RETURN_IF_ERROR(End(row, JobState::kSucceeded, now, "finished", "succeeded", st->message));
         ++changes;
         break;
       case RunState::kCancelled:
-        row.state = JobState::kCancelled;
-        row.updated_s = row.finished_s = now;
-        row.allocation.clear();
-        row.message = "cancelled outside Frenzy";
         monitor_.Forget(key);
-        RETURN_IF_ERROR(Save(row, "cancelled", st->message));
+        RETURN_IF_ERROR(End(row, JobState::kCancelled, now, "cancelled outside Frenzy", "cancelled",
+                            st->message));
         ++changes;
         break;
       case RunState::kLost:
@@ -598,11 +611,7 @@ Status Daemon::FollowRuns(double now, int& changes) {
           row.memory_factor = rec.factor;
           row.memory_note = monitor_.Explain(key);
           if (rec.give_up) {
-            row.state = JobState::kFailed;
-            row.updated_s = row.finished_s = now;
-            row.allocation.clear();
-            row.message = rec.message;
-            RETURN_IF_ERROR(Save(row, "failed", rec.message));
+            RETURN_IF_ERROR(End(row, JobState::kFailed, now, rec.message, "failed", rec.message));
           } else {
             RETURN_IF_ERROR(Requeue(row, now, "out_of_memory", rec.message));
           }
@@ -614,11 +623,7 @@ Status Daemon::FollowRuns(double now, int& changes) {
         if (d.retry) {
           RETURN_IF_ERROR(Requeue(row, now, "crashed", d.message));
         } else {
-          row.state = JobState::kFailed;
-          row.updated_s = row.finished_s = now;
-          row.allocation.clear();
-          row.message = d.message;
-          RETURN_IF_ERROR(Save(row, "failed", d.message));
+          RETURN_IF_ERROR(End(row, JobState::kFailed, now, d.message, "failed", d.message));
         }
         ++changes;
         break;
@@ -675,10 +680,8 @@ Status Daemon::Launch(JobRow& row, const JobView& v, const Allocation& alloc, do
   ++row.attempt;
   row.updated_s = now;
   if (!handle.ok()) {
-    row.state = JobState::kFailed;
-    row.finished_s = now;
-    row.message = "the backend could not launch it: " + handle.status().ToString();
-    return Save(row, "failed", row.message);
+    std::string why = "the backend could not launch it: " + handle.status().ToString();
+    return End(row, JobState::kFailed, now, why, "failed", why);
   }
   // Why this plan: its rank among the job's options that fit, and its memory.
   int runnable = 0, faster = 0;
@@ -717,30 +720,7 @@ struct Daemon::Pass {
   std::unordered_map<int64_t, size_t> index_of;  // job number -> views index
 };
 
-void Daemon::RecountFree() {
-  std::map<std::string, size_t> node_index;
-  for (size_t i = 0; i < cluster_.nodes.size(); ++i) node_index[cluster_.nodes[i].name] = i;
-  for (NodeView& n : view_.nodes) n.free = n.up ? n.gpus : 0;
-  for (int64_t key : running_) {
-    const JobRow& r = active_.at(key);
-    for (const json& p : ParseOr(r.allocation, json::array())) {
-      if (!p.is_array() || p.size() != 2 || !p[0].is_string() || !p[1].is_number_integer()) {
-        continue;
-      }
-      auto it = node_index.find(p[0].get<std::string>());
-      if (it == node_index.end()) continue;
-      NodeView& nv = view_.nodes[it->second];
-      nv.free = std::max<int64_t>(0, nv.free - p[1].get<int64_t>());
-    }
-  }
-}
-
 Status Daemon::PrepareSchedule(double now, Pass& pass, int& changes) {
-  RecountFree();
-  std::map<std::string, int> node_index;
-  for (size_t i = 0; i < cluster_.nodes.size(); ++i) {
-    node_index[cluster_.nodes[i].name] = static_cast<int>(i);
-  }
   auto build = [&] {
     pass.views.clear();
     pass.keep.clear();
@@ -765,10 +745,11 @@ Status Daemon::PrepareSchedule(double now, Pass& pass, int& changes) {
       v.progress_since_s = now;
       v.first_start_s = r.started_s;
       v.restarts = static_cast<int>(std::max<int64_t>(0, r.attempt - 1));
-      if (r.memory_factor > 0)
+      if (r.memory_factor > 0) {
         v.memory_factor = r.memory_factor;
-      else if (auto f = monitor_.Factor(key))
+      } else if (auto f = monitor_.Factor(key)) {
         v.memory_factor = f;
+      }
       if (!failed_options_.empty()) {
         if (auto it = failed_options_.find(r.id); it != failed_options_.end()) {
           v.failed_options = it->second;
@@ -781,12 +762,7 @@ Status Daemon::PrepareSchedule(double now, Pass& pass, int& changes) {
         v.layout = plan.value("layout", 0);
         v.run_start_s = plan.value("run_start_s", now);
         v.rate_tokens_per_s = plan.value("tokens_per_s", 0.0);
-        for (const json& p : ParseOr(r.allocation, json::array())) {
-          if (!p.is_array() || p.size() != 2 || !p[0].is_string()) continue;
-          auto it = node_index.find(p[0].get<std::string>());
-          if (it == node_index.end()) continue;
-          v.alloc.placement.emplace_back(it->second, p[1].get<int64_t>());
-        }
+        v.alloc.placement = running_.at(key);
         if (v.alloc.option < 0 ||
             static_cast<size_t>(v.alloc.option) >= v.options->options.size()) {
           v.alloc.option = 0;
@@ -813,22 +789,17 @@ Status Daemon::PrepareSchedule(double now, Pass& pass, int& changes) {
       JobRow row = it->second;
       row.memory_factor = a.factor;
       row.memory_note = monitor_.Explain(a.job);
-      RETURN_IF_ERROR(backend_->Cancel(row.handle));
-      RETURN_IF_ERROR(Requeue(row, now, "memory", a.why));
+      RETURN_IF_ERROR(Stop(row, now, "memory", a.why));
       ++changes;
     }
-    if (!actions.empty()) {
-      RecountFree();
-      build();
-    }
+    if (!actions.empty()) build();
   }
   pass.view = view_;
   return Status::Ok();
 }
 
 Status Daemon::ApplySchedule(double now, Pass& pass, const Decisions& d, int& changes) {
-  // The cluster now: runs that ended or were cancelled since the snapshot gave GPUs back.
-  RecountFree();
+  // view_ is the cluster now: runs cancelled since the snapshot have given their GPUs back.
   // The job's current row, if the decision still applies to it.
   auto current = [&](int64_t key) -> JobRow* {
     auto vi = pass.index_of.find(key);
@@ -838,16 +809,12 @@ Status Daemon::ApplySchedule(double now, Pass& pass, const Decisions& d, int& ch
     if (it->second.state != state || it->second.attempt != attempt) return nullptr;
     return &it->second;
   };
-  auto stop_run = [&](JobRow row, const std::string& kind, const std::string& why) -> Status {
-    RETURN_IF_ERROR(backend_->Cancel(row.handle));
-    ++changes;
-    return Requeue(row, now, kind, why);
-  };
   for (int64_t key : d.stop) {
     JobRow* row = current(key);
     if (row == nullptr || row->state != JobState::kRunning) continue;
     RETURN_IF_ERROR(
-        stop_run(*row, "preempted", "stopped by the scheduler; resumes from its checkpoint"));
+        Stop(*row, now, "preempted", "stopped by the scheduler; resumes from its checkpoint"));
+    ++changes;
   }
   for (const auto& [key, alloc] : d.start) {
     JobRow* found = current(key);
@@ -865,7 +832,8 @@ Status Daemon::ApplySchedule(double now, Pass& pass, const Decisions& d, int& ch
     JobRow row = *found;
     JobView& v = pass.views[pass.index_of[key]];
     if (row.state == JobState::kRunning) {
-      RETURN_IF_ERROR(stop_run(row, "moved", "moved by the scheduler"));  // a move
+      RETURN_IF_ERROR(Stop(row, now, "moved", "moved by the scheduler"));  // a move
+      ++changes;
       row = active_.at(key);
     }
     bool fits = true;
@@ -876,13 +844,11 @@ Status Daemon::ApplySchedule(double now, Pass& pass, const Decisions& d, int& ch
       }
     }
     if (!fits) continue;  // GPUs taken meanwhile, or a policy bug: the job stays queued
-    for (const auto& [n, g] : alloc.placement) view_.nodes[static_cast<size_t>(n)].free -= g;
     v.running = false;
     v.alloc = Allocation{};
     RETURN_IF_ERROR(Launch(row, v, alloc, now));
     ++changes;
   }
-  RecountFree();
   return Status::Ok();
 }
 

@@ -15,9 +15,9 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -94,10 +94,19 @@ class Daemon {
   Status PrepareSchedule(double now, Pass& pass, int& changes);
   // Under mu_: the policy's decisions, for the jobs that did not change since the snapshot.
   Status ApplySchedule(double now, Pass& pass, const Decisions& d, int& changes);
-  // Recomputes view_'s free GPUs from the running jobs' allocations.
-  void RecountFree();
-  // Writes the row to the store, then to the in-memory active set (or out of it once ended).
+  // Writes the row to the store, then to the in-memory active set (or out of it once ended)
+  // and to the GPUs it holds.
   Status Save(JobRow& row, const std::string& kind, const std::string& detail);
+  // Ends the job (succeeded, failed or cancelled): it holds no GPUs any more.
+  Status End(JobRow& row, JobState state, double now, const std::string& message,
+             const std::string& kind, const std::string& detail);
+  // Cancels the job's run and requeues it (it resumes from its checkpoint).
+  Status Stop(JobRow row, double now, const std::string& kind, const std::string& why);
+  // view_'s free GPUs follow the row: what the job held is given back, what a running row's
+  // allocation names is taken.
+  void Hold(int64_t key, const JobRow& row);
+  // The job's row from the active set, or from the store once ended; kNotFound if neither.
+  Result<JobRow> FindJob(const std::string& id);
   Status Launch(JobRow& row, const JobView& view, const Allocation& alloc, double now);
   Status Requeue(JobRow& row, double now, const std::string& kind, const std::string& why);
 
@@ -121,10 +130,12 @@ class Daemon {
   std::unordered_map<int64_t, std::shared_ptr<const JobOptions>> options_of_;
   // The queued and running jobs, by number (submission order), as last written to the store.
   std::map<int64_t, JobRow> active_;
-  std::set<int64_t> running_;  // the running ones among them
-  bool dirty_ = true;          // something the policy should see changed since the last pass
-  int64_t change_seq_ = 0;     // Snapshot::change_seq: passes that saw a change
-  double last_pass_s_ = -1;    // when the policy was last asked
+  // The running ones among them, with the GPUs each holds: (node index, GPUs) per node.
+  std::map<int64_t, std::vector<std::pair<int, int64_t>>> running_;
+  std::unordered_map<std::string, int> node_index_;  // node name -> index in cluster_.nodes
+  bool dirty_ = true;        // something the policy should see changed since the last pass
+  int64_t change_seq_ = 0;   // Snapshot::change_seq: passes that saw a change
+  double last_pass_s_ = -1;  // when the policy was last asked
   // Metrics.
   int64_t submissions_ = 0, launches_ = 0, ticks_ = 0, passes_ = 0;
   double last_schedule_s_ = 0, schedule_s_total_ = 0, last_locked_s_ = 0;
