@@ -1,7 +1,10 @@
 #include "server/api.h"
 
+#include <arpa/inet.h>
 #include <fmt/core.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <regex>
@@ -11,6 +14,31 @@ namespace frenzy::server {
 namespace {
 
 using nlohmann::json;
+
+// Debian's cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed when the
+// library was built) and does not expose its socket. More clients connecting at once than that
+// (the load bench's 8, a gang of ranks reporting after a restart) overflowed the queue: the
+// dropped SYNs were retransmitted a second later, a 1 s request. Linux lets a listening socket
+// call listen() again with a longer queue, so find ours by its port and do that.
+void RaiseListenBacklog(int port) {
+  for (int fd = 3; fd < 1024; ++fd) {
+    int listening = 0;
+    socklen_t len = sizeof(listening);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || listening == 0) {
+      continue;
+    }
+    sockaddr_storage addr{};
+    socklen_t addr_len = sizeof(addr);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) != 0) continue;
+    int bound = -1;
+    if (addr.ss_family == AF_INET) {
+      bound = ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
+    } else if (addr.ss_family == AF_INET6) {
+      bound = ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
+    }
+    if (bound == port) ::listen(fd, SOMAXCONN);
+  }
+}
 
 HttpResponse Error(int status, const std::string& code, const std::string& message,
                    const std::string& field = {}) {
@@ -62,9 +90,9 @@ bool IsLoopback(const std::string& host) {
 
 HttpResponse Handle(Daemon& d, const HttpRequest& req, const ApiOptions& o) {
   if (req.body.size() > o.max_body_bytes) {
-    return Error(413, "too_large",
-                 fmt::format("request body of {} bytes; at most {}", req.body.size(),
-                             o.max_body_bytes));
+    return Error(
+        413, "too_large",
+        fmt::format("request body of {} bytes; at most {}", req.body.size(), o.max_body_bytes));
   }
   const std::string& m = req.method;
   const std::string& p = req.path;
@@ -178,6 +206,7 @@ Status Serve(Daemon& d, const std::string& host, int port, const ApiOptions& o,
   if (!server.bind_to_port(host, port)) {
     return InvalidArgument(fmt::format("cannot listen on {}:{}", host, port), {}, "listen");
   }
+  RaiseListenBacklog(port);
   std::thread watcher([&] {
     while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     server.stop();
