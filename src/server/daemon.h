@@ -49,6 +49,7 @@ struct DaemonOptions {
   // run that ended, a new memory factor) and otherwise at least this often (decisions also
   // depend on time and progress).
   double idle_pass_s = 5;
+  double checkpoint_every_s = 5;  // see Checkpoint()
 };
 
 class Daemon {
@@ -74,8 +75,9 @@ class Daemon {
   // One pass of the control loop: follow the runs, apply the runtime's memory decisions, ask the
   // policy, launch. Returns the number of state changes it made.
   Result<int> Tick();
-  // The store's checkpoint (see Store::Checkpoint): the control loop calls it after each tick,
-  // outside the daemon's lock.
+  // The store's checkpoint (see Store::Checkpoint), when the last is `checkpoint_every_s` old
+  // or the log has grown large. The control loop calls it after each tick, outside the
+  // daemon's lock; only one thread may call it.
   Status Checkpoint();
 
   const Cluster& cluster() const { return cluster_; }
@@ -136,6 +138,7 @@ class Daemon {
   bool dirty_ = true;        // something the policy should see changed since the last pass
   int64_t change_seq_ = 0;   // Snapshot::change_seq: passes that saw a change
   double last_pass_s_ = -1;  // when the policy was last asked
+  double last_checkpoint_s_ = -1e300;  // the control loop's alone (see Checkpoint)
   // Metrics.
   int64_t submissions_ = 0, launches_ = 0, ticks_ = 0, passes_ = 0;
   double last_schedule_s_ = 0, schedule_s_total_ = 0, last_locked_s_ = 0;

@@ -163,7 +163,14 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
                    nullptr, nullptr) == SQLITE_OK) {
     sqlite3_busy_timeout(ck, 5000);
     s->checkpoint_db_ = ck;
-    RETURN_IF_ERROR(s->Exec("PRAGMA wal_autocheckpoint=0;"));
+    // Our hook replaces SQLite's automatic checkpoint; it only counts the log's frames.
+    sqlite3_wal_hook(
+        db,
+        [](void* self, sqlite3*, const char*, int frames) {
+          static_cast<Store*>(self)->wal_frames_.store(frames);
+          return SQLITE_OK;
+        },
+        s.get());
   } else {
     sqlite3_close(ck);  // SQLite checkpoints inside commits, as by default
   }

@@ -6,6 +6,7 @@
 #ifndef FRENZY_SERVER_STORE_H_
 #define FRENZY_SERVER_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -83,8 +84,11 @@ class Store {
   Status UpsertNode(const NodeRow& node);
   // Copies committed transactions from the write-ahead log into the database file without
   // blocking writers (a passive checkpoint, on a connection of its own); returns the pages
-  // copied. The control loop calls it every tick. Until it is called the log keeps growing.
+  // copied. The daemon's control loop calls it (see Daemon::Checkpoint). Until it is called
+  // the log keeps growing.
   Result<int64_t> Checkpoint();
+  // Frames in the write-ahead log after the last commit (0 before the first).
+  int64_t WalFrames() const { return wal_frames_.load(); }
   Result<std::vector<NodeRow>> Nodes();
 
  private:
@@ -102,6 +106,7 @@ class Store {
   std::unordered_map<std::string, sqlite3_stmt*> stmts_;
   std::mutex checkpoint_mu_;
   sqlite3* checkpoint_db_ = nullptr;
+  std::atomic<int64_t> wal_frames_{0};
 };
 
 }  // namespace frenzy::server

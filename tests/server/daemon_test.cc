@@ -228,6 +228,27 @@ TEST(Daemon, PolicyIsAskedOnlyWhenSomethingChangedOrAfterIdlePass) {
   EXPECT_EQ(passes(), 4);
 }
 
+// The control loop's checkpoint copies the log into the database file at most every
+// checkpoint_every_s (5 s) while the log is small.
+TEST(Daemon, CheckpointsAreSpacedOut) {
+  Fixture f("checkpoint");
+  auto d = f.Make();
+  auto submit = [&](int n) {
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(d->Submit(Spec("gpt2", 1e12, 1024)).ok());
+  };
+  auto db_bytes = [&] { return std::filesystem::file_size(f.db); };
+  submit(200);
+  ASSERT_TRUE(d->Checkpoint().ok());
+  const auto first = db_bytes();
+  submit(200);
+  f.now += 1;
+  ASSERT_TRUE(d->Checkpoint().ok());
+  EXPECT_EQ(db_bytes(), first);  // 1 s later: still in the log
+  f.now += DaemonOptions{}.checkpoint_every_s;
+  ASSERT_TRUE(d->Checkpoint().ok());
+  EXPECT_GT(db_bytes(), first);  // due: copied into the database file
+}
+
 // Submissions, cancels, reports and reads from several threads while the control loop runs
 // (its policy decides without the daemon's lock): no GPU is handed out twice, no cancelled job
 // runs, and the store agrees with what the daemon said.

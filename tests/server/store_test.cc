@@ -31,6 +31,7 @@ TEST(Store, CheckpointCopiesTheLogIntoTheDatabaseFile) {
   // SQLite's own checkpoint would have run at 1,000 pages; the log holds them all.
   const auto wal_bytes = std::filesystem::file_size(path + "-wal");
   EXPECT_GT(wal_bytes, 1000u * 4096u);
+  EXPECT_GT((*s)->WalFrames(), 1000);
   auto copied = (*s)->Checkpoint();
   ASSERT_TRUE(copied.ok()) << copied.status().ToString();
   EXPECT_GT(*copied, 1000);
@@ -38,6 +39,7 @@ TEST(Store, CheckpointCopiesTheLogIntoTheDatabaseFile) {
   // After the checkpoint the next commit starts the log over instead of growing it.
   ASSERT_TRUE((*s)->InsertJob(r, "after").ok());
   EXPECT_EQ(std::filesystem::file_size(path + "-wal"), wal_bytes);
+  EXPECT_LT((*s)->WalFrames(), 100);
   auto again = Store::Open(path);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*(*again)->CountJobs(), 301);
