@@ -11,34 +11,18 @@
 #include <string>
 
 #include "hardware/gpu.h"
+#include "server_test_util.h"
 
 namespace frenzy::server {
 namespace {
+
+using test_util::TempDir;
 
 using nlohmann::json;
 namespace fs = std::filesystem;
 
 constexpr int64_t kMiB = 1024 * 1024;
 constexpr int64_t kGiB = 1024 * kMiB;
-
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("frenzy-agent-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 void WriteText(const fs::path& path, const std::string& text) {
   std::ofstream out(path);

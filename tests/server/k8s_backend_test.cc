@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "server_test_util.h"
+
 namespace frenzy::server {
 namespace {
 
@@ -241,25 +243,7 @@ std::vector<std::string> CommandOf(const json& job) {
 const std::regex kDnsLabel("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$");
 const std::regex kLabelValue("^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$");
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("frenzy-k8s-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string str() const { return path_.string(); }
-  fs::path path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using test_util::TempDir;
 
 void WriteText(const fs::path& path, const std::string& text) {
   std::ofstream out(path);

@@ -12,31 +12,17 @@
 #include <thread>
 
 #include "server/process.h"
+#include "server_test_util.h"
 
 namespace frenzy::server {
 namespace {
 
-namespace fs = std::filesystem;
+using test_util::ReadFile;
 
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+namespace fs = std::filesystem;
 
 class LocalBackendTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "frenzy-local-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
-
   LaunchSpec Spec(const std::string& name, const std::string& script, int64_t ranks) {
     LaunchSpec s;
     s.job_id = "j-" + name;
@@ -50,27 +36,16 @@ class LocalBackendTest : public ::testing::Test {
     return s;
   }
 
-  // Polls Status until the run leaves pending/running (or `seconds` pass).
-  RunStatus WaitEnd(Backend& b, const std::string& handle, double seconds = 20) {
-    auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-    RunStatus st;
-    while (std::chrono::steady_clock::now() < end) {
-      auto r = b.Status(handle);
-      EXPECT_TRUE(r.ok()) << r.status().ToString();
-      if (!r.ok()) return st;
-      st = *r;
-      if (st.state != RunState::kRunning && st.state != RunState::kPending) return st;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ADD_FAILURE() << "run did not end within " << seconds << " s: " << st.message;
-    return st;
+  static RunStatus WaitEnd(Backend& b, const std::string& handle) {
+    return test_util::WaitEnd(b, handle, 20, std::chrono::milliseconds(20));
   }
 
   static std::vector<BackendNode> TwoGpuNode() {
     return {BackendNode{"localhost", "A100-80GB", 2, true}};
   }
 
-  fs::path root_;
+  test_util::TempDir tmp_{"frenzy-local"};
+  const fs::path root_ = tmp_.path();
 };
 
 TEST_F(LocalBackendTest, NodesAreTheGivenOnesOrLocalhost) {

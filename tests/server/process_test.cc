@@ -13,24 +13,14 @@
 #include <string>
 #include <thread>
 
+#include "server_test_util.h"
+
 namespace frenzy::server {
 namespace {
 
+using test_util::ReadFile;
+
 namespace fs = std::filesystem;
-
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-fs::path MakeTempDir() {
-  std::string tmpl = (fs::temp_directory_path() / "frenzy-process-XXXXXX").string();
-  char* made = ::mkdtemp(tmpl.data());
-  EXPECT_NE(made, nullptr);
-  return fs::path(tmpl);
-}
 
 // Waits up to `seconds` for `pred`.
 template <typename Pred>
@@ -158,7 +148,8 @@ TEST(ProcessRunCommand, ExtraEnvironmentIsSeenAndPathFromItIsSearched) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->stdout_text, "hello world");
 
-  fs::path dir = MakeTempDir();
+  test_util::TempDir tmp("frenzy-process");
+  const fs::path& dir = tmp.path();
   fs::path tool = dir / "frenzy-test-tool";
   {
     std::ofstream out(tool);
@@ -169,11 +160,11 @@ TEST(ProcessRunCommand, ExtraEnvironmentIsSeenAndPathFromItIsSearched) {
       RunCommand({"frenzy-test-tool"}, "", 10, {{"PATH", dir.string() + ":/usr/bin:/bin"}});
   ASSERT_TRUE(found.ok()) << found.status().ToString();
   EXPECT_EQ(found->stdout_text, "from-tool\n");
-  fs::remove_all(dir);
 }
 
 TEST(ProcessSpawnDetached, RunsInItsOwnSessionAndLogs) {
-  fs::path dir = MakeTempDir();
+  test_util::TempDir tmp("frenzy-process");
+  const fs::path& dir = tmp.path();
   fs::path log = dir / "out.log";
   auto pid = SpawnDetached(
       {"/bin/sh", "-c", "echo \"cwd=$(pwd) var=$FRENZY_SPAWN_VAR\"; echo oops >&2; sleep 30"},
@@ -192,20 +183,20 @@ TEST(ProcessSpawnDetached, RunsInItsOwnSessionAndLogs) {
 
   KillGroup(*pid, SIGKILL);
   EXPECT_TRUE(WaitFor([&] { return !ProcessAlive(*pid); }, 10));
-  fs::remove_all(dir);
 }
 
 TEST(ProcessSpawnDetached, ExitedProcessIsNotAlive) {
-  fs::path dir = MakeTempDir();
+  test_util::TempDir tmp("frenzy-process");
+  const fs::path& dir = tmp.path();
   auto pid = SpawnDetached({"/bin/sh", "-c", "echo bye"}, {}, "", (dir / "log").string());
   ASSERT_TRUE(pid.ok()) << pid.status().ToString();
   EXPECT_TRUE(WaitFor([&] { return !ProcessAlive(*pid); }, 10));
   EXPECT_EQ(ReadFile(dir / "log"), "bye\n");
-  fs::remove_all(dir);
 }
 
 TEST(ProcessSpawnDetached, KillGroupReachesChildren) {
-  fs::path dir = MakeTempDir();
+  test_util::TempDir tmp("frenzy-process");
+  const fs::path& dir = tmp.path();
   auto pid = SpawnDetached({"/bin/sh", "-c", "sleep 30 & echo $! > child; wait"}, {}, dir.string(),
                            (dir / "log").string());
   ASSERT_TRUE(pid.ok()) << pid.status().ToString();
@@ -214,11 +205,11 @@ TEST(ProcessSpawnDetached, KillGroupReachesChildren) {
   EXPECT_TRUE(ProcessAlive(child));
   KillGroup(*pid, SIGTERM);
   EXPECT_TRUE(WaitFor([&] { return !ProcessAlive(*pid) && !ProcessAlive(child); }, 10));
-  fs::remove_all(dir);
 }
 
 TEST(ProcessSpawnDetached, Errors) {
-  fs::path dir = MakeTempDir();
+  test_util::TempDir tmp("frenzy-process");
+  const fs::path& dir = tmp.path();
   auto missing = SpawnDetached({"frenzy-no-such-program-xyz"}, {}, "", (dir / "log").string());
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
@@ -230,7 +221,6 @@ TEST(ProcessSpawnDetached, Errors) {
   auto bad_log = SpawnDetached({"/bin/true"}, {}, "", (dir / "no" / "such" / "log").string());
   ASSERT_FALSE(bad_log.ok());
   EXPECT_NE(bad_log.status().message().find("log"), std::string::npos);
-  fs::remove_all(dir);
 }
 
 TEST(ProcessAliveTest, DeadAndZombieProcessesAreNotAlive) {

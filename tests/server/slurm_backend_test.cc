@@ -10,18 +10,15 @@
 #include <vector>
 
 #include "server/process.h"
+#include "server_test_util.h"
 
 namespace frenzy::server {
 namespace {
 
-namespace fs = std::filesystem;
+using test_util::ReadFile;
+using test_util::TempDir;
 
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+namespace fs = std::filesystem;
 
 void WriteExecutable(const fs::path& p, const std::string& text) {
   std::ofstream(p) << text;
@@ -29,23 +26,6 @@ void WriteExecutable(const fs::path& p, const std::string& text) {
 }
 
 fs::path DataDir() { return fs::path(FRENZY_SOURCE_DIR) / "tests" / "data" / "slurm"; }
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "frenzy-slurm-XXXXXX").string();
-    EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 LaunchSpec TwoByTwo(const std::string& workdir) {
   LaunchSpec s;
@@ -157,7 +137,7 @@ TEST(SlurmScript, BodyQuotesEverything) {
 // Runs the script with stand-ins for srun and scontrol, as one task would see it: the command
 // must get its arguments verbatim and the launcher variables.
 TEST(SlurmScript, RunsWithFakeSlurmCommands) {
-  TempDir tmp;
+  TempDir tmp{"frenzy-slurm"};
   fs::path bin = tmp.path() / "bin";
   fs::create_directories(bin);
   WriteExecutable(bin / "srun",
@@ -389,7 +369,7 @@ class SlurmBackendFakeTest : public ::testing::Test {
   }
   void SetJob(const std::string& record) { std::ofstream(tmp_.path() / "job.txt") << record; }
 
-  TempDir tmp_;
+  TempDir tmp_{"frenzy-slurm"};
   fs::path bin_, calls_, work_;
   SlurmOptions options_;
 };

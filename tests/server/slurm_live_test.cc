@@ -18,18 +18,14 @@
 #include <thread>
 
 #include "server/slurm_backend.h"
+#include "server_test_util.h"
 
 namespace frenzy::server {
 namespace {
 
-namespace fs = std::filesystem;
+using test_util::ReadFile;
 
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+namespace fs = std::filesystem;
 
 class SlurmLiveTest : public ::testing::Test {
  protected:
@@ -38,13 +34,9 @@ class SlurmLiveTest : public ::testing::Test {
     ASSERT_TRUE(conf != nullptr && *conf != '\0')
         << "FRENZY_SLURM_CONF is not set: this test needs a Slurm cluster (scripts/slurm-up.sh)";
     options_.slurm_conf = conf;
-    std::string tmpl = (fs::temp_directory_path() / "frenzy-slurm-live-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
   }
   void TearDown() override {
-    std::error_code ec;
-    if (!HasFailure()) fs::remove_all(root_, ec);
+    if (HasFailure()) tmp_.Keep();  // its batch scripts and outputs tell what went wrong
   }
 
   LaunchSpec Spec(const std::string& name, const std::string& script) {
@@ -59,23 +51,13 @@ class SlurmLiveTest : public ::testing::Test {
     return s;
   }
 
-  RunStatus WaitEnd(SlurmBackend& b, const std::string& handle, double seconds = 60) {
-    auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-    RunStatus st;
-    while (std::chrono::steady_clock::now() < end) {
-      auto r = b.Status(handle);
-      EXPECT_TRUE(r.ok()) << r.status().ToString();
-      if (!r.ok()) return st;
-      st = *r;
-      if (st.state != RunState::kRunning && st.state != RunState::kPending) return st;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    ADD_FAILURE() << "job did not end within " << seconds << " s: " << st.message;
-    return st;
+  static RunStatus WaitEnd(SlurmBackend& b, const std::string& handle) {
+    return test_util::WaitEnd(b, handle, 60, std::chrono::milliseconds(200));
   }
 
   SlurmOptions options_;
-  fs::path root_;
+  test_util::TempDir tmp_{"frenzy-slurm-live"};
+  const fs::path root_ = tmp_.path();
 };
 
 TEST_F(SlurmLiveTest, NodesHaveCatalogGpuTypes) {
