@@ -559,6 +559,20 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
 
 int ExitCode() { return g_exit_code; }
 
+int Main(CLI::App& app, int argc, char** argv, const char* program) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  } catch (const std::exception& e) {
+    // The library returns statuses; anything thrown here is a bug, reported rather than a crash.
+    std::cerr << program << ": internal error: " << e.what() << "\n";
+    return 1;
+  }
+  return ExitCode();
+}
+
 void RegisterCommands(CLI::App& app) {
   {
     auto opts = std::make_shared<InspectOptions>();

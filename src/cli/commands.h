@@ -16,6 +16,10 @@ inline constexpr std::string_view kVersion = "0.1.0";
 
 void RegisterCommands(CLI::App& app);
 int ExitCode();
+// Parses the command line and runs what it names; returns the process's exit code: 2 for a bad
+// command line, 1 for an exception (a bug, reported as "PROGRAM: internal error"), else
+// ExitCode().
+int Main(CLI::App& app, int argc, char** argv, const char* program);
 
 // Shared by the command files: print a failed status to stderr and record exit code 2 (1 for
 // internal errors); set the exit code; print one JSON document to stdout.
