@@ -110,6 +110,8 @@ class Engine {
   // Runtime: a memory and speed report of a running job.
   void OnReport(JobView& v, double now);
   // Runtime: applies the memory actions for the running jobs; true when it acted.
+  // The queued and running jobs and the cluster as the policy and the runtime see them.
+  Snapshot SnapshotAt(double now) const;
   Status RunMemoryActions(double now, bool& acted);
   void Cordon(int node, double now);
   void Hold(JobView& v);
@@ -499,12 +501,17 @@ void Engine::Cordon(int node, double now) {
   Push(now + opt_.node_repair_s, EventKind::kStragglerFix, -1, 0, node);
 }
 
-Status Engine::RunMemoryActions(double now, bool& acted) {
+Snapshot Engine::SnapshotAt(double now) const {
   Snapshot s;
   s.now_s = now;
   s.cluster = &view_;
   s.jobs = std::span<const JobView* const>(active_.data(), active_.size());
   s.change_seq = change_seq_;
+  return s;
+}
+
+Status Engine::RunMemoryActions(double now, bool& acted) {
+  const Snapshot s = SnapshotAt(now);
   std::vector<runtime::MemoryAction> actions =
       runtime::PlanMemoryActions(s, monitor_, runtime_opt_);
   for (const runtime::MemoryAction& a : actions) {
@@ -548,11 +555,7 @@ void Engine::Sample(double now) {
 }
 
 Status Engine::Invoke(double now, bool& acted) {
-  Snapshot s;
-  s.now_s = now;
-  s.cluster = &view_;
-  s.jobs = std::span<const JobView* const>(active_.data(), active_.size());
-  s.change_seq = change_seq_;
+  const Snapshot s = SnapshotAt(now);
   double t0 = opt_.wall_now_s ? opt_.wall_now_s() : 0.0;
   Decisions d = policy_.Schedule(s);
   double t1 = opt_.wall_now_s ? opt_.wall_now_s() : 0.0;
