@@ -109,9 +109,9 @@ class Engine {
   double Speed(const Allocation& a) const;
   // Runtime: a memory and speed report of a running job.
   void OnReport(JobView& v, double now);
-  // Runtime: applies the memory actions for the running jobs; true when it acted.
   // The queued and running jobs and the cluster as the policy and the runtime see them.
   Snapshot SnapshotAt(double now) const;
+  // Runtime: applies the memory actions for the running jobs; true when it acted.
   Status RunMemoryActions(double now, bool& acted);
   void Cordon(int node, double now);
   void Hold(JobView& v);
