@@ -11,5 +11,5 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   clang libclang-rt-14-dev \
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev \
   libgtest-dev libgmock-dev libbenchmark-dev \
-  libsqlite3-dev libcpp-httplib-dev libssl-dev coinor-libcbc-dev python3 python3-torch \
+  libsqlite3-dev libcpp-httplib-dev libboost-dev libssl-dev coinor-libcbc-dev python3 python3-torch \
   slurm-wlm slurmctld slurmd slurm-client munge procps >/dev/null

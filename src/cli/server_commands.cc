@@ -4,13 +4,17 @@
 #include <httplib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -54,6 +58,7 @@ struct ServeOptions {
   double time_scale = 600;
   double tick_s = 0.5;
   std::string runs_dir = "frenzy-runs";
+  std::string models_dir;
   std::string train_command = "/usr/bin/python3 examples/train.py";
   std::string policy = "frenzy";
   std::string slurm_conf;
@@ -93,6 +98,7 @@ Status ApplyConfig(ServeOptions& o, const CLI::App& cmd) {
   RETURN_IF_ERROR(str("cluster", o.cluster, "--cluster"));
   RETURN_IF_ERROR(str("token", o.token, "--token"));
   RETURN_IF_ERROR(str("runs_dir", o.runs_dir, "--runs-dir"));
+  RETURN_IF_ERROR(str("models_dir", o.models_dir, "--models-dir"));
   RETURN_IF_ERROR(str("train_command", o.train_command, "--train-command"));
   RETURN_IF_ERROR(str("policy", o.policy, "--policy"));
   RETURN_IF_ERROR(str("slurm_conf", o.slurm_conf, "--slurm-conf"));
@@ -101,7 +107,7 @@ Status ApplyConfig(ServeOptions& o, const CLI::App& cmd) {
   for (const auto& [key, v] : j.items()) {
     static const std::set<std::string> known = {
         "backend", "listen",     "db",      "cluster",   "token",      "runs_dir", "train_command",
-        "policy",  "slurm_conf", "k8s_dir", "inventory", "time_scale", "tick_s"};
+        "policy",  "slurm_conf", "k8s_dir", "inventory", "time_scale", "tick_s", "models_dir"};
     if (!known.count(key)) return InvalidArgument("unknown setting", o.config, key);
   }
   if (j.contains("time_scale") && cmd.count("--time-scale") == 0) {
@@ -146,10 +152,40 @@ Result<std::unique_ptr<Backend>> MakeBackend(const ServeOptions& o) {
                          "backend");
 }
 
+// A token travels in an "Authorization: Bearer" header: whitespace or control characters would
+// break the header or be trimmed away on the way, and a blank token is a mistake (an unset
+// secret in a template, say) rather than "no token". Empty is no token, which is fine here.
+// The token itself is never part of the message.
+Status CheckToken(const std::string& token, const std::string& from) {
+  if (token.empty()) return Status::Ok();
+  const bool blank = std::all_of(token.begin(), token.end(), [](char ch) {
+    return std::isspace(static_cast<unsigned char>(ch)) != 0;
+  });
+  if (blank) {
+    return InvalidArgument("is blank (from " + from + "): give a real token, or none", {}, "token");
+  }
+  for (char ch : token) {
+    const unsigned char u = static_cast<unsigned char>(ch);
+    if (u <= 0x20 || u == 0x7f) {
+      return InvalidArgument(
+          fmt::format("contains {} (from {}): a token may not contain whitespace or control "
+                      "characters",
+                      u == ' ' ? std::string("a space") : fmt::format("the byte 0x{:02x}", u),
+                      from),
+          {}, "token");
+    }
+  }
+  return Status::Ok();
+}
+
 void RunServe(ServeOptions o, const CLI::App& cmd) {
   if (Status st = ApplyConfig(o, cmd); !st.ok()) return Fail(st);
   if (o.token.empty()) {
     if (const char* t = std::getenv("FRENZY_TOKEN")) o.token = t;
+  }
+  if (Status st = CheckToken(o.token, "--token, the config's \"token\" or $FRENZY_TOKEN");
+      !st.ok()) {
+    return Fail(st);
   }
   size_t colon = o.listen.rfind(':');
   if (colon == std::string::npos) {
@@ -180,6 +216,7 @@ void RunServe(ServeOptions o, const CLI::App& cmd) {
           ? fmt::format("http://{}:{}", host == "0.0.0.0" ? "127.0.0.1" : host, port)
           : o.report_url;
   dopt.token = o.token;
+  dopt.models_dir = o.models_dir;
   // The sim backend runs no training code: it can plan every layout.
   dopt.data_parallel_only = !o.all_layouts && o.backend != "sim";
   auto daemon =
@@ -193,8 +230,21 @@ void RunServe(ServeOptions o, const CLI::App& cmd) {
        {"listen", o.listen},
        {"db", o.db},
        {"gpus", d.cluster().total_gpus()}});
+  for (const std::string& note : d.quarantine_notes()) {
+    Log("error", "quarantined a stored row that cannot be loaded", {{"row", note}});
+  }
+  int exit_code = 0;
   std::thread loop([&] {
     while (!g_stop.load()) {
+      // A database deleted or replaced under us takes every later change with it: stop loudly
+      // rather than run on and lose them.
+      if (Status db = d.CheckStore(); !db.ok()) {
+        Log("error", "stopping: " + db.ToString());
+        fmt::print(stderr, "frenzyd: {}\n", db.ToString());
+        exit_code = 1;
+        g_stop = true;
+        break;
+      }
       auto changes = d.Tick();
       if (!changes.ok()) {
         Log("error", "control loop: " + changes.status().ToString());
@@ -211,6 +261,7 @@ void RunServe(ServeOptions o, const CLI::App& cmd) {
   g_stop = true;
   loop.join();
   if (!st.ok()) return Fail(st);
+  if (exit_code != 0) std::exit(exit_code);
   Log("info", "frenzyd stopped");
 }
 
@@ -220,60 +271,278 @@ struct ClientOptions {
   std::string server;
   std::string token;
   bool json = false;
+  double timeout_s = 30;  // for the server's answer, once connected
+  // Where `server` and `token` came from, for messages ("--server", "$FRENZY_SERVER", ...).
+  std::string server_from;
+  std::string token_from;
 };
 
-void Resolve(ClientOptions& c) {
+// Connecting takes milliseconds or never succeeds (a wrong address, a firewall dropping
+// packets); the answer may take longer (a busy daemon), hence --timeout for that part only.
+constexpr int kConnectTimeoutS = 5;
+
+// The parts of a server URL: http or https, a host and a port. Nothing else (a path, user
+// information) has a meaning for frenzyd's API, so it is an error rather than dropped.
+struct ServerUrl {
+  bool tls = false;
+  std::string host;
+  int port = 0;
+};
+
+Result<ServerUrl> ParseServerUrl(const std::string& url, const std::string& from) {
+  auto bad = [&](const std::string& why) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("the server URL '{}' (from {}) {}", url, from, why));
+  };
+  ServerUrl u;
+  std::string rest = url;
+  if (size_t sep = url.find("://"); sep != std::string::npos) {
+    std::string scheme = url.substr(0, sep);
+    for (char& ch : scheme) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (scheme == "https") {
+      u.tls = true;
+    } else if (scheme != "http") {
+      return bad(fmt::format("has an unsupported scheme '{}' (use http://HOST:PORT)", scheme));
+    }
+    rest = url.substr(sep + 3);
+  }
+  if (!rest.empty() && rest.back() == '/') rest.pop_back();
+  if (rest.find_first_of("/?#") != std::string::npos) {
+    return bad("has a path; frenzyd's API is at the root: give http://HOST:PORT");
+  }
+  if (rest.find('@') != std::string::npos) {
+    return bad("has user information; give the token with --token or $FRENZY_TOKEN");
+  }
+  std::string port_text;
+  if (!rest.empty() && rest[0] == '[') {  // [IPv6]:port
+    size_t close = rest.find(']');
+    if (close == std::string::npos) return bad("has an unclosed '[' in its host");
+    u.host = rest.substr(1, close - 1);
+    std::string after = rest.substr(close + 1);
+    if (!after.empty() && after[0] != ':') return bad("has text after its host");
+    if (!after.empty()) port_text = after.substr(1);
+  } else {
+    size_t colon = rest.find(':');
+    u.host = rest.substr(0, colon);
+    if (colon != std::string::npos) port_text = rest.substr(colon + 1);
+  }
+  if (u.host.empty()) return bad("has no host");
+  if (port_text.empty()) {
+    u.port = u.tls ? 443 : 80;
+  } else {
+    const bool digits =
+        port_text.size() <= 5 && std::all_of(port_text.begin(), port_text.end(),
+                                             [](char ch) { return ch >= '0' && ch <= '9'; });
+    u.port = digits ? std::atoi(port_text.c_str()) : 0;
+    if (u.port < 1 || u.port > 65535) return bad("has a bad port '" + port_text + "'");
+  }
+  return u;
+}
+
+Status Resolve(ClientOptions& c) {
+  c.server_from = "--server";
   if (c.server.empty()) {
     const char* s = std::getenv("FRENZY_SERVER");
-    c.server = s ? s : "http://127.0.0.1:8470";
+    c.server_from = s && *s ? "$FRENZY_SERVER" : "the default";
+    c.server = s && *s ? s : "http://127.0.0.1:8470";
   }
+  c.token_from = "--token";
   if (c.token.empty()) {
     if (const char* t = std::getenv("FRENZY_TOKEN")) c.token = t;
+    c.token_from = "$FRENZY_TOKEN";
+  }
+  RETURN_IF_ERROR(CheckToken(c.token, c.token_from));
+  if (!(c.timeout_s > 0)) return InvalidArgument("must be > 0 seconds", {}, "timeout");
+  return ParseServerUrl(c.server, c.server_from).status();
+}
+
+// At most 80 characters of a body, on one line, for an error message.
+std::string Snippet(const std::string& body) {
+  std::string out;
+  for (char ch : body) {
+    const unsigned char u = static_cast<unsigned char>(ch);
+    const bool space = u <= 0x20 || u == 0x7f;  // control characters too: one line
+    if (space && (out.empty() || out.back() == ' ')) continue;
+    out.push_back(space ? ' ' : ch);
+    if (out.size() >= 80) break;
+  }
+  if (out.size() >= 80) {
+    // Do not end inside a UTF-8 sequence.
+    while (!out.empty() && (static_cast<unsigned char>(out.back()) & 0xC0) == 0x80) out.pop_back();
+    if (!out.empty() && static_cast<unsigned char>(out.back()) >= 0xC0) out.pop_back();
+    out += "...";
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+// What went wrong below HTTP, in words a user can act on. `waited_s`: how long the call took,
+// which tells a server that never answered from one that hung up (httplib reports both as
+// Error::Read).
+std::string TransportError(const ClientOptions& c, const ServerUrl& u, httplib::Error error,
+                           double waited_s) {
+  const std::string at = "the server at " + c.server;
+  switch (error) {
+    case httplib::Error::Connection:
+      return fmt::format(
+          "cannot connect to {}: nothing accepts connections at {}:{}, or the host is unknown or "
+          "unreachable (is frenzyd running there?)",
+          at, u.host, u.port);
+    case httplib::Error::ConnectionTimeout:
+      return fmt::format("{} did not accept a connection within {} s", at, kConnectTimeoutS);
+    case httplib::Error::Read:
+      if (waited_s >= 0.9 * c.timeout_s) {
+        return fmt::format("{} did not answer within {:g} s (see --timeout)", at, c.timeout_s);
+      }
+      return fmt::format("{} closed the connection without an HTTP answer (is it frenzyd{}?)", at,
+                         u.tls ? ", and does it speak TLS" : "");
+    case httplib::Error::Write:
+      return fmt::format("{} closed the connection before taking the whole request", at);
+    case httplib::Error::SSLConnection:
+      // httplib bounds the handshake with the connection timeout, not --timeout.
+      if (waited_s >= 0.9 * kConnectTimeoutS) {
+        return fmt::format("{} did not complete a TLS handshake within {} s", at, kConnectTimeoutS);
+      }
+      return fmt::format(
+          "the TLS handshake with {} failed: frenzyd itself speaks plain HTTP, so use http:// "
+          "unless a TLS proxy is in front of it",
+          at);
+    case httplib::Error::SSLServerVerification:
+      return fmt::format("{} presented a TLS certificate that cannot be verified", at);
+    case httplib::Error::SSLLoadingCerts:
+      return fmt::format("cannot load the CA certificates to verify {}", at);
+    default:
+      return fmt::format("the request to {} failed ({})", at, httplib::to_string(error));
   }
 }
 
-// One call; the API's error document becomes a Status naming its field.
+// A field of the server's JSON, or null when absent (or the JSON is not an object).
+const json& Field(const json& j, const char* key) {
+  static const json kNull;
+  if (!j.is_object()) return kNull;
+  auto it = j.find(key);
+  return it == j.end() ? kNull : *it;
+}
+
+// Fields that are only displayed: absent ones, or ones of another type, show as "" or 0 rather
+// than failing the whole listing.
+std::string Text(const json& j, const char* key) {
+  const json& v = Field(j, key);
+  return v.is_string() ? v.get<std::string>() : v.is_null() ? "" : v.dump();
+}
+double Number(const json& j, const char* key) {
+  const json& v = Field(j, key);
+  return v.is_number() ? v.get<double>() : 0;
+}
+int64_t Integer(const json& j, const char* key) {
+  const json& v = Field(j, key);
+  return v.is_number() ? v.get<int64_t>() : 0;
+}
+
+// One call; the API's error document becomes a Status naming its field. Anything but a JSON
+// object from the server, or no answer at all, is an error naming the server and what came.
 Result<json> Call(const ClientOptions& c, const std::string& method, const std::string& path,
                   const json* body = nullptr) {
-  httplib::Client cli(c.server);
-  cli.set_connection_timeout(5, 0);
-  cli.set_read_timeout(30, 0);
-  cli.set_tcp_nodelay(true);
+  // A server that hangs up while the request is being written must be an error, not the end of
+  // the process: httplib writes without MSG_NOSIGNAL.
+  std::signal(SIGPIPE, SIG_IGN);
+  ASSIGN_OR_RETURN(ServerUrl u, ParseServerUrl(c.server, c.server_from));
+  std::unique_ptr<httplib::ClientImpl> cli;
+  if (u.tls) {
+    cli = std::make_unique<httplib::SSLClient>(u.host, u.port);
+  } else {
+    cli = std::make_unique<httplib::ClientImpl>(u.host, u.port);
+  }
+  const auto timeout_us = static_cast<int64_t>(c.timeout_s * 1e6);
+  cli->set_connection_timeout(kConnectTimeoutS, 0);
+  cli->set_read_timeout(timeout_us / 1000000, timeout_us % 1000000);
+  cli->set_write_timeout(timeout_us / 1000000, timeout_us % 1000000);
+  cli->set_tcp_nodelay(true);
   httplib::Headers h;
   if (!c.token.empty()) h.emplace("Authorization", "Bearer " + c.token);
-  httplib::Result r = method == "GET" ? cli.Get(path, h)
-                      : method == "DELETE"
-                          ? cli.Delete(path, h)
-                          : cli.Post(path, h, body ? body->dump() : "{}", "application/json");
+  // Text from the command line may not be valid UTF-8; send it replaced rather than throw.
+  const std::string payload =
+      body ? body->dump(-1, ' ', false, json::error_handler_t::replace) : "{}";
+  const auto start = std::chrono::steady_clock::now();
+  httplib::Result r = method == "GET"      ? cli->Get(path, h)
+                      : method == "DELETE" ? cli->Delete(path, h)
+                                           : cli->Post(path, h, payload, "application/json");
+  const double waited_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!r) {
-    return Status(
-        StatusCode::kFailedPrecondition,
-        fmt::format("cannot reach frenzyd at {}: {}", c.server, httplib::to_string(r.error())), {},
-        "server");
+    return Status(StatusCode::kFailedPrecondition, TransportError(c, u, r.error(), waited_s));
   }
+  std::string type = r->get_header_value("Content-Type");
+  if (type.empty()) type = "no Content-Type";
   json j = json::parse(r->body, nullptr, false);
   if (r->status >= 400) {
-    std::string msg =
-        j.is_object() && j.contains("error") ? j["error"].value("message", r->body) : r->body;
-    std::string field = j.is_object() && j.contains("error") ? j["error"].value("field", "") : "";
-    return Status(r->status == 404 ? StatusCode::kNotFound : StatusCode::kInvalidArgument,
-                  fmt::format("HTTP {}: {}", r->status, msg), c.server, field);
+    const json& error = Field(j, "error");
+    if (error.is_object()) {  // frenzyd's error document
+      std::string msg = Text(error, "message");
+      return Status(r->status == 404 ? StatusCode::kNotFound : StatusCode::kInvalidArgument,
+                    fmt::format("HTTP {}: {}", r->status, msg.empty() ? Snippet(r->body) : msg),
+                    c.server, Text(error, "field"));
+    }
+    return Status(
+        StatusCode::kFailedPrecondition,
+        fmt::format("the server at {} answered HTTP {} ({}) without a frenzyd error: '{}'",
+                    c.server, r->status, type, Snippet(r->body)));
   }
-  if (j.is_discarded()) return json(r->body);
+  if (j.is_discarded()) {
+    return Status(
+        StatusCode::kFailedPrecondition,
+        fmt::format("the server at {} answered with something that is not JSON (HTTP {}, {}): '{}'",
+                    c.server, r->status, type, Snippet(r->body)));
+  }
+  if (!j.is_object()) {
+    return Status(
+        StatusCode::kFailedPrecondition,
+        fmt::format("the server at {} answered JSON that is not an object (HTTP {}): '{}'",
+                    c.server, r->status, Snippet(r->body)));
+  }
   return j;
+}
+
+// The error for an answer that is JSON but lacks what the command shows.
+Status Unexpected(const ClientOptions& c, const std::string& what, const json& j) {
+  return Status(StatusCode::kFailedPrecondition,
+                fmt::format("the server at {} answered without {} (is it frenzyd?): '{}'", c.server,
+                            what, Snippet(j.dump(-1, ' ', false, json::error_handler_t::replace))));
+}
+
+// The callback of a client command: resolves the server and token (a bad one fails before
+// anything is sent), then runs `body`. Display helpers tolerate odd fields; this catch is the
+// backstop, so that JSON of a shape this client cannot read is reported as the server's answer,
+// not as an internal error of frenzy.
+std::function<void()> ClientCallback(std::shared_ptr<ClientOptions> c, std::function<void()> body) {
+  return [c, body] {
+    if (Status st = Resolve(*c); !st.ok()) return Fail(st);
+    try {
+      body();
+    } catch (const json::exception& e) {
+      Fail(Status(StatusCode::kFailedPrecondition,
+                  fmt::format("the server at {} answered JSON this frenzy cannot read ({})",
+                              c->server, e.what())));
+    }
+  };
 }
 
 std::string Gib(int64_t b) { return fmt::format("{:.1f}", static_cast<double>(b) / (1 << 30)); }
 
 std::string PlanLine(const json& plan) {
   if (!plan.is_object()) return "-";
-  return fmt::format("{} x {}", plan.value("gpus", 0), plan.value("gpu", std::string("?")));
+  std::string gpu = Text(plan, "gpu");
+  return fmt::format("{} x {}", Integer(plan, "gpus"), gpu.empty() ? "?" : gpu);
 }
 
 void AddClientFlags(CLI::App* cmd, std::shared_ptr<ClientOptions> c) {
   cmd->add_option("--server", c->server,
-                  "frenzyd URL (default $FRENZY_SERVER or http://127.0.0.1:8470)");
+                  "frenzyd URL, http://HOST:PORT (default $FRENZY_SERVER or "
+                  "http://127.0.0.1:8470)");
   cmd->add_option("--token", c->token, "API token (default $FRENZY_TOKEN)");
+  cmd->add_option("--timeout", c->timeout_s,
+                  "Seconds to wait for the server's answer (connecting: 5 s at most)")
+      ->capture_default_str();
   cmd->add_flag("--json", c->json, "Machine-readable output");
 }
 
@@ -293,6 +562,9 @@ void RegisterServeOptions(CLI::App* cmd) {
       ->capture_default_str();
   cmd->add_option("--runs-dir", o->runs_dir, "Folder for runs (logs, checkpoints)")
       ->capture_default_str();
+  cmd->add_option("--models-dir", o->models_dir,
+                  "Folder of config.json files offered by name beside the zoo (API model names "
+                  "reach no other file)");
   cmd->add_option("--train-command", o->train_command, "Training command of one rank")
       ->capture_default_str();
   cmd->add_option("--policy", o->policy, "Scheduling policy")->capture_default_str();
@@ -313,7 +585,6 @@ void RegisterServerCommands(CLI::App& app) {
 
   {
     auto c = std::make_shared<ClientOptions>();
-    auto s = std::make_shared<json>(json::object());
     auto f = std::make_shared<std::string>();
     auto model = std::make_shared<std::string>();
     auto name = std::make_shared<std::string>();
@@ -330,14 +601,14 @@ void RegisterServerCommands(CLI::App& app) {
     cmd->add_option("--seq-len", *seq, "Sequence length");
     cmd->add_option("--precision", *precision, "bf16 | fp16 | fp32 | bf16-pure");
     cmd->add_option("--name", *name, "A name for listings");
-    cmd->callback([=] {
-      Resolve(*c);
+    cmd->callback(ClientCallback(c, [=] {
       json spec = json::object();
       if (!f->empty()) {
         std::ifstream in(*f);
         if (!in) return Fail(NotFound("cannot read", *f, "file"));
         spec = json::parse(in, nullptr, false);
         if (spec.is_discarded()) return Fail(InvalidArgument("not valid JSON", *f, "file"));
+        if (!spec.is_object()) return Fail(InvalidArgument("must be a JSON object", *f, "file"));
       }
       if (!model->empty()) spec["model"] = *model;
       if (*tokens > 0) spec["tokens"] = *tokens;
@@ -348,8 +619,9 @@ void RegisterServerCommands(CLI::App& app) {
       auto r = Call(*c, "POST", "/v1/jobs", &spec);
       if (!r.ok()) return Fail(r.status());
       if (c->json) return PrintJson(*r);
-      fmt::print("{}\n", r->value("id", std::string()));
-    });
+      if (Text(*r, "id").empty()) return Fail(Unexpected(*c, "the new job's \"id\"", *r));
+      fmt::print("{}\n", Text(*r, "id"));
+    }));
   }
   {
     auto c = std::make_shared<ClientOptions>();
@@ -357,20 +629,20 @@ void RegisterServerCommands(CLI::App& app) {
     auto* cmd = app.add_subcommand("jobs", "List jobs");
     AddClientFlags(cmd, c);
     cmd->add_option("--state", *state, "queued | running | succeeded | failed | cancelled");
-    cmd->callback([=] {
-      Resolve(*c);
+    cmd->callback(ClientCallback(c, [=] {
       auto r = Call(*c, "GET", state->empty() ? "/v1/jobs" : "/v1/jobs?state=" + *state);
       if (!r.ok()) return Fail(r.status());
       if (c->json) return PrintJson(*r);
+      const json& jobs = Field(*r, "jobs");
+      if (!jobs.is_array()) return Fail(Unexpected(*c, "a \"jobs\" list", *r));
       fmt::print("{:<10} {:<14} {:<10} {:>6} {:<18} {}\n", "ID", "MODEL", "STATE", "DONE", "PLAN",
                  "MESSAGE");
-      for (const json& j : (*r)["jobs"]) {
-        fmt::print("{:<10} {:<14} {:<10} {:>5.0f}% {:<18} {}\n", j.value("id", std::string()),
-                   j.value("model", std::string()), j.value("state", std::string()),
-                   100 * j["progress"].value("fraction", 0.0), PlanLine(j["plan"]),
-                   j.value("message", std::string()));
+      for (const json& j : jobs) {
+        fmt::print("{:<10} {:<14} {:<10} {:>5.0f}% {:<18} {}\n", Text(j, "id"), Text(j, "model"),
+                   Text(j, "state"), 100 * Number(Field(j, "progress"), "fraction"),
+                   PlanLine(Field(j, "plan")), Text(j, "message"));
       }
-    });
+    }));
   }
   {
     auto c = std::make_shared<ClientOptions>();
@@ -378,31 +650,29 @@ void RegisterServerCommands(CLI::App& app) {
     auto* cmd = app.add_subcommand("status", "A job: its plan and why, progress, memory");
     AddClientFlags(cmd, c);
     cmd->add_option("job", *id, "Job id")->required();
-    cmd->callback([=] {
-      Resolve(*c);
+    cmd->callback(ClientCallback(c, [=] {
       auto r = Call(*c, "GET", "/v1/jobs/" + *id);
       if (!r.ok()) return Fail(r.status());
       if (c->json) return PrintJson(*r);
       const json& j = *r;
-      fmt::print("job       {} ({})\nstate     {}  attempt {}  {}\n", j.value("id", std::string()),
-                 j.value("model", std::string()), j.value("state", std::string()),
-                 j.value("attempt", 0), j.value("message", std::string()));
-      fmt::print("plan      {}\nwhy       {}\n", PlanLine(j["plan"]),
-                 j.value("why", std::string()));
-      const json& p = j["progress"];
-      fmt::print("progress  {:.0f} of {:.0f} tokens ({:.1f}%), step {}\n",
-                 p.value("tokens_done", 0.0), p.value("tokens_total", 0.0),
-                 100 * p.value("fraction", 0.0), p.value("step", 0));
-      const json& m = j["memory"];
-      fmt::print(
-          "memory    predicted {} GiB, observed {} GiB per GPU{}\n",
-          Gib(m.value("predicted_bytes", int64_t{0})), Gib(m.value("observed_bytes", int64_t{0})),
-          m.value("note", std::string()).empty() ? "" : "; " + m.value("note", std::string()));
-      for (const json& e : j["events"]) {
-        fmt::print("  {:.0f}  {:<12} {}\n", e.value("t_s", 0.0), e.value("kind", std::string()),
-                   e.value("detail", std::string()));
+      if (Text(j, "id").empty()) return Fail(Unexpected(*c, "the job's \"id\"", j));
+      fmt::print("job       {} ({})\nstate     {}  attempt {}  {}\n", Text(j, "id"),
+                 Text(j, "model"), Text(j, "state"), Integer(j, "attempt"), Text(j, "message"));
+      fmt::print("plan      {}\nwhy       {}\n", PlanLine(Field(j, "plan")), Text(j, "why"));
+      const json& p = Field(j, "progress");
+      fmt::print("progress  {:.0f} of {:.0f} tokens ({:.1f}%), step {}\n", Number(p, "tokens_done"),
+                 Number(p, "tokens_total"), 100 * Number(p, "fraction"), Integer(p, "step"));
+      const json& m = Field(j, "memory");
+      const std::string note = Text(m, "note");
+      fmt::print("memory    predicted {} GiB, observed {} GiB per GPU{}\n",
+                 Gib(Integer(m, "predicted_bytes")), Gib(Integer(m, "observed_bytes")),
+                 note.empty() ? "" : "; " + note);
+      const json& events = Field(j, "events");
+      if (!events.is_array()) return;
+      for (const json& e : events) {
+        fmt::print("  {:.0f}  {:<12} {}\n", Number(e, "t_s"), Text(e, "kind"), Text(e, "detail"));
       }
-    });
+    }));
   }
   {
     auto c = std::make_shared<ClientOptions>();
@@ -410,13 +680,13 @@ void RegisterServerCommands(CLI::App& app) {
     auto* cmd = app.add_subcommand("cancel", "Cancel a job");
     AddClientFlags(cmd, c);
     cmd->add_option("job", *id, "Job id")->required();
-    cmd->callback([=] {
-      Resolve(*c);
+    cmd->callback(ClientCallback(c, [=] {
       auto r = Call(*c, "DELETE", "/v1/jobs/" + *id);
       if (!r.ok()) return Fail(r.status());
       if (c->json) return PrintJson(*r);
-      fmt::print("{} {}\n", r->value("id", std::string()), r->value("state", std::string()));
-    });
+      if (Text(*r, "id").empty()) return Fail(Unexpected(*c, "the job's \"id\"", *r));
+      fmt::print("{} {}\n", Text(*r, "id"), Text(*r, "state"));
+    }));
   }
   {
     auto c = std::make_shared<ClientOptions>();
@@ -425,18 +695,19 @@ void RegisterServerCommands(CLI::App& app) {
     auto* cmd =
         cluster->add_subcommand("status", "The daemon's cluster: GPUs per type, used and free");
     AddClientFlags(cmd, c);
-    cmd->callback([=] {
-      Resolve(*c);
+    cmd->callback(ClientCallback(c, [=] {
       auto r = Call(*c, "GET", "/v1/cluster");
       if (!r.ok()) return Fail(r.status());
       if (c->json) return PrintJson(*r);
-      fmt::print("backend {}\n{:<12} {:>6} {:>6} {:>8}\n", r->value("backend", std::string()),
-                 "GPU", "GPUS", "FREE", "MEM GiB");
-      for (const json& t : (*r)["types"]) {
-        fmt::print("{:<12} {:>6} {:>6} {:>8}\n", t.value("gpu", std::string()), t.value("gpus", 0),
-                   t.value("free", 0), Gib(t.value("memory_bytes", int64_t{0})));
+      const json& types = Field(*r, "types");
+      if (!types.is_array()) return Fail(Unexpected(*c, "a \"types\" list", *r));
+      fmt::print("backend {}\n{:<12} {:>6} {:>6} {:>8}\n", Text(*r, "backend"), "GPU", "GPUS",
+                 "FREE", "MEM GiB");
+      for (const json& t : types) {
+        fmt::print("{:<12} {:>6} {:>6} {:>8}\n", Text(t, "gpu"), Integer(t, "gpus"),
+                   Integer(t, "free"), Gib(Integer(t, "memory_bytes")));
       }
-    });
+    }));
   }
   {
     auto c = std::make_shared<ClientOptions>();
@@ -451,8 +722,7 @@ void RegisterServerCommands(CLI::App& app) {
                     "Node name (default: the inventory's, else the host's)");
     cmd->add_option("--inventory", ao->inventory_path, "Inventory file (last fallback)");
     cmd->add_option("--every", *every, "Seconds between heartbeats (0: send one and exit)");
-    cmd->callback([=] {
-      Resolve(*c);
+    cmd->callback(ClientCallback(c, [=] {
       do {
         server::GpuSourceInfo info;
         auto gpus = server::ReadGpus(*ao, &info);
@@ -470,7 +740,7 @@ void RegisterServerCommands(CLI::App& app) {
         if (!r.ok()) return Fail(r.status());
         if (*every > 0) std::this_thread::sleep_for(std::chrono::duration<double>(*every));
       } while (*every > 0 && !g_stop.load());
-    });
+    }));
   }
 }
 

@@ -42,6 +42,16 @@ Result<std::vector<ZooEntry>> LoadZoo() {
   return *kZoo;
 }
 
+std::optional<ModelSpec> FindZooModel(const std::string& name) {
+  auto zoo = LoadZoo();
+  if (!zoo.ok()) return std::nullopt;
+  const std::string want = ToLower(name);
+  for (const auto& e : *zoo) {
+    if (ToLower(e.name) == want || (!e.hf_id.empty() && ToLower(e.hf_id) == want)) return e.spec;
+  }
+  return std::nullopt;
+}
+
 Result<ModelSpec> ResolveModel(const std::string& name_or_path) {
   namespace fs = std::filesystem;
   std::error_code ec;

@@ -31,6 +31,10 @@ Result<std::vector<ZooEntry>> LoadZoo();
 // name or a HuggingFace id (case-insensitive). NotFound suggests the closest zoo names.
 Result<ModelSpec> ResolveModel(const std::string& name_or_path);
 
+// A zoo name or HuggingFace id only (case-insensitive): never touches the filesystem, so a name
+// from an untrusted client cannot reach a file. nullopt when the zoo has no such model.
+std::optional<ModelSpec> FindZooModel(const std::string& name);
+
 }  // namespace frenzy
 
 #endif  // FRENZY_MODEL_ZOO_H_

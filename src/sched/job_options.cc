@@ -149,12 +149,15 @@ Result<std::shared_ptr<const JobOptions>> OptionCache::Get(const std::string& mo
                                                            const JobSpec& job, OptionKind kind) {
   auto key = std::make_tuple(model_key, job.global_batch, job.seq_len,
                              static_cast<int>(job.precision), static_cast<int>(kind));
-  auto it = cache_.find(key);
-  if (it != cache_.end()) return it->second;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+  }
   ASSIGN_OR_RETURN(JobOptions built, BuildJobOptions(job, cluster_, catalog_, kind, margin_));
   auto shared = std::make_shared<const JobOptions>(std::move(built));
-  cache_.emplace(key, shared);
-  return shared;
+  std::lock_guard<std::mutex> lock(mu_);
+  return cache_.emplace(key, shared).first->second;
 }
 
 }  // namespace frenzy

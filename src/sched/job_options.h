@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -62,7 +63,10 @@ enum class OptionKind { kMarp, kHand };
 Result<JobOptions> BuildJobOptions(const JobSpec& job, const Cluster& cluster,
                                    const GpuCatalog& catalog, OptionKind kind, double margin);
 
-// Caches option tables by (model name, global batch, seq len, precision, kind). Not thread-safe.
+// Caches option tables by (model name, global batch, seq len, precision, kind). Thread-safe: a
+// table is built outside the cache's lock (building one can take seconds for a large model), so
+// a slow build never holds up lookups of tables already built; two threads building the same
+// table both build it and the first to finish is kept.
 class OptionCache {
  public:
   OptionCache(const Cluster& cluster, const GpuCatalog& catalog, double margin)
@@ -71,9 +75,13 @@ class OptionCache {
   // total time, so they are not part of the key: callers use plan.tokens_per_s.
   Result<std::shared_ptr<const JobOptions>> Get(const std::string& model_key, const JobSpec& job,
                                                 OptionKind kind);
-  size_t size() const { return cache_.size(); }
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cache_.size();
+  }
 
  private:
+  mutable std::mutex mu_;
   const Cluster& cluster_;
   const GpuCatalog& catalog_;
   double margin_;

@@ -2,43 +2,18 @@
 
 #include <arpa/inet.h>
 #include <fmt/core.h>
-#include <httplib.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 
-#include <chrono>
+#include <optional>
 #include <regex>
-#include <thread>
+#include <string_view>
+
+#include "common/json_limits.h"
 
 namespace frenzy::server {
 namespace {
 
 using nlohmann::json;
-
-// Debian's cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed when the
-// library was built) and does not expose its socket. More clients connecting at once than that
-// (the load bench's 8, a gang of ranks reporting after a restart) overflowed the queue: the
-// dropped SYNs were retransmitted a second later, a 1 s request. Linux lets a listening socket
-// call listen() again with a longer queue, so find ours by its port and do that.
-void RaiseListenBacklog(int port) {
-  for (int fd = 3; fd < 1024; ++fd) {
-    int listening = 0;
-    socklen_t len = sizeof(listening);
-    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || listening == 0) {
-      continue;
-    }
-    sockaddr_storage addr{};
-    socklen_t addr_len = sizeof(addr);
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) != 0) continue;
-    int bound = -1;
-    if (addr.ss_family == AF_INET) {
-      bound = ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
-    } else if (addr.ss_family == AF_INET6) {
-      bound = ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
-    }
-    if (bound == port) ::listen(fd, SOMAXCONN);
-  }
-}
 
 HttpResponse Error(int status, const std::string& code, const std::string& message,
                    const std::string& field = {}) {
@@ -69,23 +44,73 @@ HttpResponse Json(const Result<json>& r, int status = 200) {
   return out;
 }
 
-bool Authorized(const HttpRequest& req, const ApiOptions& o) {
-  if (o.token.empty()) return true;
+// The bearer token of the request ("" if none or not a bearer).
+std::string BearerToken(const HttpRequest& req) {
   const std::string prefix = "Bearer ";
-  if (req.authorization.size() != prefix.size() + o.token.size()) return false;
-  if (req.authorization.compare(0, prefix.size(), prefix) != 0) return false;
+  if (req.authorization.compare(0, prefix.size(), prefix) != 0) return {};
+  return req.authorization.substr(prefix.size());
+}
+
+bool IsAdmin(const HttpRequest& req, const ApiOptions& o) {
+  if (o.token.empty()) return true;
+  const std::string presented = BearerToken(req);
+  if (presented.size() != o.token.size()) return false;
   // Constant time over the token's length.
   unsigned char diff = 0;
   for (size_t i = 0; i < o.token.size(); ++i) {
-    diff |= static_cast<unsigned char>(req.authorization[prefix.size() + i] ^ o.token[i]);
+    diff |= static_cast<unsigned char>(presented[i] ^ o.token[i]);
   }
   return diff == 0;
+}
+
+// "127.0.0.1:8470", "localhost", "[::1]:8470" -> the host part.
+std::string HostPart(std::string_view host) {
+  if (host.starts_with("[")) {
+    size_t close = host.find(']');
+    return std::string(host.substr(1, close == std::string_view::npos ? host.npos : close - 1));
+  }
+  size_t colon = host.rfind(':');
+  if (colon != std::string_view::npos && host.find(':') == colon) host = host.substr(0, colon);
+  return std::string(host);
+}
+
+// Without a token the API trusts whoever can reach the loopback address, so it must not be
+// reachable from a web page: a browser sends any page's form or fetch to 127.0.0.1, and DNS
+// rebinding sends it under a foreign name. A page cannot send application/json cross-origin
+// without a preflight (which nothing here answers), and cannot forge Host or Origin.
+std::optional<HttpResponse> RefuseBrowsers(const HttpRequest& req, bool mutating) {
+  if (!req.host.empty() && !IsLoopback(HostPart(req.host))) {
+    return Error(403, "forbidden",
+                 "no token is configured: only loopback Host names are served", "Host");
+  }
+  if (!req.origin.empty()) {
+    std::string_view origin = req.origin;
+    size_t scheme = origin.find("://");
+    std::string_view rest = scheme == std::string_view::npos ? origin : origin.substr(scheme + 3);
+    if (!IsLoopback(HostPart(rest.substr(0, rest.find('/'))))) {
+      return Error(403, "forbidden", "no token is configured: cross-origin requests are refused",
+                   "Origin");
+    }
+  }
+  if (mutating && req.method == "POST") {
+    std::string_view type = req.content_type;
+    type = type.substr(0, type.find(';'));
+    while (!type.empty() && type.back() == ' ') type.remove_suffix(1);
+    if (type != "application/json") {
+      return Error(415, "unsupported_media_type", "the body must be sent as application/json",
+                   "Content-Type");
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
 
 bool IsLoopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  if (host == "localhost" || host == "::1") return true;
+  // A whole dotted quad in 127.0.0.0/8: "127.0.0.1.evil.example" is a name anyone can own.
+  in_addr a{};
+  return inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
 }
 
 HttpResponse Handle(Daemon& d, const HttpRequest& req, const ApiOptions& o) {
@@ -96,19 +121,40 @@ HttpResponse Handle(Daemon& d, const HttpRequest& req, const ApiOptions& o) {
   }
   const std::string& m = req.method;
   const std::string& p = req.path;
+  // Echoed in errors, cut short: a path may be kilobytes long.
+  const std::string what = m.substr(0, 16) + " " + p.substr(0, 256);
   bool mutating = m == "POST" || m == "DELETE" || m == "PUT" || m == "PATCH";
-  if (mutating && !Authorized(req, o)) {
+  if (o.token.empty()) {
+    if (auto refused = RefuseBrowsers(req, mutating)) return *refused;
+  }
+  const bool admin = IsAdmin(req, o);
+  auto body = [&]() -> Result<json> {
+    // Bounded before parsing: a deeply nested value would overflow the stack when stored or
+    // served back (json_limits.h).
+    return ParseJsonBounded(req.body, "body", JsonLimits{64, o.max_body_bytes});
+  };
+  static const std::regex kReport("^/v1/jobs/([A-Za-z0-9_-]{1,64})/report$");
+  std::smatch match;
+  if (std::regex_match(p, match, kReport)) {
+    if (m != "POST") return Error(405, "method_not_allowed", what);
+    // A run's own token reports for its own job, and is good for nothing else.
+    if (!admin && !d.RunTokenValid(match[1], BearerToken(req))) {
+      return BearerToken(req).empty()
+                 ? Error(401, "unauthorized", "this call needs 'Authorization: Bearer <token>'")
+                 : Error(403, "forbidden", "this token may not report for this job");
+    }
+    auto j = body();
+    if (!j.ok()) return FromStatus(j.status());
+    return Json(d.Report(match[1], *j));
+  }
+  if ((p == "/healthz" || p == "/metrics" || p == "/v1/cluster") && m != "GET") {
+    return Error(405, "method_not_allowed", what);
+  }
+  if (mutating && !admin) {
     return Error(401, "unauthorized", "this call needs 'Authorization: Bearer <token>'");
   }
-  auto body = [&]() -> Result<json> {
-    json j = json::parse(req.body, nullptr, false);
-    if (j.is_discarded()) return InvalidArgument("the body is not valid JSON", {}, "body");
-    return j;
-  };
   static const std::regex kJob("^/v1/jobs/([A-Za-z0-9_-]{1,64})$");
-  static const std::regex kReport("^/v1/jobs/([A-Za-z0-9_-]{1,64})/report$");
   static const std::regex kNode("^/v1/nodes/([A-Za-z0-9_.-]{1,128})/heartbeat$");
-  std::smatch match;
   if (p == "/healthz" && m == "GET") {
     HttpResponse r;
     r.body = json{{"ok", true}, {"backend", d.backend_name()}}.dump();
@@ -138,82 +184,27 @@ HttpResponse Handle(Daemon& d, const HttpRequest& req, const ApiOptions& o) {
       auto st = req.query.find("state");
       return Json(d.ListJobs(st == req.query.end() ? "" : st->second, limit));
     }
-    return Error(405, "method_not_allowed", m + " " + p);
-  }
-  if (std::regex_match(p, match, kReport)) {
-    if (m != "POST") return Error(405, "method_not_allowed", m + " " + p);
-    auto j = body();
-    if (!j.ok()) return FromStatus(j.status());
-    return Json(d.Report(match[1], *j));
+    return Error(405, "method_not_allowed", what);
   }
   if (std::regex_match(p, match, kJob)) {
     if (m == "GET") return Json(d.GetJob(match[1]));
     if (m == "DELETE") return Json(d.Cancel(match[1]));
-    return Error(405, "method_not_allowed", m + " " + p);
+    return Error(405, "method_not_allowed", what);
   }
   if (std::regex_match(p, match, kNode)) {
-    if (m != "POST") return Error(405, "method_not_allowed", m + " " + p);
+    if (m != "POST") return Error(405, "method_not_allowed", what);
     auto j = body();
     if (!j.ok()) return FromStatus(j.status());
     return Json(d.Heartbeat(match[1], *j));
   }
-  if (p == "/v1/cluster" && m == "GET") return Json(Result<json>(d.ClusterJson()));
-  if (p == "/v1/plan" && m == "POST") {
+  if (p == "/v1/cluster") return Json(Result<json>(d.ClusterJson()));
+  if (p == "/v1/plan") {
+    if (m != "POST") return Error(405, "method_not_allowed", what);
     auto j = body();
     if (!j.ok()) return FromStatus(j.status());
     return Json(d.Plan(*j));
   }
-  return Error(404, "not_found", "no such endpoint: " + m + " " + p);
-}
-
-// Connections served at once (runs' reports, agents' heartbeats, CLI and API clients).
-constexpr size_t kHttpWorkers = 64;
-
-Status Serve(Daemon& d, const std::string& host, int port, const ApiOptions& o,
-             const std::atomic<bool>& stop) {
-  httplib::Server server;
-  // Let bodies through to Handle, which answers 413 in the API's own format.
-  server.set_payload_max_length(o.max_body_bytes * 4);
-  server.set_read_timeout(5, 0);
-  // Responses go out as header and body writes: without this, Nagle and delayed ACKs add
-  // ~40 ms to every keep-alive request.
-  server.set_tcp_nodelay(true);
-  // Every open keep-alive connection holds one worker thread, and cpp-httplib's defaults (as
-  // many workers as cores, at least 8, and a connection closed after 5 requests) made clients
-  // beyond the eighth, and every fifth request, wait for a worker: up to a second.
-  server.new_task_queue = [] { return new httplib::ThreadPool(kHttpWorkers); };
-  server.set_keep_alive_max_count(1000);
-  auto handler = [&](const httplib::Request& in, httplib::Response& out) {
-    HttpRequest req;
-    req.method = in.method;
-    req.path = in.path;
-    for (const auto& [k, v] : in.params) req.query[k] = v;
-    req.authorization = in.get_header_value("Authorization");
-    req.body = in.body;
-    HttpResponse r;
-    try {
-      r = Handle(d, req, o);
-    } catch (const std::exception& e) {
-      r = Error(500, "internal", e.what());
-    }
-    out.status = r.status;
-    out.set_content(r.body, r.content_type);
-  };
-  server.Get(".*", handler);
-  server.Post(".*", handler);
-  server.Delete(".*", handler);
-  server.Put(".*", handler);
-  if (!server.bind_to_port(host, port)) {
-    return InvalidArgument(fmt::format("cannot listen on {}:{}", host, port), {}, "listen");
-  }
-  RaiseListenBacklog(port);
-  std::thread watcher([&] {
-    while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    server.stop();
-  });
-  server.listen_after_bind();
-  watcher.join();
-  return Status::Ok();
+  return Error(404, "not_found", "no such endpoint: " + what);
 }
 
 }  // namespace frenzy::server

@@ -6,11 +6,12 @@
 // {"error": {"code", "message", "field"}}; a bad request changes nothing.
 //
 // Handle() is the whole API as a function of a request, so tests call it without a socket;
-// Serve() puts it behind cpp-httplib.
+// Serve() puts it behind an event-driven HTTP/1.1 front (Boost.Beast).
 #ifndef FRENZY_SERVER_API_H_
 #define FRENZY_SERVER_API_H_
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -23,6 +24,9 @@ struct HttpRequest {
   std::string method, path;
   std::map<std::string, std::string> query;
   std::string authorization;  // the Authorization header
+  std::string content_type;   // the Content-Type header
+  std::string host, origin;   // the Host and Origin headers ("" when absent)
+  std::string peer;           // the client's address
   std::string body;
 };
 
@@ -33,18 +37,27 @@ struct HttpResponse {
 };
 
 struct ApiOptions {
-  std::string token;                 // "" only on a loopback address (the caller checks)
-  size_t max_body_bytes = 1 << 20;   // larger bodies: 413
+  std::string token;                // "" only on a loopback address (the caller checks)
+  size_t max_body_bytes = 1 << 20;  // larger bodies: 413
+  // The HTTP front's bounds (see http_front.cc): a request's line and headers must arrive
+  // within header_timeout_s of the connection becoming idle (this also closes idle keep-alive
+  // connections), its body within body_timeout_s of the headers.
+  double header_timeout_s = 10;
+  double body_timeout_s = 30;
+  size_t max_connections = 1024;
+  size_t max_connections_per_client = 128;
 };
 
 HttpResponse Handle(Daemon& daemon, const HttpRequest& request, const ApiOptions& options);
 
 // Serves until `stop` becomes true (checked a few times a second). Fails when the address
-// cannot be bound.
+// cannot be bound (in use by another process included: the port is never shared).
+// `on_listening`, if set, is called with the bound port (useful with port 0) once connections
+// are accepted. Defined in http_front.cc.
 Status Serve(Daemon& daemon, const std::string& host, int port, const ApiOptions& options,
-             const std::atomic<bool>& stop);
+             const std::atomic<bool>& stop, const std::function<void(int)>& on_listening = {});
 
-// True for 127.0.0.0/8, ::1 and "localhost".
+// True for an address in 127.0.0.0/8, ::1 and "localhost" (names under them are not).
 bool IsLoopback(const std::string& host);
 
 }  // namespace frenzy::server

@@ -2,13 +2,18 @@
 
 #include <fmt/core.h>
 
+#include <openssl/evp.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <functional>
+#include <random>
 #include <set>
 #include <unordered_map>
 
+#include "common/json_limits.h"
 #include "model/hf_config.h"
 #include "model/zoo.h"
 #include "runtime/actions.h"
@@ -43,10 +48,69 @@ std::string Describe(const Plan& p) {
                      p.gpu, p.tp, p.pp, p.dp, p.micro_batch, p.zero, RecomputeName(p.recompute));
 }
 
+// Stored JSON is read back bounded: a row planted or damaged on disk must not crash a reader.
 json ParseOr(const std::string& text, json fallback) {
-  if (text.empty()) return fallback;
-  json j = json::parse(text, nullptr, false);
-  return j.is_discarded() ? fallback : j;
+  return ParseJsonOr(text, std::move(fallback));
+}
+
+// Report bounds. A step trains at least one token, so neither may pass the job's tokens; no GPU
+// holds a terabyte.
+constexpr double kMaxPeakBytes = 1099511627776.0;  // 1 TiB
+
+std::string Sha256Hex(const std::string& text) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(text.data(), text.size(), digest, &len, EVP_sha256(), nullptr);
+  std::string hex;
+  for (unsigned int i = 0; i < len; ++i) hex += fmt::format("{:02x}", digest[i]);
+  return hex;
+}
+
+// 256 random bits, hex: a run's token.
+std::string NewRunToken() {
+  std::random_device rd("/dev/urandom");
+  std::string t;
+  for (int i = 0; i < 8; ++i) t += fmt::format("{:08x}", rd());
+  return "run-" + t;
+}
+
+bool EqualConstantTime(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// Fields of a heartbeat's GPU that are stored, with their types; anything else is dropped.
+Result<json> CleanGpuReading(const json& g, size_t i) {
+  const std::string at = fmt::format("gpus[{}]", i);
+  if (!g.is_object()) return InvalidArgument("each GPU must be an object", {}, at);
+  json out = json::object();
+  for (const char* key : {"gpu", "name"}) {
+    if (!g.contains(key)) continue;
+    if (!g[key].is_string() || g[key].get_ref<const std::string&>().size() > 128) {
+      return InvalidArgument("must be a string of at most 128 characters", {},
+                             at + "." + key);
+    }
+    out[key] = g[key];
+  }
+  if (g.contains("index")) {
+    if (!g["index"].is_number_integer() || g["index"].get<int64_t>() < 0 ||
+        g["index"].get<int64_t>() > 1024) {
+      return InvalidArgument("must be an integer in [0, 1024]", {}, at + ".index");
+    }
+    out["index"] = g["index"];
+  }
+  for (const char* key : {"memory_total_bytes", "memory_used_bytes"}) {
+    if (!g.contains(key)) continue;
+    if (!g[key].is_number_integer() || g[key].get<int64_t>() < 0 ||
+        g[key].get<double>() > kMaxPeakBytes) {
+      return InvalidArgument("must be an integer number of bytes in [0, 1 TiB]", {},
+                             at + "." + key);
+    }
+    out[key] = g[key];
+  }
+  return out;
 }
 
 }  // namespace
@@ -112,13 +176,98 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options, std::uniqu
     d->view_.nodes.push_back(NodeView{static_cast<int>(t), n.gpus, n.gpus, true});
   }
   d->runtime_opt_.restart_s = 60;
-  ASSIGN_OR_RETURN(auto active, d->store_->ListJobs({JobState::kQueued, JobState::kRunning}));
-  for (JobRow& r : active) {
-    int64_t key = KeyOf(r.id);
-    d->Hold(key, r);
-    d->active_.emplace(key, std::move(r));
-  }
+  RETURN_IF_ERROR(d->LoadStored());
   return d;
+}
+
+Status Daemon::LoadStored() {
+  // Stored rows are checked before use: one that cannot be read (damaged, planted, or from a
+  // version that accepted what this one refuses) is quarantined and reported, and the daemon
+  // runs on with the rest. A queued or running one is ended as failed with the reason; its
+  // stored spec stays as it was for an operator to look at.
+  auto bad_json = [](const std::string& text, bool object) {
+    if (text.empty()) return false;
+    json j = ParseJsonOr(text, json());
+    return j.is_null() || (object && !j.is_object());
+  };
+  ASSIGN_OR_RETURN(auto rows, store_->ListJobs());
+  const double now = now_s_();
+  for (JobRow& r : rows) {
+    std::string why;
+    if (r.spec.empty() || bad_json(r.spec, true)) {
+      why = "its spec is not a JSON object within the limits";
+    } else if (bad_json(r.plan, true) || bad_json(r.allocation, false)) {
+      why = "its plan or allocation is not JSON within the limits";
+    } else if (!Terminal(r.state)) {
+      json spec = ParseOr(r.spec, json::object());
+      spec.erase("model_key");
+      if (auto parsed = ParseSpec(spec); !parsed.ok()) {
+        why = "its spec is no longer accepted: " + parsed.status().ToString();
+      }
+    }
+    if (why.empty()) {
+      if (!Terminal(r.state)) {
+        int64_t key = KeyOf(r.id);
+        Hold(key, r);
+        active_.emplace(key, std::move(r));
+      }
+      continue;
+    }
+    ++quarantined_;
+    quarantine_notes_.push_back(fmt::format("job {}: {}", r.id, why));
+    if (!Terminal(r.state)) {
+      if (r.state == JobState::kRunning && !r.handle.empty()) {
+        (void)backend_->Cancel(r.handle);  // nothing can follow it without a readable spec
+      }
+      r.state = JobState::kFailed;
+      r.updated_s = r.finished_s = now;
+      r.allocation.clear();
+      r.message = "quarantined at start-up: " + why;
+      RETURN_IF_ERROR(store_->UpdateJob(r, "quarantined", why));
+    }
+  }
+  ASSIGN_OR_RETURN(auto nodes, store_->Nodes());
+  for (const NodeRow& n : nodes) {
+    if (bad_json(n.readings, true)) {
+      ++quarantined_;
+      quarantine_notes_.push_back(
+          fmt::format("node {}: its last heartbeat is not JSON within the limits (not shown)",
+                      n.name.substr(0, 128)));
+    }
+  }
+  return Status::Ok();
+}
+
+Result<ModelSpec> Daemon::ModelByName(const std::string& name) const {
+  if (name.size() > 256) return InvalidArgument("a model name of over 256 characters", {}, "model");
+  if (auto m = FindZooModel(name)) return *m;
+  // The operator's models folder: its entries are listed and matched by name, never opened by
+  // a path built from the request, so no name reaches a file outside it.
+  if (!opt_.models_dir.empty()) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    for (fs::directory_iterator it(opt_.models_dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const fs::path& entry = it->path();
+      std::string stem = entry.filename().string();
+      if (stem.ends_with(".json")) stem.resize(stem.size() - 5);
+      if (stem != name) continue;
+      fs::path config = it->is_directory(ec) ? entry / "config.json" : entry;
+      if (!fs::is_regular_file(fs::symlink_status(config, ec))) break;
+      auto m = LoadHfConfigFile(config.string());
+      if (!m.ok()) {
+        return Status(StatusCode::kFailedPrecondition,
+                      "the models folder's entry '" + name + "' is not a valid config", {},
+                      "model");
+      }
+      return *m;
+    }
+  }
+  // One answer for every unknown name, whatever the filesystem holds.
+  return NotFound(fmt::format("unknown model '{}': not a zoo name or HuggingFace id{}; send a "
+                              "custom model's config.json inline as \"model\": {{...}} "
+                              "(`frenzy models` lists the zoo)",
+                              name, opt_.models_dir.empty() ? "" : " nor a models-folder entry"),
+                  {}, "model");
 }
 
 Result<Daemon::Parsed> Daemon::ParseSpec(const json& spec) const {
@@ -137,13 +286,7 @@ Result<Daemon::Parsed> Daemon::ParseSpec(const json& spec) const {
   const json& model = spec["model"];
   if (model.is_string()) {
     std::string name = model.get<std::string>();
-    if (name.find('/') != std::string::npos || name.ends_with(".json")) {
-      return InvalidArgument("paths are not accepted over the API; send the config inline", {},
-                             "model");
-    }
-    auto m = ResolveModel(name);
-    if (!m.ok()) return Status(StatusCode::kNotFound, m.status().message(), {}, "model");
-    p.spec.model = *m;
+    ASSIGN_OR_RETURN(p.spec.model, ModelByName(name));
     p.model_key = name;
     p.model_name = name;
   } else if (model.is_object()) {
@@ -151,7 +294,15 @@ Result<Daemon::Parsed> Daemon::ParseSpec(const json& spec) const {
     if (!m.ok()) return Status(StatusCode::kInvalidArgument, m.status().ToString(), {}, "model");
     p.spec.model = *m;
     p.model_key = fmt::format("inline:{:x}", std::hash<std::string>{}(model.dump()));
-    p.model_name = model.value("_name_or_path", model.value("model_type", std::string("inline")));
+    // value() would throw on a field of another type: look before taking.
+    for (const char* key : {"_name_or_path", "model_type"}) {
+      if (model.contains(key) && model[key].is_string()) {
+        p.model_name = model[key].get<std::string>();
+        break;
+      }
+    }
+    if (p.model_name.empty()) p.model_name = "inline";
+    if (p.model_name.size() > 256) p.model_name.resize(256);
   } else {
     return InvalidArgument("must be a zoo name or a config object", {}, "model");
   }
@@ -215,7 +366,8 @@ Result<std::shared_ptr<const JobOptions>> Daemon::OptionsFor(const JobRow& row) 
 }
 
 Result<json> Daemon::Submit(const json& body) {
-  std::lock_guard<std::mutex> lock(mu_);
+  // Parsing and the option table (planning every layout: seconds for a large new model) run
+  // without the daemon's lock; only the insert takes it.
   ASSIGN_OR_RETURN(Parsed p, ParseSpec(body));
   ASSIGN_OR_RETURN(auto options, cache_.Get(p.model_key, p.spec, policy_->options_kind()));
   if (options->options.empty()) {
@@ -230,8 +382,9 @@ Result<json> Daemon::Submit(const json& body) {
   row.spec = p.normalized.dump();
   row.model = p.model_name;
   row.state = JobState::kQueued;
-  row.submitted_s = row.updated_s = now_s_();
   row.total_tokens = p.spec.tokens;
+  std::lock_guard<std::mutex> lock(mu_);
+  row.submitted_s = row.updated_s = now_s_();
   ASSIGN_OR_RETURN(std::string id, store_->InsertJob(row, p.model_name));
   row.id = id;
   active_.emplace(KeyOf(id), row);
@@ -326,19 +479,26 @@ Result<json> Daemon::Cancel(const std::string& id) {
 
 Result<json> Daemon::Report(const std::string& id, const json& body) {
   if (!body.is_object()) return InvalidArgument("a report must be a JSON object", {}, "");
-  auto field = [&](const char* key, bool required) -> Result<std::optional<double>> {
+  auto field = [&](const char* key, bool required, bool integer,
+                   double hi) -> Result<std::optional<double>> {
     if (!body.contains(key)) {
       if (required) return InvalidArgument("missing", {}, key);
       return std::optional<double>();
     }
-    if (!body[key].is_number() || body[key].get<double>() < 0) {
-      return InvalidArgument("must be a non-negative number", {}, key);
+    const json& v = body[key];
+    double x = v.is_number() ? v.get<double>() : -1;
+    if (!v.is_number() || (integer && x != std::floor(x)) || !(x >= 0 && x <= hi)) {
+      return InvalidArgument(fmt::format("must be a non-negative {} of at most {:g}",
+                                         integer ? "integer" : "number", hi),
+                             {}, key);
     }
-    return std::optional<double>(body[key].get<double>());
+    return std::optional<double>(x);
   };
-  ASSIGN_OR_RETURN(auto step, field("step", true));
-  ASSIGN_OR_RETURN(auto tokens, field("tokens", true));
-  ASSIGN_OR_RETURN(auto peak, field("peak_bytes", false));
+  // Types and absolute bounds first (a job has at most 1e15 tokens, see ParseSpec), then the
+  // job's own total under the lock.
+  ASSIGN_OR_RETURN(auto step, field("step", true, true, 1e15));
+  ASSIGN_OR_RETURN(auto tokens, field("tokens", true, false, 1e15));
+  ASSIGN_OR_RETURN(auto peak, field("peak_bytes", false, false, kMaxPeakBytes));
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(JobRow row, FindJob(id));
   if (row.state != JobState::kRunning) {
@@ -346,6 +506,23 @@ Result<json> Daemon::Report(const std::string& id, const json& body) {
                   fmt::format("job '{}' is {}, not running", id, JobStateName(row.state)), {},
                   "id");
   }
+  // A step trains at least one token: neither passes the job's total.
+  RETURN_IF_ERROR(field("step", true, true, row.total_tokens).status());
+  RETURN_IF_ERROR(field("tokens", true, false, row.total_tokens).status());
+  // Within one run, progress only goes forward (a resumed run is a new attempt and may restart
+  // from an earlier checkpoint).
+  const int64_t key = KeyOf(id);
+  auto& last = last_report_[key];
+  if (last.attempt != row.attempt) last = LastReport{row.attempt, 0, 0};
+  if (*step < last.step || *tokens < last.tokens) {
+    return Status(StatusCode::kFailedPrecondition,
+                  fmt::format("progress went back within attempt {}: step {:.0f} after {:.0f}, "
+                              "tokens {:.0f} after {:.0f}",
+                              row.attempt, *step, last.step, *tokens, last.tokens),
+                  {}, *step < last.step ? "step" : "tokens");
+  }
+  last.step = *step;
+  last.tokens = *tokens;
   row.step = static_cast<int64_t>(*step);
   row.done_tokens = std::min(row.total_tokens, std::max(row.done_tokens, *tokens));
   row.updated_s = now_s_();
@@ -361,11 +538,11 @@ Result<json> Daemon::Report(const std::string& id, const json& body) {
       r.peak_bytes = row.observed_bytes;
       r.predicted_bytes = predicted;
       r.capacity_bytes = capacity;
-      monitor_.Report(KeyOf(id), r);
-      double factor = monitor_.Factor(KeyOf(id)).value_or(0.0);
+      monitor_.Report(key, r);
+      double factor = monitor_.Factor(key).value_or(0.0);
       if (factor != row.memory_factor) dirty_ = true;
       row.memory_factor = factor;
-      row.memory_note = monitor_.Explain(KeyOf(id));
+      row.memory_note = monitor_.Explain(key);
     }
   }
   RETURN_IF_ERROR(Save(row, "", ""));
@@ -376,20 +553,46 @@ Result<json> Daemon::Heartbeat(const std::string& node, const json& body) {
   if (!body.is_object() || !body.contains("gpus") || !body["gpus"].is_array()) {
     return InvalidArgument("a heartbeat needs a 'gpus' array", {}, "gpus");
   }
+  if (body["gpus"].size() > 1024) return InvalidArgument("over 1,024 GPUs on a node", {}, "gpus");
   NodeRow n;
   n.name = node;
   n.gpus = static_cast<int64_t>(body["gpus"].size());
-  for (const json& g : body["gpus"]) {
-    if (!g.is_object()) return InvalidArgument("each GPU must be an object", {}, "gpus");
+  // Only what the daemon reads is stored, with its type checked: the stored heartbeat is served
+  // to anyone who asks for the cluster.
+  json gpus = json::array();
+  for (size_t i = 0; i < body["gpus"].size(); ++i) {
+    ASSIGN_OR_RETURN(json g, CleanGpuReading(body["gpus"][i], i));
     if (n.gpu.empty()) n.gpu = g.value("gpu", g.value("name", std::string()));
+    gpus.push_back(std::move(g));
+  }
+  json readings = {{"gpus", gpus}};
+  if (body.contains("source") && body["source"].is_string() &&
+      body["source"].get_ref<const std::string&>().size() <= 64) {
+    readings["source"] = body["source"];
   }
   n.up = true;
-  n.readings = body.dump();
+  n.readings = readings.dump();
   std::lock_guard<std::mutex> lock(mu_);
   n.last_seen_s = now_s_();
   RETURN_IF_ERROR(store_->UpsertNode(n));
   return json{{"ok", true}};
 }
+
+bool Daemon::RunTokenValid(const std::string& id, const std::string& token) {
+  if (token.empty()) return false;
+  const std::string hash = Sha256Hex(token);
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t key = KeyOf(id);
+  auto it = run_token_hash_.find(key);
+  if (it == run_token_hash_.end()) {
+    auto stored = store_->RunTokenHash(id);  // a run launched before a restart
+    if (!stored.ok() || stored->empty()) return false;
+    it = run_token_hash_.emplace(key, *stored).first;
+  }
+  return EqualConstantTime(hash, it->second);
+}
+
+Status Daemon::CheckStore() const { return store_->CheckFile(); }
 
 json Daemon::ClusterJson() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -421,7 +624,8 @@ json Daemon::ClusterJson() {
 }
 
 Result<json> Daemon::Plan(const json& body) {
-  std::lock_guard<std::mutex> lock(mu_);
+  // No lock: the cluster and catalog never change after Create, and a plan of a large model
+  // must not hold submissions up.
   ASSIGN_OR_RETURN(Parsed p, ParseSpec(body));
   PlannerOptions po;
   po.memory_margin = opt_.memory_margin;
@@ -444,6 +648,9 @@ std::string Daemon::Metrics() {
     auto n = store_->CountJobs(st);
     s += fmt::format("frenzy_jobs{{state=\"{}\"}} {}\n", JobStateName(st), n.ok() ? *n : -1);
   }
+  s += "# HELP frenzy_quarantined_rows Stored rows that could not be loaded at start-up (see the "
+       "log).\n# TYPE frenzy_quarantined_rows gauge\n";
+  s += fmt::format("frenzy_quarantined_rows {}\n", quarantined_);
   s += "# HELP frenzy_queue_length Jobs waiting for GPUs.\n# TYPE frenzy_queue_length gauge\n";
   s += fmt::format("frenzy_queue_length {}\n", queued);
   s += "# HELP frenzy_gpus GPUs per type: total and used.\n# TYPE frenzy_gpus gauge\n";
@@ -675,7 +882,12 @@ Status Daemon::Launch(JobRow& row, const JobView& v, const Allocation& alloc, do
   if (!opt_.report_base_url.empty()) {
     ls.env["FRENZY_REPORT_URL"] = opt_.report_base_url + "/v1/jobs/" + row.id + "/report";
   }
-  if (!opt_.token.empty()) ls.env["FRENZY_TOKEN"] = opt_.token;
+  // The run reports with a token of its own, good for this job's reports only (never the admin
+  // token: a training script can then not cancel or submit jobs); only its hash is stored.
+  const std::string run_token = NewRunToken();
+  RETURN_IF_ERROR(store_->SetRunTokenHash(row.id, Sha256Hex(run_token)));
+  run_token_hash_[KeyOf(row.id)] = Sha256Hex(run_token);
+  ls.env["FRENZY_TOKEN"] = run_token;
   auto handle = backend_->Launch(ls);
   ++row.attempt;
   row.updated_s = now;

@@ -23,6 +23,7 @@
 #include "common/status.h"
 #include "hardware/cluster.h"
 #include "hardware/gpu.h"
+#include "model/model_spec.h"
 #include "runtime/actions.h"
 #include "runtime/faults.h"
 #include "runtime/monitor.h"
@@ -50,6 +51,9 @@ struct DaemonOptions {
   // depend on time and progress).
   double idle_pass_s = 5;
   double checkpoint_every_s = 5;  // see Checkpoint()
+  // A folder of config.json files (or folders holding one) the operator offers by name, beside
+  // the zoo. API model names never reach any other file. "" : the zoo only.
+  std::string models_dir;
 };
 
 class Daemon {
@@ -71,6 +75,13 @@ class Daemon {
   nlohmann::json ClusterJson();
   Result<nlohmann::json> Plan(const nlohmann::json& spec);
   std::string Metrics();
+  // True when `token` is the one the job's current run was launched with (runs report with it;
+  // it is good for nothing else).
+  bool RunTokenValid(const std::string& id, const std::string& token);
+  // Not OK once the database file was deleted or replaced: the caller must stop.
+  Status CheckStore() const;
+  // What start-up could not load and set aside (see LoadStored), for the log.
+  const std::vector<std::string>& quarantine_notes() const { return quarantine_notes_; }
 
   // One pass of the control loop: follow the runs, apply the runtime's memory decisions, ask the
   // policy, launch. Returns the number of state changes it made.
@@ -88,6 +99,10 @@ class Daemon {
          std::function<double()> now, Cluster c);
   struct Parsed;  // a validated job spec
   Result<Parsed> ParseSpec(const nlohmann::json& spec) const;
+  // A model by name: the zoo, then the operator's models folder; never a path.
+  Result<ModelSpec> ModelByName(const std::string& name) const;
+  // Loads the stored queued and running jobs; quarantines rows that cannot be read.
+  Status LoadStored();
   Result<std::shared_ptr<const JobOptions>> OptionsFor(const JobRow& row);
   nlohmann::json JobJson(const JobRow& row, bool detail);
   struct Pass;  // one scheduling pass: the snapshot the policy decides on
@@ -139,6 +154,16 @@ class Daemon {
   int64_t change_seq_ = 0;   // Snapshot::change_seq: passes that saw a change
   double last_pass_s_ = -1;  // when the policy was last asked
   double last_checkpoint_s_ = -1e300;  // the control loop's alone (see Checkpoint)
+  // Per job: the SHA-256 of its current run's token.
+  std::unordered_map<int64_t, std::string> run_token_hash_;
+  // Per job: the last report of the current attempt (reports may not go back within one).
+  struct LastReport {
+    int64_t attempt = -1;
+    double step = 0, tokens = 0;
+  };
+  std::unordered_map<int64_t, LastReport> last_report_;
+  int64_t quarantined_ = 0;
+  std::vector<std::string> quarantine_notes_;
   // Metrics.
   int64_t submissions_ = 0, launches_ = 0, ticks_ = 0, passes_ = 0;
   double last_schedule_s_ = 0, schedule_s_total_ = 0, last_locked_s_ = 0;

@@ -13,6 +13,7 @@
 
 #include "hardware/gpu.h"
 #include "server/process.h"
+#include "server/slurm_backend.h"  // WritePrivateFile
 
 namespace frenzy::server {
 namespace {
@@ -28,6 +29,15 @@ constexpr char kCompletionIndexField[] =
 // Longest Job name: its pods are named and hostnamed "<name>-<index>", which must stay a DNS
 // label (63) for indexes of up to 6 digits.
 constexpr size_t kMaxJobName = 56;
+// The variables of LaunchSpec::env whose values are credentials: they go into the run's Secret
+// and reach the container through secretKeyRef, so the Job (which anyone who may list Jobs or
+// describe pods can read) never holds them.
+constexpr const char* kSecretEnv[] = {"FRENZY_TOKEN"};
+
+bool IsSecretEnv(const std::string& key) {
+  return std::any_of(std::begin(kSecretEnv), std::end(kSecretEnv),
+                     [&](const char* k) { return key == k; });
+}
 
 uint32_t Fnv1a(std::string_view s) {
   uint32_t h = 2166136261u;
@@ -157,7 +167,14 @@ json Env(const LaunchSpec& spec, const std::string& name, const K8sOptions& o) {
   for (const auto& [key, value] : spec.env) {
     // The launcher's variables above win: they describe the layout this manifest runs.
     if (std::find(set.begin(), set.end(), key) != set.end()) continue;
-    env.push_back({{"name", key}, {"value", EscapeExpansion(value)}});
+    if (IsSecretEnv(key)) {
+      // The Secret has the Job's name (SecretManifest); Kubernetes does not expand $(...) in
+      // values taken from a Secret, so the value stays as it is there.
+      env.push_back(
+          {{"name", key}, {"valueFrom", {{"secretKeyRef", {{"name", name}, {"key", key}}}}}});
+    } else {
+      env.push_back({{"name", key}, {"value", EscapeExpansion(value)}});
+    }
   }
   return env;
 }
@@ -205,7 +222,7 @@ std::string GpuTypeFromLabel(const std::string& label, const K8sOptions& o) {
   return label;
 }
 
-::frenzy::Status WriteFile(const std::string& path, const std::string& text) {
+::frenzy::Status MakeParentFolder(const std::string& path) {
   std::error_code ec;
   std::filesystem::path p(path);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
@@ -213,6 +230,12 @@ std::string GpuTypeFromLabel(const std::string& label, const K8sOptions& o) {
     return Status(StatusCode::kInternal, "cannot create the manifest folder: " + ec.message(),
                   p.parent_path());
   }
+  return {};
+}
+
+// A manifest without credentials (see WritePrivateFile for the Secret's).
+::frenzy::Status WriteFile(const std::string& path, const std::string& text) {
+  RETURN_IF_ERROR(MakeParentFolder(path));
   std::ofstream out(path, std::ios::trunc);
   out << text;
   out.close();
@@ -334,6 +357,20 @@ json JobManifest(const LaunchSpec& spec, const K8sOptions& options) {
           {"kind", "Job"},
           {"metadata", Metadata(spec, name, options)},
           {"spec", job_spec}};
+}
+
+json SecretManifest(const LaunchSpec& spec, const K8sOptions& options) {
+  json data = json::object();
+  for (const auto& [key, value] : spec.env) {
+    if (IsSecretEnv(key)) data[key] = value;
+  }
+  if (data.empty()) return nullptr;
+  const std::string name = K8sJobName(spec);
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"metadata", Metadata(spec, name, options)},
+          {"type", "Opaque"},
+          {"stringData", data}};
 }
 
 json ServiceManifest(const LaunchSpec& spec, const K8sOptions& options) {
@@ -475,6 +512,10 @@ std::string K8sBackend::ManifestPath(const std::string& job_name) const {
   return (std::filesystem::path(opt_.manifest_dir) / (job_name + ".json")).string();
 }
 
+std::string K8sBackend::SecretManifestPath(const std::string& job_name) const {
+  return (std::filesystem::path(opt_.manifest_dir) / (job_name + ".secret.json")).string();
+}
+
 std::vector<std::string> K8sBackend::Kubectl(const std::string& ns) const {
   std::vector<std::string> argv = {opt_.kubectl};
   if (!opt_.kubeconfig.empty()) {
@@ -540,10 +581,22 @@ Result<std::string> K8sBackend::Launch(const LaunchSpec& spec) {
            {"items", json::array({ServiceManifest(spec, opt_), job})}};
   }
   const std::string path = ManifestPath(name);
+  const std::string secret_path = SecretManifestPath(name);
+  const json secret = SecretManifest(spec, opt_);
+  std::error_code ec;
+  if (secret.is_null()) {
+    std::filesystem::remove(secret_path, ec);  // no older token lingers in the folder
+  } else {
+    RETURN_IF_ERROR(MakeParentFolder(secret_path));
+    RETURN_IF_ERROR(WritePrivateFile(secret_path, secret.dump(2) + "\n"));
+  }
   RETURN_IF_ERROR(WriteFile(path, doc.dump(2) + "\n"));
   if (opt_.apply) {
     auto argv = Kubectl(opt_.namespace_name);
-    argv.insert(argv.end(), {"apply", "--filename", path});
+    argv.push_back("apply");
+    // The Secret first: the pods' containers cannot start before it exists.
+    if (!secret.is_null()) argv.insert(argv.end(), {"--filename", secret_path});
+    argv.insert(argv.end(), {"--filename", path});
     ASSIGN_OR_RETURN(CommandResult r, RunCommand(argv, "", opt_.kubectl_timeout_s));
     if (!r.ok()) return KubectlFailed("kubectl apply -f " + path, r).WithWhere(path);
   }
@@ -588,17 +641,21 @@ Result<RunStatus> K8sBackend::Status(const std::string& handle) {
 ::frenzy::Status K8sBackend::Cancel(const std::string& handle) {
   ASSIGN_OR_RETURN(Handle h, ParseHandle(handle));
   if (!opt_.apply) {
-    std::error_code ec;
-    std::filesystem::remove(ManifestPath(h.name), ec);  // missing: already cancelled
-    if (ec) {
-      return ::frenzy::Status(StatusCode::kInternal, "cannot remove the manifest: " + ec.message(),
-                              ManifestPath(h.name));
+    for (const std::string& path : {ManifestPath(h.name), SecretManifestPath(h.name)}) {
+      std::error_code ec;
+      std::filesystem::remove(path, ec);  // missing: already cancelled (or no Secret)
+      if (ec) {
+        return ::frenzy::Status(StatusCode::kInternal,
+                                "cannot remove the manifest: " + ec.message(), path);
+      }
     }
     return {};
   }
-  // The Service exists only for multi-node runs; --ignore-not-found covers the others.
+  // The Service exists only for multi-node runs, the Secret only for runs with a token;
+  // --ignore-not-found covers the others.
   auto argv = Kubectl(h.ns);
-  argv.insert(argv.end(), {"delete", "job,service", h.name, "--ignore-not-found", "--wait=false"});
+  argv.insert(argv.end(),
+              {"delete", "job,service,secret", h.name, "--ignore-not-found", "--wait=false"});
   ASSIGN_OR_RETURN(CommandResult r, RunCommand(argv, "", opt_.kubectl_timeout_s));
   if (!r.ok()) return KubectlFailed("kubectl delete job " + h.name, r);
   return {};

@@ -8,8 +8,12 @@
 // planned GPU type through a nodeSelector on the GPU product label that NVIDIA's GPU feature
 // discovery puts on nodes.
 //
+// Credentials in the run's environment (FRENZY_TOKEN) never appear in the Job: they go into a
+// Secret of the Job's name, written to its own manifest file (mode 0600, see WritePrivateFile),
+// applied before the Job and read by the container through secretKeyRef.
+//
 // Without a cluster (`apply` off) the backend only writes manifests: Status says the run is
-// pending with the manifest's path, Cancel removes the manifest, and Nodes is an error.
+// pending with the manifest's path, Cancel removes the manifests, and Nodes is an error.
 //
 // Handles are "k8s:<namespace>/<job name>". Thread safety: none needed beyond the files and the
 // cluster itself; each call is independent.
@@ -68,9 +72,14 @@ std::string GpuProductLabel(const std::string& gpu, const K8sOptions& options);
 // rank fails the run; the daemon decides about retries), `nvidia.com/gpu` limit of
 // gpus_per_node, a nodeSelector on the GPU's product label when one is known, the launcher
 // environment (NODE_RANK, NNODES, NPROC_PER_NODE, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and
-// spec.env, and the command `torchrun --nnodes ... --node_rank=$(NODE_RANK) ... <spec.command>`.
+// spec.env (credentials as secretKeyRef references to SecretManifest's Secret, never their
+// values), and the command `torchrun --nnodes ... --node_rank=$(NODE_RANK) ... <spec.command>`.
 // REQUIRES: spec.command is not empty (Launch checks).
 nlohmann::json JobManifest(const LaunchSpec& spec, const K8sOptions& options);
+
+// The v1 Secret (type Opaque, the Job's name) holding the credentials of spec.env as stringData,
+// one key per variable (FRENZY_TOKEN); null when spec.env holds none.
+nlohmann::json SecretManifest(const LaunchSpec& spec, const K8sOptions& options);
 
 // The headless Service (clusterIP None) that gives the pods of a multi-node run DNS names.
 nlohmann::json ServiceManifest(const LaunchSpec& spec, const K8sOptions& options);
@@ -94,8 +103,10 @@ class K8sBackend : public Backend {
   Result<RunStatus> Status(const std::string& handle) override;
   ::frenzy::Status Cancel(const std::string& handle) override;
 
-  // Where Launch writes the manifest of the run named `job_name`.
+  // Where Launch writes the manifest of the run named `job_name` (its Job, with the Service of a
+  // multi-node run), and its Secret (mode 0600; only for runs with credentials).
   std::string ManifestPath(const std::string& job_name) const;
+  std::string SecretManifestPath(const std::string& job_name) const;
 
  private:
   std::vector<std::string> Kubectl(const std::string& ns) const;  // the common argv prefix

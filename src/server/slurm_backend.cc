@@ -1,7 +1,13 @@
 #include "server/slurm_backend.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -159,6 +165,38 @@ std::string JoinArgv(const std::vector<std::string>& argv) {
 }
 
 }  // namespace
+
+::frenzy::Status WritePrivateFile(const std::string& path, const std::string& text) {
+  // A fresh file from mkostemp (O_CREAT | O_EXCL, so never an existing file or a link planted at
+  // the name) renamed over `path` once written: no moment where the text is readable by others,
+  // and readers of `path` see the old file or the whole new one.
+  std::string tmp = path + ".XXXXXX";
+  int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) {
+    return ::frenzy::Status(StatusCode::kInternal,
+                            "cannot create a file next to it: " + std::string(std::strerror(errno)),
+                            path);
+  }
+  auto fail = [&](const std::string& what) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    return ::frenzy::Status(StatusCode::kInternal, what + ": " + std::strerror(err), path);
+  };
+  // mkostemp asks for 0600 but the umask may take bits away; set it exactly, before any text.
+  if (::fchmod(fd, S_IRUSR | S_IWUSR) != 0) return fail("cannot set its mode to 0600");
+  for (size_t done = 0; done < text.size();) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail("cannot write it");
+    done += static_cast<size_t>(n);
+  }
+  const int closed = ::close(fd);
+  fd = -1;
+  if (closed != 0) return fail("cannot write it");
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail("cannot replace it");
+  return ::frenzy::Status::Ok();
+}
 
 std::string GresType(std::string_view gpu, const SlurmOptions& options) {
   const std::string key = GpuCatalog::Normalize(gpu);
@@ -499,14 +537,10 @@ Result<std::string> SlurmBackend::Launch(const LaunchSpec& spec) {
   fs::remove(fs::path(spec.workdir) / "exit_code", ec);
   fs::remove(fs::path(spec.workdir) / "cancelled", ec);
   const fs::path script = fs::path(spec.workdir) / "job.sbatch";
-  {
-    std::ofstream out(script, std::ios::binary | std::ios::trunc);
-    out << SbatchScript(spec, options_);
-    out.flush();
-    if (!out) return ::frenzy::Status(StatusCode::kInternal, "cannot write " + script.string());
-  }
-  fs::permissions(script, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read,
-                  ec);
+  // The script exports the run's environment, FRENZY_TOKEN among it: owner-only. sbatch reads
+  // the file and hands its text to slurmctld, so it needs neither the execute bit nor others'
+  // read bit.
+  RETURN_IF_ERROR(WritePrivateFile(script.string(), SbatchScript(spec, options_)));
 
   std::vector<std::string> argv = {"sbatch", "--parsable"};
   argv.insert(argv.end(), options_.extra_sbatch_args.begin(), options_.extra_sbatch_args.end());

@@ -2,7 +2,8 @@
 // scontrol, scancel, sinfo) with SLURM_CONF pointing at the cluster's slurm.conf.
 //
 // A run is one batch job (the run's folder must be on a filesystem the nodes share):
-//   WORKDIR/job.sbatch     the script (SbatchScript), submitted with `sbatch --parsable`
+//   WORKDIR/job.sbatch     the script (SbatchScript), submitted with `sbatch --parsable`;
+//                          mode 0600, as it holds the run's environment and so its token
 //   WORKDIR/slurm-<id>.out the job's output (all ranks)
 //   WORKDIR/exit_code      srun's exit code, written by the script when the ranks end
 //   WORKDIR/cancelled      the marker Cancel leaves
@@ -50,6 +51,11 @@ std::string GresType(std::string_view gpu, const SlurmOptions& options);
 // entry whose name or alias the type matches ("a10080gb" -> "A100-80GB", "a100" ->
 // "A100-80GB"), else the type itself.
 std::string CatalogGpuForGres(std::string_view type, const SlurmOptions& options);
+
+// Writes `text` to `path` with mode 0600 from the file's creation on (a new file renamed over
+// any old one), for files that hold credentials (the k8s backend's Secret manifests too).
+// Errors: Internal naming `path` and the reason.
+::frenzy::Status WritePrivateFile(const std::string& path, const std::string& text);
 
 // Quotes `s` for a POSIX shell (single quotes; an inner ' as '\'').
 std::string ShellQuote(std::string_view s);

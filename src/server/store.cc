@@ -1,7 +1,14 @@
 #include "server/store.h"
 
+#include <fcntl.h>
 #include <fmt/core.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 namespace frenzy::server {
 namespace {
@@ -69,7 +76,43 @@ CREATE INDEX IF NOT EXISTS events_job ON events (job_id, id);
 CREATE TABLE IF NOT EXISTS nodes (
   name TEXT PRIMARY KEY, gpu TEXT NOT NULL, gpus INTEGER NOT NULL, up INTEGER NOT NULL,
   last_seen_s REAL NOT NULL, readings TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS run_tokens (job_id TEXT PRIMARY KEY, hash TEXT NOT NULL);
 )sql";
+
+// Takes the exclusive lock on `lock_path` and writes our PID into it; on failure says who holds
+// it. The lock is the open file description's: it goes with the process, kill -9 included.
+Result<int> LockDatabase(const std::string& db_path) {
+  const std::string lock_path = db_path + ".lock";
+  int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("cannot open database: its lock file {}: {}", lock_path,
+                              std::strerror(errno)),
+                  db_path, "db");
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    char buf[32] = {};
+    ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+    ::close(fd);
+    std::string holder = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("?");
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    if (err == EWOULDBLOCK) {
+      return Status(StatusCode::kFailedPrecondition,
+                    fmt::format("the database is in use by another frenzyd (pid {}; lock file {})",
+                                holder, lock_path),
+                    db_path, "db");
+    }
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("cannot lock {}: {}", lock_path, std::strerror(err)), db_path, "db");
+  }
+  std::string pid = fmt::format("{}\n", ::getpid());
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    // The lock holds regardless; only the message a second daemon prints loses the PID.
+  }
+  return fd;
+}
 
 constexpr const char* kJobColumns =
     "id, spec, model, state, submitted_s, updated_s, started_s, finished_s, plan, why, handle, "
@@ -139,14 +182,18 @@ std::optional<JobState> JobStateFromName(const std::string& s) {
 }
 
 Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+  ASSIGN_OR_RETURN(int lock_fd, LockDatabase(path));
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
       SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
+    ::close(lock_fd);
     return Status(StatusCode::kInvalidArgument, "cannot open database: " + msg, path, "db");
   }
   std::unique_ptr<Store> s(new Store(db));
+  s->path_ = path;
+  s->lock_fd_ = lock_fd;
   sqlite3_busy_timeout(db, 5000);
   // WAL: readers never block the writer; NORMAL sync survives a killed process (not a power
   // cut of the machine, which FULL would).
@@ -154,6 +201,11 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
       "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA journal_size_limit=67108864;"));
   Status st = s->Exec(kSchema);
   if (!st.ok()) return Status(st.code(), st.ToString(), path, "db");
+  struct stat file {};
+  if (::stat(path.c_str(), &file) == 0) {
+    s->dev_ = file.st_dev;
+    s->ino_ = file.st_ino;
+  }
   // Checkpoints (copying the WAL back into the database) run on a second connection, from
   // Checkpoint(), not inside whichever commit crosses SQLite's 1,000-page mark: that commit
   // took tens of milliseconds and every submission queued behind it waited as long.
@@ -181,6 +233,46 @@ Store::~Store() {
   for (auto& [sql, stmt] : stmts_) sqlite3_finalize(stmt);
   sqlite3_close(checkpoint_db_);
   sqlite3_close(db_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
+}
+
+Status Store::CheckFile() const {
+  struct stat file {};
+  if (::stat(path_.c_str(), &file) != 0) {
+    return Status(StatusCode::kFailedPrecondition,
+                  fmt::format("the database file is gone ({}): it was deleted under the running "
+                              "daemon; stopping before more changes are lost",
+                              std::strerror(errno)),
+                  path_, "db");
+  }
+  if (file.st_dev != dev_ || file.st_ino != ino_) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "the database file was replaced under the running daemon; stopping before "
+                  "changes go to the old one",
+                  path_, "db");
+  }
+  return Status::Ok();
+}
+
+Status Store::SetRunTokenHash(const std::string& job_id, const std::string& hash) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, Prepare("INSERT INTO run_tokens (job_id, hash) VALUES (?, ?) "
+                      "ON CONFLICT(job_id) DO UPDATE SET hash=excluded.hash"));
+  if (!s.ok()) return DbError(db_, "prepare run token");
+  s.Bind(1, job_id).Bind(2, hash);
+  if (s.Step() != SQLITE_DONE) return DbError(db_, "run token");
+  return Status::Ok();
+}
+
+Result<std::string> Store::RunTokenHash(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, Prepare("SELECT hash FROM run_tokens WHERE job_id = ?"));
+  if (!s.ok()) return DbError(db_, "prepare run token");
+  s.Bind(1, job_id);
+  int rc = s.Step();
+  if (rc == SQLITE_DONE) return std::string();
+  if (rc != SQLITE_ROW) return DbError(db_, "run token");
+  return s.Text(0);
 }
 
 Result<int64_t> Store::Checkpoint() {

@@ -3,6 +3,11 @@
 // moment restarts with every accepted job in the state of its last completed change.
 //
 // Thread-safe (one connection behind a mutex): the HTTP handlers and the control loop share it.
+//
+// One process per database: Open() takes an exclusive lock (flock) on "<path>.lock", held until
+// the store is destroyed, so a second daemon on the same database fails at start-up with the
+// PID of the one holding it instead of running beside it (two schedulers launching and
+// cancelling the same jobs).
 #ifndef FRENZY_SERVER_STORE_H_
 #define FRENZY_SERVER_STORE_H_
 
@@ -66,6 +71,7 @@ struct NodeRow {
 
 class Store {
  public:
+  // kFailedPrecondition when another process holds the database's lock.
   static Result<std::unique_ptr<Store>> Open(const std::string& path);
   ~Store();
   Store(const Store&) = delete;
@@ -90,6 +96,13 @@ class Store {
   // Frames in the write-ahead log after the last commit (0 before the first).
   int64_t WalFrames() const { return wal_frames_.load(); }
   Result<std::vector<NodeRow>> Nodes();
+  // The SHA-256 (hex) of the token a job's current run reports with; "" if none.
+  Status SetRunTokenHash(const std::string& job_id, const std::string& hash);
+  Result<std::string> RunTokenHash(const std::string& job_id);
+  // kFailedPrecondition once the database file was deleted or replaced under this process
+  // (SQLite keeps writing to the unlinked file: every later change would be lost).
+  Status CheckFile() const;
+  const std::string& path() const { return path_; }
 
  private:
   explicit Store(sqlite3* db) : db_(db) {}
@@ -107,6 +120,9 @@ class Store {
   std::mutex checkpoint_mu_;
   sqlite3* checkpoint_db_ = nullptr;
   std::atomic<int64_t> wal_frames_{0};
+  std::string path_;
+  int lock_fd_ = -1;
+  uint64_t dev_ = 0, ino_ = 0;  // of the database file when opened
 };
 
 }  // namespace frenzy::server

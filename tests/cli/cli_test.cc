@@ -1,13 +1,23 @@
 // Runs the real `frenzy` binary as a user would and checks its output and exit codes.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "cli_run.h"
 
+#include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -185,6 +195,319 @@ TEST(Cli, HelpForEverySubcommand) {
     EXPECT_EQ(r.exit_code, 0) << sub;
     EXPECT_NE(r.out.find("--json"), std::string::npos) << sub;
   }
+}
+
+// ---- the client commands against servers that are not (working) frenzyds ------------------
+
+// A TCP server on 127.0.0.1 (a port of the kernel's choosing) that treats every connection the
+// same way, from its own thread, until destroyed: answers with fixed bytes, holds it open and
+// says nothing, or closes it at once.
+class TinyServer {
+ public:
+  enum class Mode { kAnswer, kSilent, kClose };
+
+  explicit TinyServer(Mode mode, std::string answer = "")
+      : mode_(mode), answer_(std::move(answer)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    socklen_t len = sizeof(addr);
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        ::listen(fd_, 16) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      ADD_FAILURE() << "cannot listen on 127.0.0.1";
+      return;
+    }
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~TinyServer() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    for (int fd : held_) ::close(fd);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  TinyServer(const TinyServer&) = delete;
+  TinyServer& operator=(const TinyServer&) = delete;
+
+  int port() const { return port_; }
+  std::string url(const std::string& scheme = "http") const {
+    return scheme + "://127.0.0.1:" + std::to_string(port_);
+  }
+  int connections() const { return connections_; }
+
+ private:
+  void Loop() {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      int fd = ::accept(fd_, nullptr, nullptr);
+      if (fd < 0) continue;
+      ++connections_;
+      if (mode_ == Mode::kClose) {
+        ::close(fd);
+      } else if (mode_ == Mode::kSilent) {
+        held_.push_back(fd);  // open until the destructor
+      } else {
+        ReadRequest(fd);
+        for (size_t done = 0; done < answer_.size();) {
+          ssize_t n = ::send(fd, answer_.data() + done, answer_.size() - done, MSG_NOSIGNAL);
+          if (n <= 0) break;
+          done += static_cast<size_t>(n);
+        }
+        // Close only after the client is done, so that unread bytes do not turn the close into
+        // a reset that could beat the answer.
+        ::shutdown(fd, SHUT_WR);
+        ReadUntilQuiet(fd, 2000);
+        ::close(fd);
+      }
+    }
+  }
+  // The request's head and body (by Content-Length), or whatever comes until the client pauses
+  // (a TLS handshake is no HTTP request).
+  static void ReadRequest(int fd) {
+    std::string got;
+    char buf[4096];
+    while (true) {
+      size_t head_end = got.find("\r\n\r\n");
+      if (head_end != std::string::npos) {
+        std::string head = got.substr(0, head_end);
+        std::transform(head.begin(), head.end(), head.begin(), ::tolower);
+        size_t cl = head.find("content-length:");
+        size_t body = cl == std::string::npos ? 0 : std::stoul(head.substr(cl + 15));
+        if (got.size() >= head_end + 4 + body) return;
+      }
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, got.empty() ? 2000 : 300) <= 0) return;
+      ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) return;
+      got.append(buf, static_cast<size_t>(n));
+    }
+  }
+  static void ReadUntilQuiet(int fd, int timeout_ms) {
+    char buf[4096];
+    pollfd p{fd, POLLIN, 0};
+    while (::poll(&p, 1, timeout_ms) > 0 && ::recv(fd, buf, sizeof(buf), 0) > 0) {
+    }
+  }
+
+  Mode mode_;
+  std::string answer_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> connections_{0};
+  std::vector<int> held_;
+  std::thread thread_;
+};
+
+std::string HttpAnswer(const std::string& status, const std::string& type,
+                       const std::string& body) {
+  return "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
+         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
+         body;
+}
+
+// Every client command, with what it needs besides the server.
+const std::vector<std::string>& ClientCommands() {
+  static const std::vector<std::string> kCommands = {
+      "submit --model gpt2 --tokens 1e6 --global-batch 8 --seq-len 128", "jobs", "status j-1",
+      "cancel j-1", "cluster status"};
+  return kCommands;
+}
+
+// A failed client command: exit code 2, one line on stderr (nothing on stdout) naming the server
+// and containing `what`, never an internal error.
+void ExpectClearError(const CliRun& r, const std::string& command, const std::string& server,
+                      const std::string& what) {
+  SCOPED_TRACE(command);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  EXPECT_EQ(r.out.rfind("frenzy: error: ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find(server), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(what), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+}
+
+// The client commands read $FRENZY_TOKEN and $FRENZY_SERVER: none from the test's environment.
+class CliClient : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::unsetenv("FRENZY_TOKEN");
+    ::unsetenv("FRENZY_SERVER");
+  }
+};
+
+TEST_F(CliClient, AnHtmlPageIsNotJson) {
+  const std::string page =
+      "<!DOCTYPE html>\n<html>\n<head><title>Welcome to nginx!</title></head>\n<body>"
+      "<h1>Welcome to nginx!</h1><p>If you see this page, the nginx web server is successfully "
+      "installed.</p></body></html>\n";
+  TinyServer server(TinyServer::Mode::kAnswer, HttpAnswer("200 OK", "text/html", page));
+  for (const std::string& cmd : ClientCommands()) {
+    CliRun r = Frenzy(cmd + " --server " + server.url() + " --token good-token");
+    ExpectClearError(r, cmd, server.url(),
+                     "answered with something that is not JSON (HTTP 200, text/html): "
+                     "'<!DOCTYPE html> <html> <head><title>Welcome to nginx!</title></head>");
+    EXPECT_NE(r.out.find("...'"), std::string::npos) << r.out;  // cut at 80 characters
+  }
+  EXPECT_EQ(server.connections(), static_cast<int>(ClientCommands().size()));
+}
+
+TEST_F(CliClient, APlainTextErrorIsNotAFrenzydError) {
+  TinyServer server(TinyServer::Mode::kAnswer,
+                    HttpAnswer("502 Bad Gateway", "text/plain", "Bad Gateway\n"));
+  for (const std::string& cmd : ClientCommands()) {
+    CliRun r = Frenzy(cmd + " --server " + server.url());
+    ExpectClearError(r, cmd, server.url(),
+                     "answered HTTP 502 (text/plain) without a frenzyd error: 'Bad Gateway'");
+  }
+}
+
+TEST_F(CliClient, JsonOfAnotherShapeIsReportedNotACrash) {
+  // JSON, but not frenzyd's: a list, then an object whose fields have other types.
+  TinyServer list(TinyServer::Mode::kAnswer, HttpAnswer("200 OK", "application/json", "[1, 2]"));
+  for (const std::string& cmd : ClientCommands()) {
+    ExpectClearError(Frenzy(cmd + " --server " + list.url()), cmd, list.url(),
+                     "answered JSON that is not an object (HTTP 200): '[1, 2]'");
+  }
+  TinyServer odd(TinyServer::Mode::kAnswer,
+                 HttpAnswer("200 OK", "application/json",
+                            R"({"jobs": "none", "types": 3, "id": 7, "progress": [1]})"));
+  for (const char* cmd : {"jobs", "cluster status"}) {
+    ExpectClearError(Frenzy(std::string(cmd) + " --server " + odd.url()), cmd, odd.url(),
+                     "answered without a");
+  }
+  // Fields that are only shown may be odd: they print as they are, and the command succeeds.
+  CliRun shown = Frenzy("status j-1 --server " + odd.url());
+  EXPECT_EQ(shown.exit_code, 0) << shown.out;
+  EXPECT_NE(shown.out.find("job       7"), std::string::npos) << shown.out;
+}
+
+TEST_F(CliClient, AServerThatNeverAnswersTimesOut) {
+  TinyServer server(TinyServer::Mode::kSilent);
+  for (const std::string& cmd : ClientCommands()) {
+    const auto start = std::chrono::steady_clock::now();
+    CliRun r = Frenzy(cmd + " --server " + server.url() + " --timeout 1");
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ExpectClearError(r, cmd, server.url(), "did not answer within 1 s");
+    EXPECT_LT(took, 10) << cmd;
+  }
+  // Over TLS the handshake is what never ends; it has the connection's 5 s.
+  const std::string tls = server.url("https");
+  ExpectClearError(Frenzy("jobs --server " + tls + " --timeout 1"), "tls", tls,
+                   "did not complete a TLS handshake within 5 s");
+  // The default is 30 s, shown in the help.
+  EXPECT_NE(Frenzy("jobs --help").out.find("30"), std::string::npos);
+}
+
+TEST_F(CliClient, AServerThatHangsUpAtOnce) {
+  TinyServer server(TinyServer::Mode::kClose);
+  for (const std::string& cmd : ClientCommands()) {
+    ExpectClearError(Frenzy(cmd + " --server " + server.url() + " --timeout 20"), cmd, server.url(),
+                     "closed the connection");
+  }
+}
+
+TEST_F(CliClient, NothingListening) {
+  int port = 0;
+  {
+    TinyServer gone(TinyServer::Mode::kClose);  // a port that was free a moment ago
+    port = gone.port();
+  }
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+  for (const std::string& cmd : ClientCommands()) {
+    ExpectClearError(Frenzy(cmd + " --server " + url), cmd, url, "cannot connect");
+  }
+}
+
+TEST_F(CliClient, WrongSchemes) {
+  // https to a server that speaks plain HTTP: the TLS handshake fails.
+  TinyServer plain(TinyServer::Mode::kAnswer,
+                   HttpAnswer("200 OK", "application/json", R"({"jobs": []})"));
+  for (const std::string& cmd : ClientCommands()) {
+    ExpectClearError(Frenzy(cmd + " --server " + plain.url("https")), cmd, plain.url("https"),
+                     "TLS handshake");
+  }
+  // Schemes frenzy does not speak, and URLs with parts frenzyd has no use for, fail before any
+  // connection.
+  for (const std::string& cmd : ClientCommands()) {
+    ExpectClearError(Frenzy(cmd + " --server ftp://x"), cmd, "ftp://x",
+                     "unsupported scheme 'ftp' (use http://");
+  }
+  ExpectClearError(Frenzy("jobs --server " + plain.url() + "/api"), "path", plain.url() + "/api",
+                   "has a path");
+  ExpectClearError(Frenzy("jobs --server http://127.0.0.1:99999"), "port", "http://127.0.0.1:99999",
+                   "bad port '99999'");
+  ::setenv("FRENZY_SERVER", "gopher://x:70", 1);
+  ExpectClearError(Frenzy("jobs"), "env", "gopher://x:70", "(from $FRENZY_SERVER)");
+  ::unsetenv("FRENZY_SERVER");
+  EXPECT_EQ(plain.connections(), static_cast<int>(ClientCommands().size()));  // https tries only
+
+  // The same server, asked properly, works.
+  CliRun ok = Frenzy("jobs --server " + plain.url() + "/");
+  EXPECT_EQ(ok.exit_code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("MODEL"), std::string::npos) << ok.out;
+}
+
+TEST_F(CliClient, BlankTokensAndTokensWithWhitespaceAreRefused) {
+  TinyServer server(TinyServer::Mode::kAnswer,
+                    HttpAnswer("200 OK", "application/json", R"({"jobs": []})"));
+  for (const std::string& cmd : ClientCommands()) {
+    CliRun blank = Frenzy(cmd + " --server " + server.url() + " --token '   '");
+    EXPECT_EQ(blank.exit_code, 2) << blank.out;
+    EXPECT_NE(blank.out.find("field 'token': is blank (from --token)"), std::string::npos)
+        << blank.out;
+    CliRun spaced = Frenzy(cmd + " --server " + server.url() + " --token 'abc def'");
+    EXPECT_EQ(spaced.exit_code, 2) << spaced.out;
+    EXPECT_NE(spaced.out.find("field 'token': contains a space"), std::string::npos) << spaced.out;
+    EXPECT_EQ(spaced.out.find("abc def"), std::string::npos) << "the token is not repeated";
+  }
+  ::setenv("FRENZY_TOKEN",
+           "abc\x01"
+           "def",
+           1);
+  CliRun control = Frenzy("jobs --server " + server.url());
+  EXPECT_EQ(control.exit_code, 2) << control.out;
+  EXPECT_NE(control.out.find("field 'token': contains the byte 0x01 (from $FRENZY_TOKEN)"),
+            std::string::npos)
+      << control.out;
+  ::setenv("FRENZY_TOKEN", "\t \n", 1);
+  CliRun env_blank = Frenzy("jobs --server " + server.url());
+  EXPECT_EQ(env_blank.exit_code, 2) << env_blank.out;
+  EXPECT_NE(env_blank.out.find("is blank (from $FRENZY_TOKEN)"), std::string::npos)
+      << env_blank.out;
+  ::unsetenv("FRENZY_TOKEN");
+  EXPECT_EQ(server.connections(), 0);  // refused before anything was sent
+
+  // Tokens without whitespace pass, however short; no token at all too.
+  for (const char* token : {"x", "tok-3b9d_2e71.c4+/="}) {
+    CliRun ok = Frenzy("jobs --server " + server.url() + " --token '" + token + "'");
+    EXPECT_EQ(ok.exit_code, 0) << token << ": " << ok.out;
+  }
+  EXPECT_EQ(Frenzy("jobs --server " + server.url()).exit_code, 0);
+}
+
+TEST_F(CliClient, TheDaemonRefusesBlankTokensAndTokensWithWhitespace) {
+  const std::string db =
+      (std::filesystem::temp_directory_path() / "frenzy-cli-test-token.db").string();
+  std::filesystem::remove(db);
+  // --listen has a bad port, so that a daemon that took the token would still stop (with an
+  // error about the port) rather than serve.
+  for (const char* token : {"' '", "'two words'", "\"$(printf 'tab\\there')\""}) {
+    CliRun r = Frenzy(std::string("serve --listen 127.0.0.1:0 --db ") + db + " --token " + token);
+    EXPECT_EQ(r.exit_code, 2) << token << ": " << r.out;
+    EXPECT_NE(r.out.find("field 'token'"), std::string::npos) << r.out;
+  }
+  ::setenv("FRENZY_TOKEN", "   ", 1);
+  CliRun env = Frenzy("serve --listen 127.0.0.1:0 --db " + db);
+  ::unsetenv("FRENZY_TOKEN");
+  EXPECT_EQ(env.exit_code, 2) << env.out;
+  EXPECT_NE(env.out.find("field 'token': is blank"), std::string::npos) << env.out;
+  EXPECT_FALSE(std::filesystem::exists(db)) << "refused before opening the database";
 }
 
 }  // namespace

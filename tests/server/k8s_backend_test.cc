@@ -4,6 +4,7 @@
 #include "server/k8s_backend.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -25,6 +26,8 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 const std::string kSchemaDir = std::string(FRENZY_SOURCE_DIR) + "/tests/data/k8s";
+// The run's token in Spec(): distinctive, so finding it in a manifest's text means it leaked.
+constexpr char kToken[] = "tok-3b9d2e71c4-frenzy";
 constexpr std::string_view kRefPrefix = "#/components/schemas/";
 
 // ---- A small OpenAPI validator ---------------------------------------------------------------
@@ -221,7 +224,7 @@ LaunchSpec Spec(const std::string& job_id, int64_t nodes, int64_t gpus_per_node,
   s.command = {"python3", "examples/train.py", "--steps", "10"};
   s.env = {{"FRENZY_PLAN", R"({"tp":2,"pp":1,"dp":2})"},
            {"FRENZY_REPORT_URL", "http://frenzyd:8470/v1/jobs/" + job_id + "/report"},
-           {"FRENZY_TOKEN", "secret"}};
+           {"FRENZY_TOKEN", kToken}};
   s.workdir = "runs/" + job_id;
   return s;
 }
@@ -245,6 +248,23 @@ const std::regex kLabelValue("^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$");
 
 using test_util::TempDir;
 
+// The permission bits of `path` (-1 when it cannot be stat'ed).
+int ModeOf(const fs::path& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return -1;
+  return static_cast<int>(st.st_mode & 07777);
+}
+
+// Sets the process's umask for a scope: the files holding tokens must be 0600 whatever it is.
+class ScopedUmask {
+ public:
+  explicit ScopedUmask(mode_t mask) : old_(::umask(mask)) {}
+  ~ScopedUmask() { ::umask(old_); }
+
+ private:
+  mode_t old_;
+};
+
 void WriteText(const fs::path& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
@@ -265,7 +285,8 @@ TEST(K8sSchema, ExcerptsHoldTheKindsValidated) {
         "io.k8s.api.core.v1.Container", "io.k8s.api.core.v1.EnvVar",
         "io.k8s.api.core.v1.ResourceRequirements", "io.k8s.apimachinery.pkg.api.resource.Quantity",
         "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "io.k8s.api.core.v1.Service",
-        "io.k8s.api.core.v1.ServiceSpec", "io.k8s.api.core.v1.ServicePort"}) {
+        "io.k8s.api.core.v1.ServiceSpec", "io.k8s.api.core.v1.ServicePort",
+        "io.k8s.api.core.v1.Secret", "io.k8s.api.core.v1.SecretKeySelector"}) {
     EXPECT_TRUE(Schemas().Has(name)) << name;
   }
 }
@@ -375,7 +396,40 @@ TEST(K8sManifest, SingleNodeJobValidatesAndCarriesTheLayout) {
   EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.1");
   EXPECT_EQ(env["MASTER_PORT"], "29500");
   EXPECT_EQ(env["FRENZY_PLAN"], R"({"tp":2,"pp":1,"dp":2})");
-  EXPECT_EQ(env["FRENZY_TOKEN"], "secret");
+  EXPECT_EQ(env["FRENZY_TOKEN"],
+            json({{"secretKeyRef", {{"name", "frenzy-j-000042-0"}, {"key", "FRENZY_TOKEN"}}}}));
+}
+
+TEST(K8sManifest, TheTokenIsInASecretNeverInTheJob) {
+  K8sOptions o;
+  o.namespace_name = "ml";
+  for (int64_t nodes : {1, 2}) {
+    const LaunchSpec spec = Spec("j-000042", nodes, 4, "A100-80GB");
+    const json job = JobManifest(spec, o);
+    const json secret = SecretManifest(spec, o);
+    EXPECT_EQ(job.dump().find(kToken), std::string::npos) << job.dump(2);
+    EXPECT_EQ(ServiceManifest(spec, o).dump().find(kToken), std::string::npos);
+    auto errors = Schemas().ValidateManifest(job);
+    EXPECT_TRUE(errors.empty()) << Joined(errors) << job.dump(2);
+
+    ASSERT_TRUE(secret.is_object()) << secret.dump();
+    errors = Schemas().ValidateManifest(secret);
+    EXPECT_TRUE(errors.empty()) << Joined(errors) << secret.dump(2);
+    EXPECT_EQ(secret["kind"], "Secret");
+    EXPECT_EQ(secret["type"], "Opaque");
+    EXPECT_EQ(secret["metadata"]["namespace"], "ml");
+    EXPECT_EQ(secret["stringData"], json({{"FRENZY_TOKEN", kToken}}));
+    // The container's reference names this Secret and one of its keys.
+    const json ref = EnvOf(job)["FRENZY_TOKEN"]["secretKeyRef"];
+    EXPECT_EQ(ref["name"], secret["metadata"]["name"]);
+    EXPECT_TRUE(secret["stringData"].contains(ref["key"].get<std::string>()));
+  }
+
+  // No credentials: no Secret, and nothing refers to one.
+  LaunchSpec open = Spec("j-1", 1, 1, "A100-80GB");
+  open.env.erase("FRENZY_TOKEN");
+  EXPECT_TRUE(SecretManifest(open, o).is_null());
+  EXPECT_EQ(JobManifest(open, o).dump().find("secretKeyRef"), std::string::npos);
 }
 
 TEST(K8sManifest, TwoNodeRunIsAnIndexedJobWithAHeadlessService) {
@@ -631,6 +685,12 @@ TEST(K8sBackendTest, WithoutAClusterWritesManifestsOnly) {
   json written = json::parse(ReadText(path));
   EXPECT_EQ(written["kind"], "Job");
   EXPECT_TRUE(Schemas().ValidateManifest(written).empty());
+  EXPECT_EQ(ReadText(path).find(kToken), std::string::npos);
+  const std::string secret_path = backend.SecretManifestPath("frenzy-j-000042-0");
+  json secret = json::parse(ReadText(secret_path));
+  EXPECT_EQ(secret["kind"], "Secret");
+  EXPECT_EQ(secret["stringData"]["FRENZY_TOKEN"], kToken);
+  EXPECT_EQ(ModeOf(secret_path), 0600);
 
   auto st = backend.Status(*handle);
   ASSERT_TRUE(st.ok()) << st.status().ToString();
@@ -644,6 +704,7 @@ TEST(K8sBackendTest, WithoutAClusterWritesManifestsOnly) {
 
   EXPECT_TRUE(backend.Cancel(*handle).ok());
   EXPECT_FALSE(fs::exists(path));
+  EXPECT_FALSE(fs::exists(secret_path));
   EXPECT_TRUE(backend.Cancel(*handle).ok());  // twice: nothing left to remove
   st = backend.Status(*handle);
   ASSERT_TRUE(st.ok());
@@ -659,6 +720,45 @@ TEST(K8sBackendTest, WithoutAClusterWritesManifestsOnly) {
   EXPECT_EQ(list["items"][1]["kind"], "Job");
   auto errors = Schemas().ValidateManifest(list);
   EXPECT_TRUE(errors.empty()) << Joined(errors);
+  EXPECT_EQ(ReadText(backend.ManifestPath("frenzy-j-000043-0")).find(kToken), std::string::npos);
+  errors = Schemas().ValidateManifest(
+      json::parse(ReadText(backend.SecretManifestPath("frenzy-j-000043-0"))));
+  EXPECT_TRUE(errors.empty()) << Joined(errors);
+}
+
+TEST(K8sBackendTest, SecretManifestsAreOwnerOnlyWhateverTheUmask) {
+  TempDir dir;
+  K8sOptions o;
+  o.manifest_dir = (dir.path() / "manifests").string();
+  K8sBackend backend(o);
+  const std::string secret_path = backend.SecretManifestPath("frenzy-j-5-0");
+  fs::create_directories(o.manifest_dir);
+  // An older file of the same name, readable by all, and a link planted in its place later:
+  // neither keeps the token where others can read it, nor is written through.
+  WriteText(secret_path, "old");
+  fs::permissions(secret_path, fs::perms::all);
+  {
+    ScopedUmask open_umask(0);
+    ASSERT_TRUE(backend.Launch(Spec("j-5", 1, 1, "A100-80GB")).ok());
+  }
+  EXPECT_EQ(ModeOf(secret_path), 0600);
+  EXPECT_NE(ReadText(secret_path).find(kToken), std::string::npos);
+
+  const fs::path victim = dir.path() / "victim";
+  WriteText(victim, "keep");
+  fs::remove(secret_path);
+  fs::create_symlink(victim, secret_path);
+  ASSERT_TRUE(backend.Launch(Spec("j-5", 1, 1, "A100-80GB")).ok());
+  EXPECT_EQ(ReadText(victim), "keep");
+  EXPECT_FALSE(fs::is_symlink(secret_path));
+  EXPECT_EQ(ModeOf(secret_path), 0600);
+
+  // Only the two manifests in the folder: no temporary file left behind.
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(o.manifest_dir)) {
+    names.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"frenzy-j-5-0.json", "frenzy-j-5-0.secret.json"}));
 }
 
 TEST(K8sBackendTest, LaunchRejectsWhatCannotRun) {
@@ -750,11 +850,12 @@ TEST(K8sBackendTest, WithAClusterAppliesQueriesAndDeletes) {
   }
   const std::string common = "--kubeconfig " + o.kubeconfig + " --context lab";
   ASSERT_EQ(calls.size(), 5u);
-  EXPECT_EQ(calls[0], common + " --namespace training apply --filename " + manifest);
+  EXPECT_EQ(calls[0], common + " --namespace training apply --filename " +
+                          backend.SecretManifestPath("frenzy-j-9-0") + " --filename " + manifest);
   EXPECT_EQ(calls[1], common + " --namespace training get job frenzy-j-9-0 --output json");
   EXPECT_EQ(calls[3], common + " get nodes --output json");
   EXPECT_EQ(calls[4], common +
-                          " --namespace training delete job,service frenzy-j-9-0 "
+                          " --namespace training delete job,service,secret frenzy-j-9-0 "
                           "--ignore-not-found --wait=false");
 }
 

@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -23,6 +25,13 @@ namespace fs = std::filesystem;
 void WriteExecutable(const fs::path& p, const std::string& text) {
   std::ofstream(p) << text;
   fs::permissions(p, fs::perms::owner_all);
+}
+
+// The permission bits of `path` (-1 when it cannot be stat'ed).
+int ModeOf(const fs::path& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return -1;
+  return static_cast<int>(st.st_mode & 07777);
 }
 
 fs::path DataDir() { return fs::path(FRENZY_SOURCE_DIR) / "tests" / "data" / "slurm"; }
@@ -385,6 +394,46 @@ TEST_F(SlurmBackendFakeTest, LaunchWritesScriptAndSubmits) {
             "sbatch SLURM_CONF=/etc/test/slurm.conf --parsable "
             "--time=01:00:00 --comment=a b " +
                 (work_ / "job.sbatch").string() + "\n");
+}
+
+TEST_F(SlurmBackendFakeTest, TheScriptHoldingTheTokenIsOwnerOnly) {
+  SlurmBackend b(options_);
+  LaunchSpec spec = TwoByTwo(work_.string());
+  spec.env["FRENZY_TOKEN"] = "tok-8c1f-slurm";
+  const fs::path script = work_ / "job.sbatch";
+  // A script of an earlier attempt, readable and executable by all, and a umask that takes no
+  // bits away: the new script is 0600 all the same.
+  fs::create_directories(work_);
+  std::ofstream(script) << "old\n";
+  fs::permissions(script, fs::perms::all);
+  const mode_t old_umask = ::umask(0);
+  auto h = b.Launch(spec);
+  ::umask(old_umask);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(ModeOf(script), 0600);
+  EXPECT_NE(ReadFile(script).find("export FRENZY_TOKEN='tok-8c1f-slurm'"), std::string::npos);
+
+  // A link planted at the script's name is replaced, not written through.
+  const fs::path victim = tmp_.path() / "victim";
+  std::ofstream(victim) << "keep\n";
+  fs::remove(script);
+  fs::create_symlink(victim, script);
+  ASSERT_TRUE(b.Launch(spec).ok());
+  EXPECT_EQ(ReadFile(victim), "keep\n");
+  EXPECT_FALSE(fs::is_symlink(script));
+  EXPECT_EQ(ModeOf(script), 0600);
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(work_)) names.insert(e.path().filename().string());
+  EXPECT_EQ(names, std::set<std::string>{"job.sbatch"});  // no temporary file left behind
+}
+
+TEST(SlurmPrivateFile, WriteErrorsNameThePath) {
+  TempDir tmp{"frenzy-slurm"};
+  const fs::path missing = tmp.path() / "no-such-dir" / "job.sbatch";
+  ::frenzy::Status st = WritePrivateFile(missing.string(), "x");
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.where(), missing.string());
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
 }
 
 TEST_F(SlurmBackendFakeTest, SbatchFailureNamesCommandAndStderr) {
