@@ -245,7 +245,13 @@ void RunServe(ServeOptions o, const CLI::App& cmd) {
         g_stop = true;
         break;
       }
-      auto changes = d.Tick();
+      Result<int> changes = 0;
+      try {
+        changes = d.Tick();
+      } catch (const std::exception& e) {
+        // A bug, but the daemon stays up: every other job and request goes on.
+        changes = Status(StatusCode::kInternal, std::string("control loop threw: ") + e.what());
+      }
       if (!changes.ok()) {
         Log("error", "control loop: " + changes.status().ToString());
       } else if (*changes > 0) {

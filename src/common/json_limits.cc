@@ -57,6 +57,9 @@ Result<nlohmann::json> ParseJsonBounded(std::string_view text, const std::string
   } catch (const nlohmann::json::parse_error& e) {
     // e.byte is the 1-based position where the parser gave up.
     return InvalidArgument(fmt::format("not valid JSON (at byte {})", e.byte), {}, field);
+  } catch (const nlohmann::json::exception&) {
+    // out_of_range: a number beyond a double (1e400).
+    return InvalidArgument("not valid JSON: a number out of range", {}, field);
   }
 }
 
@@ -66,8 +69,24 @@ nlohmann::json ParseJsonOr(std::string_view text, nlohmann::json fallback,
       JsonDepth(text, limits.max_depth) > limits.max_depth) {
     return fallback;
   }
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  return j.is_discarded() ? fallback : j;
+  try {
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    return j.is_discarded() ? fallback : j;
+  } catch (const nlohmann::json::exception&) {
+    return fallback;  // a number beyond a double
+  }
+}
+
+std::string DumpJson(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string Utf8Prefix(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  size_t end = max_bytes;
+  // Back up over continuation bytes (10xxxxxx) to the start of the cut sequence.
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return std::string(text.substr(0, end));
 }
 
 int JsonValueDepth(const nlohmann::json& value) {

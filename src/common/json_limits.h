@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <string_view>
 
 #include "common/status.h"
@@ -42,6 +43,13 @@ nlohmann::json ParseJsonOr(std::string_view text, nlohmann::json fallback,
 
 // The nesting depth of an already-parsed value (iterative: safe on any depth).
 int JsonValueDepth(const nlohmann::json& value);
+
+// value.dump(), with invalid UTF-8 in strings replaced by U+FFFD instead of an exception: for
+// values that hold bytes from outside (a request's path or method echoed in an error).
+std::string DumpJson(const nlohmann::json& value);
+
+// At most `max_bytes` of `text`, cut before a UTF-8 sequence rather than inside one.
+std::string Utf8Prefix(std::string_view text, size_t max_bytes);
 
 }  // namespace frenzy
 

@@ -43,7 +43,8 @@ Result<std::vector<ZooEntry>> LoadZoo() {
 }
 
 std::optional<ModelSpec> FindZooModel(const std::string& name) {
-  auto zoo = LoadZoo();
+  static const auto* kZoo = new Result<std::vector<ZooEntry>>(LoadZoo());  // no copy per call
+  const auto& zoo = *kZoo;
   if (!zoo.ok()) return std::nullopt;
   const std::string want = ToLower(name);
   for (const auto& e : *zoo) {

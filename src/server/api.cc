@@ -19,7 +19,7 @@ HttpResponse Error(int status, const std::string& code, const std::string& messa
                    const std::string& field = {}) {
   HttpResponse r;
   r.status = status;
-  r.body = json{{"error", {{"code", code}, {"message", message}, {"field", field}}}}.dump();
+  r.body = DumpJson(json{{"error", {{"code", code}, {"message", message}, {"field", field}}}});
   return r;
 }
 
@@ -40,7 +40,7 @@ HttpResponse Json(const Result<json>& r, int status = 200) {
   if (!r.ok()) return FromStatus(r.status());
   HttpResponse out;
   out.status = status;
-  out.body = r->dump();
+  out.body = DumpJson(*r);
   return out;
 }
 
@@ -122,7 +122,7 @@ HttpResponse Handle(Daemon& d, const HttpRequest& req, const ApiOptions& o) {
   const std::string& m = req.method;
   const std::string& p = req.path;
   // Echoed in errors, cut short: a path may be kilobytes long.
-  const std::string what = m.substr(0, 16) + " " + p.substr(0, 256);
+  const std::string what = Utf8Prefix(m, 16) + " " + Utf8Prefix(p, 256);
   bool mutating = m == "POST" || m == "DELETE" || m == "PUT" || m == "PATCH";
   if (o.token.empty()) {
     if (auto refused = RefuseBrowsers(req, mutating)) return *refused;

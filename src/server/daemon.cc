@@ -293,7 +293,7 @@ Result<Daemon::Parsed> Daemon::ParseSpec(const json& spec) const {
     auto m = ParseHfConfig(model, "model");
     if (!m.ok()) return Status(StatusCode::kInvalidArgument, m.status().ToString(), {}, "model");
     p.spec.model = *m;
-    p.model_key = fmt::format("inline:{:x}", std::hash<std::string>{}(model.dump()));
+    p.model_key = fmt::format("inline:{:x}", std::hash<std::string>{}(DumpJson(model)));
     // value() would throw on a field of another type: look before taking.
     for (const char* key : {"_name_or_path", "model_type"}) {
       if (model.contains(key) && model[key].is_string()) {
@@ -302,7 +302,7 @@ Result<Daemon::Parsed> Daemon::ParseSpec(const json& spec) const {
       }
     }
     if (p.model_name.empty()) p.model_name = "inline";
-    if (p.model_name.size() > 256) p.model_name.resize(256);
+    p.model_name = Utf8Prefix(p.model_name, 256);
   } else {
     return InvalidArgument("must be a zoo name or a config object", {}, "model");
   }
@@ -379,7 +379,7 @@ Result<json> Daemon::Submit(const json& body) {
                   "no GPU type and count of this cluster can hold the job: " + why, {}, "model");
   }
   JobRow row;
-  row.spec = p.normalized.dump();
+  row.spec = DumpJson(p.normalized);
   row.model = p.model_name;
   row.state = JobState::kQueued;
   row.total_tokens = p.spec.tokens;
@@ -571,7 +571,7 @@ Result<json> Daemon::Heartbeat(const std::string& node, const json& body) {
     readings["source"] = body["source"];
   }
   n.up = true;
-  n.readings = readings.dump();
+  n.readings = DumpJson(readings);
   std::lock_guard<std::mutex> lock(mu_);
   n.last_seen_s = now_s_();
   RETURN_IF_ERROR(store_->UpsertNode(n));
@@ -876,7 +876,7 @@ Status Daemon::Launch(JobRow& row, const JobView& v, const Allocation& alloc, do
   train["seq_len"] = spec.value("seq_len", int64_t{2048});
   train["precision"] = spec.value("precision", std::string("bf16"));
   ls.env["FRENZY_JOB_ID"] = row.id;
-  ls.env["FRENZY_PLAN"] = train.dump();
+  ls.env["FRENZY_PLAN"] = DumpJson(train);
   ls.env["FRENZY_TOKENS"] = fmt::format("{:.0f}", row.total_tokens);
   ls.env["FRENZY_DONE_TOKENS"] = fmt::format("{:.0f}", row.done_tokens);
   if (!opt_.report_base_url.empty()) {
@@ -913,8 +913,8 @@ Status Daemon::Launch(JobRow& row, const JobView& v, const Allocation& alloc, do
   row.state = JobState::kRunning;
   row.handle = *handle;
   if (row.started_s < 0) row.started_s = now;
-  row.plan = plan_json.dump();
-  row.allocation = placement.dump();
+  row.plan = DumpJson(plan_json);
+  row.allocation = DumpJson(placement);
   row.predicted_bytes = plan.device_bytes;
   row.message = "running";
   ++launches_;

@@ -10,8 +10,8 @@
 //   - the body must arrive within `body_timeout_s` of the headers;
 //   - connections beyond `max_connections`, or beyond `max_connections_per_client` from one
 //     address, are closed as soon as they are accepted;
-//   - a complete request is handed to a small pool that runs Handle(); the network threads
-//     never wait on the daemon.
+//   - a complete request is handed to a small pool that runs Handle() (plans to one of their
+//     own); the network threads never wait on the daemon.
 // Oversized targets (414), headers (431) and bodies (413) are answered in the API's error format
 // without reading further.
 #include <fmt/core.h>
@@ -32,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/json_limits.h"
 #include "server/api.h"
 
 namespace frenzy::server {
@@ -42,9 +43,12 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
-// Threads that run Handle(): enough that a few slow plans do not hold quick calls up; the daemon
+// Threads that run Handle(): enough that a few slow calls do not hold quick ones up; the daemon
 // serialises on its own lock anyway.
 constexpr int kHandlerThreads = 16;
+// POST /v1/plan runs on a pool of its own: planning a large model that fits nowhere can take
+// seconds, and a client sending many must not take every handler from the rest.
+constexpr int kPlannerThreads = 4;
 // Threads that move bytes. Two are plenty for thousands of requests a second on loopback.
 constexpr int kNetworkThreads = 2;
 constexpr size_t kMaxTargetBytes = 8 << 10;
@@ -55,7 +59,7 @@ constexpr size_t kHeaderReadLimit = 64 << 10;
 
 std::string ErrorBody(const std::string& code, const std::string& message,
                       const std::string& field = {}) {
-  return nlohmann::json{{"error", {{"code", code}, {"message", message}, {"field", field}}}}.dump();
+  return DumpJson(nlohmann::json{{"error", {{"code", code}, {"message", message}, {"field", field}}}});
 }
 
 int FromHex(char c) {
@@ -135,6 +139,7 @@ struct Front {
   ConnectionLimiter limiter;  // before ioc: sessions destroyed with ioc release into it
   asio::io_context ioc{kNetworkThreads};
   asio::thread_pool handlers{kHandlerThreads};
+  asio::thread_pool planners{kPlannerThreads};
   Front(Daemon& d, const ApiOptions& o)
       : daemon(d), options(o), limiter(o.max_connections, o.max_connections_per_client) {}
 };
@@ -237,6 +242,8 @@ class Session : public std::enable_shared_from_this<Session> {
     // A health check is cheap and must answer even while every handler is busy planning.
     if (in.method() == http::verb::get && req.path == "/healthz") {
       run();
+    } else if (req.path == "/v1/plan") {
+      asio::post(front_.planners, std::move(run));
     } else {
       asio::post(front_.handlers, std::move(run));
     }
@@ -366,6 +373,7 @@ Status Serve(Daemon& d, const std::string& host, int port, const ApiOptions& o,
   front.ioc.stop();
   for (auto& t : threads) t.join();
   front.handlers.join();
+  front.planners.join();
   return Status::Ok();
 }
 

@@ -315,6 +315,38 @@ TEST(Hardening, ErrorsHaveBodiesAndMethodsAreChecked) {
   EXPECT_EQ(ErrorOf(nf)["code"], "not_found");
 }
 
+// Found by fuzz/api_fuzz.cc: bytes that are not UTF-8 (in a path, or cut out of a long name) made
+// the JSON library throw while writing the answer, after the job was stored, and then every
+// listing and the control loop threw too. A number beyond a double made the parser throw.
+TEST(Hardening, BytesThatAreNotUtf8AndHugeNumbersAreAnswered) {
+  Harness h;
+  auto d = h.Make();
+  ApiOptions o;
+  o.token = "admin-token";
+  const std::string admin = "Bearer admin-token";
+  HttpResponse path = Call(*d, o, "GET", "/v1/jobs/j-000002\xff\xff", "");
+  EXPECT_EQ(path.status, 404);
+  EXPECT_EQ(ErrorOf(path)["code"], "not_found");
+  std::string long_path = "/";
+  for (int i = 0; i < 200; ++i) long_path += "\xc3\xa9";  // é, two bytes each
+  EXPECT_EQ(Call(*d, o, "GET", long_path, "").status, 404);
+  HttpResponse huge = Call(*d, o, "POST", "/v1/jobs", R"({"model":"gpt2","tokens":1e400})", admin);
+  EXPECT_EQ(huge.status, 400);
+  EXPECT_EQ(ErrorOf(huge)["field"], "body");
+  json model = {{"model_type", "gpt2"}, {"n_layer", 2}, {"n_embd", 128}, {"n_head", 4},
+                {"vocab_size", 1000}, {"n_positions", 512}};
+  std::string name = "a";
+  for (int i = 0; i < 200; ++i) name += "\xc3\xa9";
+  model["_name_or_path"] = name;
+  json spec = {{"model", model}, {"tokens", 1e7}, {"global_batch", 4}, {"seq_len", 256}};
+  HttpResponse ok = Call(*d, o, "POST", "/v1/jobs", spec.dump(), admin);
+  ASSERT_EQ(ok.status, 201) << ok.body;
+  EXPECT_LE(json::parse(ok.body)["model"].get<std::string>().size(), 256u);
+  EXPECT_EQ(Call(*d, o, "GET", "/v1/jobs", "").status, 200);
+  EXPECT_TRUE(d->Tick().ok());
+  EXPECT_EQ(Call(*d, o, "GET", "/v1/jobs/j-000001", "").status, 200);
+}
+
 void PlantRows(const std::string& db) {
   sqlite3* s = nullptr;
   ASSERT_EQ(sqlite3_open(db.c_str(), &s), SQLITE_OK);
