@@ -49,8 +49,8 @@ Result<nlohmann::json> ParseJsonBounded(std::string_view text, const std::string
         fmt::format("JSON of {} bytes; at most {}", text.size(), limits.max_bytes), {}, field);
   }
   if (JsonDepth(text, limits.max_depth) > limits.max_depth) {
-    return InvalidArgument(
-        fmt::format("JSON nested deeper than {} levels", limits.max_depth), {}, field);
+    return InvalidArgument(fmt::format("JSON nested deeper than {} levels", limits.max_depth), {},
+                           field);
   }
   try {
     return nlohmann::json::parse(text);

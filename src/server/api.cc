@@ -80,8 +80,8 @@ std::string HostPart(std::string_view host) {
 // without a preflight (which nothing here answers), and cannot forge Host or Origin.
 std::optional<HttpResponse> RefuseBrowsers(const HttpRequest& req, bool mutating) {
   if (!req.host.empty() && !IsLoopback(HostPart(req.host))) {
-    return Error(403, "forbidden",
-                 "no token is configured: only loopback Host names are served", "Host");
+    return Error(403, "forbidden", "no token is configured: only loopback Host names are served",
+                 "Host");
   }
   if (!req.origin.empty()) {
     std::string_view origin = req.origin;

@@ -1,7 +1,6 @@
 #include "server/daemon.h"
 
 #include <fmt/core.h>
-
 #include <openssl/evp.h>
 
 #include <algorithm>
@@ -89,8 +88,7 @@ Result<json> CleanGpuReading(const json& g, size_t i) {
   for (const char* key : {"gpu", "name"}) {
     if (!g.contains(key)) continue;
     if (!g[key].is_string() || g[key].get_ref<const std::string&>().size() > 128) {
-      return InvalidArgument("must be a string of at most 128 characters", {},
-                             at + "." + key);
+      return InvalidArgument("must be a string of at most 128 characters", {}, at + "." + key);
     }
     out[key] = g[key];
   }

@@ -14,10 +14,13 @@
 //     own); the network threads never wait on the daemon.
 // Oversized targets (414), headers (431) and bodies (413) are answered in the API's error format
 // without reading further.
+// First, in a block of its own: Boost 1.74's asio/awaitable.hpp uses std::exchange without
+// including <utility>.
+#include <utility>
+// clang-format off: the order above matters
 #include <fmt/core.h>
 #include <sys/resource.h>
 
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange unincluded
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -30,6 +33,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/json_limits.h"
@@ -59,7 +63,8 @@ constexpr size_t kHeaderReadLimit = 64 << 10;
 
 std::string ErrorBody(const std::string& code, const std::string& message,
                       const std::string& field = {}) {
-  return DumpJson(nlohmann::json{{"error", {{"code", code}, {"message", message}, {"field", field}}}});
+  return DumpJson(
+      nlohmann::json{{"error", {{"code", code}, {"message", message}, {"field", field}}}});
 }
 
 int FromHex(char c) {
@@ -267,7 +272,8 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void TooLarge() {
-    Fail(413, "too_large", fmt::format("request body over {} bytes", front_.options.max_body_bytes));
+    Fail(413, "too_large",
+         fmt::format("request body over {} bytes", front_.options.max_body_bytes));
   }
 
   // Answers and closes: the rest of the request is not read.

@@ -85,10 +85,10 @@ Result<int> LockDatabase(const std::string& db_path) {
   const std::string lock_path = db_path + ".lock";
   int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
-    return Status(StatusCode::kInvalidArgument,
-                  fmt::format("cannot open database: its lock file {}: {}", lock_path,
-                              std::strerror(errno)),
-                  db_path, "db");
+    return Status(
+        StatusCode::kInvalidArgument,
+        fmt::format("cannot open database: its lock file {}: {}", lock_path, std::strerror(errno)),
+        db_path, "db");
   }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     int err = errno;

@@ -45,9 +45,9 @@ TEST(JsonLimits, ParseOrFallsBackOnAnythingUnreadable) {
 TEST(JsonLimits, Utf8PrefixNeverCutsACharacter) {
   EXPECT_EQ(Utf8Prefix("abc", 5), "abc");
   EXPECT_EQ(Utf8Prefix("abc", 2), "ab");
-  EXPECT_EQ(Utf8Prefix("a\xc3\xa9", 2), "a");             // é is 2 bytes: not split
+  EXPECT_EQ(Utf8Prefix("a\xc3\xa9", 2), "a");                            // é is 2 bytes: not split
   EXPECT_EQ(Utf8Prefix("\xe2\x82\xac\xe2\x82\xac", 4), "\xe2\x82\xac");  // €€
-  EXPECT_EQ(DumpJson(nlohmann::json("a\xff")), "\"a\xef\xbf\xbd\"");  // U+FFFD
+  EXPECT_EQ(DumpJson(nlohmann::json("a\xff")), "\"a\xef\xbf\xbd\"");     // U+FFFD
   EXPECT_FALSE(ParseJsonBounded("1e400", "body").ok());
   EXPECT_EQ(ParseJsonOr("[1e400]", 7), 7);
 }

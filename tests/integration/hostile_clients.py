@@ -861,7 +861,8 @@ def probe_error_bodies():
 
 def probe_heavy_plan():
     """Heavy plan: one client asks for an expensive plan (the largest zoo model, a huge
-    sequence). Planning must not hold the daemon's lock: submits meanwhile stay fast."""
+    sequence). Planning must not hold the daemon's lock: submits meanwhile stay fast (median
+    under 100 ms, none over 500 ms)."""
     c = Checks()
     with Daemon() as d:
         d.start()
@@ -883,7 +884,10 @@ def probe_heavy_plan():
         done.set()
         med = statistics.median(lat)
         last = f"the first: {short(plans[0], 40)}" if plans else "none finished"
-        c.ok(med < 0.1, f"median submit latency during heavy plans {med * 1000:.0f} ms "
+        # The max matters most: a plan holding the lock delays the submit that arrives during
+        # it by the whole plan (seconds), while the ones after may slip in between two plans.
+        c.ok(med < 0.1 and max(lat) < 0.5,
+             f"median submit latency during heavy plans {med * 1000:.0f} ms "
              f"(max {max(lat) * 1000:.0f} ms; {len(plans)} plans done meanwhile, {last})")
     return c.result()
 

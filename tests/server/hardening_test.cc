@@ -16,8 +16,8 @@
 #include "hardware/cluster.h"
 #include "server/api.h"
 #include "server/daemon.h"
-#include "server_test_util.h"
 #include "server/sim_backend.h"
+#include "server_test_util.h"
 
 namespace frenzy::server {
 namespace {
@@ -108,21 +108,20 @@ TEST(Hardening, DeeplyNestedJsonIsRefusedOnEveryEndpoint) {
   const std::string model =
       R"({"model_type":"gpt2","n_layer":2,"n_embd":64,"n_head":2,"vocab_size":100,"x":)" + deep +
       "}";
-  const std::string spec =
-      R"({"model":)" + model + R"(,"tokens":1e9,"global_batch":8})";
-  for (const char* path : {"/v1/jobs", "/v1/plan", "/v1/nodes/n1/heartbeat",
-                           "/v1/jobs/j-000001/report"}) {
+  const std::string spec = R"({"model":)" + model + R"(,"tokens":1e9,"global_batch":8})";
+  for (const char* path :
+       {"/v1/jobs", "/v1/plan", "/v1/nodes/n1/heartbeat", "/v1/jobs/j-000001/report"}) {
     HttpResponse r = Call(*d, o, "POST", path, spec, "Bearer admin-token");
     EXPECT_EQ(r.status, 400) << path;
     EXPECT_EQ(ErrorOf(r)["field"], "body") << path;
     EXPECT_NE(ErrorOf(r)["message"].get<std::string>().find("deeper than 64"), std::string::npos);
   }
   // 64 levels pass the bound (and fail, if at all, for what they say); 65 do not.
-  HttpResponse at64 = Call(*d, o, "POST", "/v1/nodes/n1/heartbeat", Nested(64),
-                           "Bearer admin-token");
+  HttpResponse at64 =
+      Call(*d, o, "POST", "/v1/nodes/n1/heartbeat", Nested(64), "Bearer admin-token");
   EXPECT_NE(ErrorOf(at64)["field"], "body");
-  HttpResponse at65 = Call(*d, o, "POST", "/v1/nodes/n1/heartbeat", Nested(65),
-                           "Bearer admin-token");
+  HttpResponse at65 =
+      Call(*d, o, "POST", "/v1/nodes/n1/heartbeat", Nested(65), "Bearer admin-token");
   EXPECT_EQ(ErrorOf(at65)["field"], "body");
   EXPECT_EQ(Call(*d, o, "GET", "/v1/cluster", "").status, 200);
   EXPECT_TRUE(json::parse(Call(*d, o, "GET", "/v1/jobs", "").body)["jobs"].empty());
@@ -245,8 +244,8 @@ TEST(Hardening, ModelNamesNeverReachTheFilesystem) {
   HttpResponse missing =
       Call(*d, o, "POST", "/v1/jobs", Spec("nonexistent-file").dump(), "Bearer admin-token");
   EXPECT_EQ(missing.status, 404);
-  for (const char* name : {"secret.txt", "./secret.txt", "folder", "fifo", "d.db", "../secret.txt",
-                           "/etc/passwd"}) {
+  for (const char* name :
+       {"secret.txt", "./secret.txt", "folder", "fifo", "d.db", "../secret.txt", "/etc/passwd"}) {
     for (const char* path : {"/v1/jobs", "/v1/plan"}) {
       HttpResponse r = Call(*d, o, "POST", path, Spec(name).dump(), "Bearer admin-token");
       EXPECT_EQ(r.status, 404) << name << " " << r.body;
@@ -298,8 +297,7 @@ TEST(Hardening, NoTokenModeRefusesWhatBrowsersCanForge) {
                  "[::1]:8470", "http://localhost:8470")
                 .status,
             201);
-  EXPECT_EQ(Call(*d, o, "POST", "/v1/jobs", spec, "", "application/json", "localhost").status,
-            201);
+  EXPECT_EQ(Call(*d, o, "POST", "/v1/jobs", spec, "", "application/json", "localhost").status, 201);
 }
 
 TEST(Hardening, ErrorsHaveBodiesAndMethodsAreChecked) {
@@ -333,8 +331,8 @@ TEST(Hardening, BytesThatAreNotUtf8AndHugeNumbersAreAnswered) {
   HttpResponse huge = Call(*d, o, "POST", "/v1/jobs", R"({"model":"gpt2","tokens":1e400})", admin);
   EXPECT_EQ(huge.status, 400);
   EXPECT_EQ(ErrorOf(huge)["field"], "body");
-  json model = {{"model_type", "gpt2"}, {"n_layer", 2}, {"n_embd", 128}, {"n_head", 4},
-                {"vocab_size", 1000}, {"n_positions", 512}};
+  json model = {{"model_type", "gpt2"}, {"n_layer", 2},       {"n_embd", 128},
+                {"n_head", 4},          {"vocab_size", 1000}, {"n_positions", 512}};
   std::string name = "a";
   for (int i = 0; i < 200; ++i) name += "\xc3\xa9";
   model["_name_or_path"] = name;
@@ -351,11 +349,12 @@ void PlantRows(const std::string& db) {
   sqlite3* s = nullptr;
   ASSERT_EQ(sqlite3_open(db.c_str(), &s), SQLITE_OK);
   const std::string deep = Nested(60000);
-  const std::string sql =
-      "UPDATE jobs SET spec = '" + deep + "' WHERE id = 'j-000001';"
-      "UPDATE jobs SET spec = 'not json at all' WHERE id = 'j-000002';"
-      "INSERT INTO nodes (name, gpu, gpus, up, last_seen_s, readings) VALUES "
-      "('poison', 'A100-80GB', 1, 1, 0, '" + deep + "');";
+  const std::string sql = "UPDATE jobs SET spec = '" + deep +
+                          "' WHERE id = 'j-000001';"
+                          "UPDATE jobs SET spec = 'not json at all' WHERE id = 'j-000002';"
+                          "INSERT INTO nodes (name, gpu, gpus, up, last_seen_s, readings) VALUES "
+                          "('poison', 'A100-80GB', 1, 1, 0, '" +
+                          deep + "');";
   char* err = nullptr;
   EXPECT_EQ(sqlite3_exec(s, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
   sqlite3_free(err);
@@ -394,9 +393,9 @@ TEST(Hardening, PoisonRowsAreQuarantinedAndTheRestKeepsWorking) {
   sqlite3* s = nullptr;
   ASSERT_EQ(sqlite3_open(h.db.c_str(), &s), SQLITE_OK);
   sqlite3_stmt* st = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(s, "SELECT length(spec) FROM jobs WHERE id='j-000001'", -1, &st,
-                               nullptr),
-            SQLITE_OK);
+  ASSERT_EQ(
+      sqlite3_prepare_v2(s, "SELECT length(spec) FROM jobs WHERE id='j-000001'", -1, &st, nullptr),
+      SQLITE_OK);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
   EXPECT_EQ(sqlite3_column_int64(st, 0), 120000);
   sqlite3_finalize(st);
@@ -411,8 +410,7 @@ TEST(Hardening, OneStorePerDatabaseAndTheHolderIsNamed) {
   auto second = Store::Open(h.db);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(second.status().message().find("pid " + std::to_string(::getpid())),
-            std::string::npos)
+  EXPECT_NE(second.status().message().find("pid " + std::to_string(::getpid())), std::string::npos)
       << second.status().ToString();
   first->reset();
   EXPECT_TRUE(Store::Open(h.db).ok());  // released with the store
