@@ -24,6 +24,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <array>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -60,6 +61,9 @@ constexpr size_t kMaxHeaderBytes = 16 << 10;  // request line and header fields
 // What Beast may read before it gives up on a header: past kMaxHeaderBytes so that a large
 // header still gets its 431 (or a long target its 414) rather than a bare close.
 constexpr size_t kHeaderReadLimit = 64 << 10;
+// After an answer that left the request unread: how long and how much to drain before closing.
+constexpr int kLingerSeconds = 5;
+constexpr size_t kMaxLingerBytes = 64u << 20;
 
 std::string ErrorBody(const std::string& code, const std::string& message,
                       const std::string& field = {}) {
@@ -265,6 +269,7 @@ class Session : public std::enable_shared_from_this<Session> {
     res_->prepare_payload();
     stream_.expires_after(Seconds(front_.options.body_timeout_s));
     http::async_write(stream_, *res_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (!ec && self->linger_) return self->LingerAndClose();
       if (ec || !self->keep_alive_) return self->Close();
       self->res_.reset();
       self->ReadHeader();
@@ -276,13 +281,33 @@ class Session : public std::enable_shared_from_this<Session> {
          fmt::format("request body over {} bytes", front_.options.max_body_bytes));
   }
 
-  // Answers and closes: the rest of the request is not read.
+  // Answers and closes: the rest of the request is not parsed.
   void Fail(int status, const std::string& code, const std::string& message) {
     keep_alive_ = false;
+    linger_ = true;
     HttpResponse r;
     r.status = status;
     r.body = ErrorBody(code, message);
     Write(std::move(r));
+  }
+
+  // Closing a socket with unread bytes sends a reset, and a client still sending its body (a
+  // 2 MiB POST answered 413 after its headers) then loses the answer to EPIPE. So stop sending,
+  // and read and drop what still comes, for a bounded time and amount, before closing.
+  void LingerAndClose() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(std::chrono::seconds(kLingerSeconds));
+    Drain();
+  }
+  void Drain() {
+    if (!drain_) drain_ = std::make_unique<std::array<char, 16384>>();
+    stream_.async_read_some(
+        asio::buffer(*drain_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+          self->drained_ += n;
+          if (ec || self->drained_ > kMaxLingerBytes) return self->Close();
+          self->Drain();
+        });
   }
 
   void Close() {
@@ -298,6 +323,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<http::response<http::string_body>> res_;
   bool keep_alive_ = true;
+  bool linger_ = false;  // the request was not read to its end: drain before closing
+  std::unique_ptr<std::array<char, 16384>> drain_;
+  size_t drained_ = 0;
 };
 
 class Listener : public std::enable_shared_from_this<Listener> {

@@ -15,6 +15,7 @@ Stdlib only. Raw sockets are used wherever an HTTP library would normalise the a
 (slow or huge headers, a forged Host, a giant request target). Timeouts that are not what a
 probe measures are generous: the script also runs against an AddressSanitizer build.
 """
+import http.client
 import json
 import os
 import re
@@ -856,6 +857,23 @@ def probe_error_bodies():
         pad = [(f"X-Pad-{i}", "p" * 500) for i in range(40)]  # 40 lines, 20 KB in all
         r = d.req("GET", "/healthz", headers=pad)
         c.ok(r.status == 431 and r.has_error_code(), f"20 KB of headers: {short(r, 70)}")
+        # A plain client writes its whole body before it reads: the daemon answers 413 after
+        # the headers, and must drain the rest before closing, or the client gets a reset
+        # (EPIPE) in place of the answer.
+        conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=30)
+        try:
+            conn.request("POST", "/v1/jobs", body=b"{" + b" " * (16 << 20) + b"}",
+                         headers={"Content-Type": "application/json",
+                                  "Authorization": "Bearer " + d.token})
+            resp = conn.getresponse()
+            body = resp.read()
+            got = f"{resp.status} {body[:60]!r}"
+            ok = resp.status == 413 and b'"too_large"' in body
+        except OSError as e:
+            got, ok = f"{type(e).__name__}: {e}", False
+        finally:
+            conn.close()
+        c.ok(ok, f"a 16 MiB body from http.client: {got}")
     return c.result()
 
 
