@@ -88,7 +88,10 @@ port_free() { ! ss -Htan 2>/dev/null | awk '{print $4}' | grep -qE "[:.]$1\$"; }
 pick_ports() {
   local base tries p ok
   for ((tries = 0; tries < 50; tries++)); do
-    base=$((20000 + (RANDOM % 2000) * 10))
+    # Below Linux's ephemeral range (32768-60999): a port there can be taken between this
+    # check and the bind by any outgoing connection, slurmctld's own to the first slurmd
+    # included ("Unable to bind listen port: Address already in use").
+    base=$((20000 + (RANDOM % 1200) * 10))
     ok=1
     for ((p = base; p < base + 1 + ${#NODES[@]}; p++)); do
       port_free "$p" || ok=0

@@ -14,17 +14,16 @@
 //     own); the network threads never wait on the daemon.
 // Oversized targets (414), headers (431) and bodies (413) are answered in the API's error format
 // without reading further.
-// First, in a block of its own: Boost 1.74's asio/awaitable.hpp uses std::exchange without
-// including <utility>.
-#include <utility>
-// clang-format off: the order above matters
+// clang-format off
+#include <utility>  // first: Boost 1.74's asio/awaitable.hpp uses std::exchange unincluded
+// clang-format on
 #include <fmt/core.h>
 #include <sys/resource.h>
 
+#include <array>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <array>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -34,7 +33,6 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include "common/json_limits.h"
@@ -302,12 +300,12 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   void Drain() {
     if (!drain_) drain_ = std::make_unique<std::array<char, 16384>>();
-    stream_.async_read_some(
-        asio::buffer(*drain_), [self = shared_from_this()](beast::error_code ec, size_t n) {
-          self->drained_ += n;
-          if (ec || self->drained_ > kMaxLingerBytes) return self->Close();
-          self->Drain();
-        });
+    stream_.async_read_some(asio::buffer(*drain_),
+                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                              self->drained_ += n;
+                              if (ec || self->drained_ > kMaxLingerBytes) return self->Close();
+                              self->Drain();
+                            });
   }
 
   void Close() {

@@ -107,9 +107,25 @@ def spec(tokens, name):
     return {"model": "gpt2", "tokens": tokens, "global_batch": 4, "seq_len": 64, "name": name}
 
 
+def slurm_up(work):
+    """Starts the cluster; on failure stops what did start (slurm-up leaves running what it
+    started before the failing step) and tries once more on other ports."""
+    down = [os.path.join(ROOT, "scripts", "slurm-down.sh"), os.path.join(work, "slurm")]
+    for attempt in (1, 2):
+        try:
+            return subprocess.run([os.path.join(ROOT, "scripts", "slurm-up.sh"),
+                                   os.path.join(work, "slurm")],
+                                  check=True, capture_output=True, text=True).stdout.strip()
+        except subprocess.CalledProcessError as e:
+            subprocess.run(down, capture_output=True)
+            print(f"slurm-up failed (attempt {attempt}): {e.stderr[-2000:]}", file=sys.stderr)
+            if attempt == 2:
+                raise
+            shutil.rmtree(os.path.join(work, "slurm"), ignore_errors=True)
+
+
 def run(frenzyd, work, live_test):
-    conf = subprocess.run([os.path.join(ROOT, "scripts", "slurm-up.sh"), os.path.join(work, "slurm")],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    conf = slurm_up(work)
     env = dict(os.environ, SLURM_CONF=conf)
     if live_test:
         p = subprocess.run([live_test], env=dict(env, FRENZY_SLURM_CONF=conf), capture_output=True,
