@@ -64,6 +64,9 @@ struct BackendNode {
   bool up = true;
 };
 
+// Thread safety: the daemon asks Status() about its runs from the control loop without its own
+// lock, while Launch() and Cancel() may run at the same time from the loop or a request, so an
+// implementation guards whatever state it keeps (the Slurm and Kubernetes backends keep none).
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -745,11 +745,15 @@ void Daemon::Hold(int64_t key, const JobRow& row) {
   running_.emplace(key, std::move(placement));
 }
 
-Status Daemon::FollowRuns(double now, int& changes) {
+Status Daemon::FollowRuns(double now, const std::unordered_map<int64_t, Polled>& polled,
+                          int& changes) {
   std::vector<JobRow> rows;
   for (const auto& [key, placement] : running_) rows.push_back(active_.at(key));
   for (JobRow& row : rows) {
-    auto st = backend_->Status(row.handle);
+    auto poll = polled.find(KeyOf(row.id));
+    // Launched, moved or cancelled since the poll: asked again next tick.
+    if (poll == polled.end() || poll->second.handle != row.handle) continue;
+    const Result<RunStatus>& st = poll->second.status;
     if (!st.ok()) {
       row.message = "backend: " + st.status().ToString();
       continue;  // asked again next pass
@@ -1069,11 +1073,23 @@ Result<int> Daemon::Tick() {
   double now = 0;
   int64_t seq = 0;
   double locked = 0;  // how long this pass held the daemon's lock
+  // The backend is asked about the running jobs without the lock; only its answers are applied
+  // under it (tick_mu_ keeps other ticks out meanwhile).
+  std::vector<std::pair<int64_t, std::string>> handles;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    handles.reserve(running_.size());
+    for (const auto& [key, placement] : running_) handles.emplace_back(key, active_.at(key).handle);
+  }
+  std::unordered_map<int64_t, Polled> polled;
+  for (const auto& [key, handle] : handles) {
+    polled.emplace(key, Polled{handle, backend_->Status(handle)});
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     now = now_s_();
     ++ticks_;
-    RETURN_IF_ERROR(FollowRuns(now, changes));
+    RETURN_IF_ERROR(FollowRuns(now, polled, changes));
     if (!dirty_ && changes == 0 && last_pass_s_ >= 0 && now - last_pass_s_ < opt_.idle_pass_s) {
       return changes;  // nothing new for the policy
     }

@@ -106,7 +106,14 @@ class Daemon {
   Result<std::shared_ptr<const JobOptions>> OptionsFor(const JobRow& row);
   nlohmann::json JobJson(const JobRow& row, bool detail);
   struct Pass;  // one scheduling pass: the snapshot the policy decides on
-  Status FollowRuns(double now, int& changes);
+  // A running job's run as the backend reported it, asked without mu_ (a command per run on
+  // Slurm or Kubernetes).
+  struct Polled {
+    std::string handle;
+    Result<RunStatus> status;
+  };
+  // Under mu_: applies the polls to the jobs still running the run that was polled.
+  Status FollowRuns(double now, const std::unordered_map<int64_t, Polled>& polled, int& changes);
   // Under mu_: the runtime's memory actions, then the snapshot for the policy.
   Status PrepareSchedule(double now, Pass& pass, int& changes);
   // Under mu_: the policy's decisions, for the jobs that did not change since the snapshot.

@@ -35,8 +35,8 @@ Result<std::string> SimBackend::Launch(const LaunchSpec& spec) {
   }
   // The real peak: within a few percent of the prediction, fixed per job.
   double jitter = static_cast<double>(std::hash<std::string>{}(spec.job_id) % 1000) / 1000.0;
-  int64_t peak = static_cast<int64_t>(static_cast<double>(spec.plan.device_bytes) *
-                                      (0.94 + 0.05 * jitter));
+  int64_t peak =
+      static_cast<int64_t>(static_cast<double>(spec.plan.device_bytes) * (0.94 + 0.05 * jitter));
   // sim:<job>:<attempt>:<start wall s>:<done fraction>:<fraction per wall s>:<peak bytes>
   double frac_per_s = spec.plan.tokens_per_s * scale_ / total;
   return fmt::format("sim:{}:{}:{:.6f}:{:.9f}:{:.12g}:{}", spec.job_id, spec.attempt, now_s_(),
@@ -51,9 +51,12 @@ Result<RunStatus> SimBackend::Status(const std::string& handle) {
     return InvalidArgument("not a sim run handle: '" + handle + "'", {}, "handle");
   }
   RunStatus st;
-  if (cancelled_.count(handle)) {
-    st.state = RunState::kCancelled;
-    return st;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_.count(handle)) {
+      st.state = RunState::kCancelled;
+      return st;
+    }
   }
   double start = std::strtod(parts[3].c_str(), nullptr);
   double done = std::strtod(parts[4].c_str(), nullptr);
@@ -65,6 +68,7 @@ Result<RunStatus> SimBackend::Status(const std::string& handle) {
 }
 
 Status SimBackend::Cancel(const std::string& handle) {
+  std::lock_guard<std::mutex> lock(mu_);
   cancelled_.insert(handle);
   return ::frenzy::Status::Ok();
 }

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -33,6 +34,7 @@ class SimBackend : public Backend {
   Cluster cluster_;
   double scale_;
   std::function<double()> now_s_;
+  std::mutex mu_;  // guards cancelled_: Status runs beside Cancel (see Backend)
   std::set<std::string> cancelled_;
 };
 

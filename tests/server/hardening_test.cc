@@ -8,10 +8,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "hardware/cluster.h"
 #include "server/api.h"
@@ -400,6 +403,75 @@ TEST(Hardening, PoisonRowsAreQuarantinedAndTheRestKeepsWorking) {
   EXPECT_EQ(sqlite3_column_int64(st, 0), 120000);
   sqlite3_finalize(st);
   sqlite3_close(s);
+}
+
+// The sim backend whose Status() waits at a gate: stands for a Slurm or Kubernetes poll that
+// takes long (a command per run).
+class GatedBackend : public Backend {
+ public:
+  GatedBackend(Cluster c, std::function<double()> now) : sim_(std::move(c), 3600.0, now) {}
+  std::string_view name() const override { return "sim"; }
+  Result<std::vector<BackendNode>> Nodes() override { return sim_.Nodes(); }
+  Result<std::string> Launch(const LaunchSpec& spec) override { return sim_.Launch(spec); }
+  Result<RunStatus> Status(const std::string& handle) override {
+    std::unique_lock<std::mutex> lock(gate_->mu);
+    if (gate_->closed) {
+      gate_->waiting = true;
+      gate_->cv.notify_all();
+      gate_->cv.wait(lock, [&] { return !gate_->closed; });
+    }
+    return sim_.Status(handle);
+  }
+  ::frenzy::Status Cancel(const std::string& handle) override { return sim_.Cancel(handle); }
+  struct Gate {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool closed = false, waiting = false;
+  };
+  std::shared_ptr<Gate> gate_ = std::make_shared<Gate>();
+
+ private:
+  SimBackend sim_;
+};
+
+// The control loop asked the backend about every run while it held the daemon's lock, so a slow
+// poll held up every submission; now a submission goes through while a poll is under way.
+TEST(Hardening, BackendPollsDoNotHoldTheDaemonsLock) {
+  TempDir dir("frenzy-gated");
+  double now = 1000;
+  auto cluster = ResolveCluster("lab", GpuCatalog::Default());
+  ASSERT_TRUE(cluster.ok());
+  auto backend = std::make_unique<GatedBackend>(*cluster, [&] { return now; });
+  auto gate = backend->gate_;
+  auto store = Store::Open((dir.path() / "d.db").string());
+  ASSERT_TRUE(store.ok());
+  DaemonOptions o;
+  o.runs_dir = (dir.path() / "runs").string();
+  auto d = Daemon::Create(o, std::move(store).value(), std::move(backend), [&] { return now; });
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_TRUE((*d)->Submit(Spec("gpt2")).ok());
+  ASSERT_TRUE((*d)->Tick().ok());  // launches it
+  ASSERT_EQ((*(*d)->GetJob("j-000001"))["state"], "running");
+  {
+    std::lock_guard<std::mutex> lock(gate->mu);
+    gate->closed = true;
+  }
+  std::thread tick([&] { EXPECT_TRUE((*d)->Tick().ok()); });
+  {
+    std::unique_lock<std::mutex> lock(gate->mu);
+    ASSERT_TRUE(gate->cv.wait_for(lock, std::chrono::seconds(30), [&] { return gate->waiting; }));
+  }
+  // The tick is inside the backend now. Under the old code this Submit waited for the gate.
+  auto submit = std::async(std::launch::async, [&] { return (*d)->Submit(Spec("gpt2")); });
+  bool done = submit.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  {
+    std::lock_guard<std::mutex> lock(gate->mu);
+    gate->closed = false;
+  }
+  gate->cv.notify_all();
+  tick.join();
+  ASSERT_TRUE(done) << "a submission waited for the backend's poll";
+  EXPECT_TRUE(submit.get().ok());
 }
 
 // Two daemons on one database launched jobs twice and resurrected cancelled ones.
