@@ -420,8 +420,10 @@ Result<RunStatus> LocalBackend::Status(const std::string& handle) {
       if (!ExitCodeOf(workdir, r.rank)) all_ended = false;
     }
   }
-  // A run that already ended keeps its outcome.
-  if (all_ended && live.empty()) {
+  // A run that already ended keeps its outcome. Every rank's exit code decides it, as in
+  // Status(): a wrapper that has written its code may still be alive for a moment, and
+  // cancelling it then turned a succeeded run into a cancelled one.
+  if (all_ended) {
     ReleaseGpus(handle);
     return ::frenzy::Status::Ok();
   }
