@@ -10,6 +10,9 @@
 namespace frenzy {
 
 std::string ToLower(std::string_view s);
+
+// a == b in time that depends only on the lengths, not on where they differ (for secrets).
+bool EqualConstantTime(std::string_view a, std::string_view b);
 // `s` without leading and trailing whitespace (a view into `s`).
 std::string_view Trim(std::string_view s);
 std::string Join(const std::vector<std::string>& parts, std::string_view sep);

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "common/json_limits.h"
+#include "common/strings.h"
 
 namespace frenzy::server {
 namespace {
@@ -19,7 +20,7 @@ HttpResponse Error(int status, const std::string& code, const std::string& messa
                    const std::string& field = {}) {
   HttpResponse r;
   r.status = status;
-  r.body = DumpJson(json{{"error", {{"code", code}, {"message", message}, {"field", field}}}});
+  r.body = ErrorJson(code, message, field);
   return r;
 }
 
@@ -53,14 +54,7 @@ std::string BearerToken(const HttpRequest& req) {
 
 bool IsAdmin(const HttpRequest& req, const ApiOptions& o) {
   if (o.token.empty()) return true;
-  const std::string presented = BearerToken(req);
-  if (presented.size() != o.token.size()) return false;
-  // Constant time over the token's length.
-  unsigned char diff = 0;
-  for (size_t i = 0; i < o.token.size(); ++i) {
-    diff |= static_cast<unsigned char>(presented[i] ^ o.token[i]);
-  }
-  return diff == 0;
+  return EqualConstantTime(BearerToken(req), o.token);
 }
 
 // "127.0.0.1:8470", "localhost", "[::1]:8470" -> the host part.
@@ -105,6 +99,11 @@ std::optional<HttpResponse> RefuseBrowsers(const HttpRequest& req, bool mutating
 }
 
 }  // namespace
+
+std::string ErrorJson(const std::string& code, const std::string& message,
+                      const std::string& field) {
+  return DumpJson(json{{"error", {{"code", code}, {"message", message}, {"field", field}}}});
+}
 
 bool IsLoopback(const std::string& host) {
   if (host == "localhost" || host == "::1") return true;

@@ -57,6 +57,11 @@ HttpResponse Handle(Daemon& daemon, const HttpRequest& request, const ApiOptions
 Status Serve(Daemon& daemon, const std::string& host, int port, const ApiOptions& options,
              const std::atomic<bool>& stop, const std::function<void(int)>& on_listening = {});
 
+// The API's error body: {"error": {"code", "message", "field"}} (bytes that are not UTF-8
+// replaced), for Handle() and the HTTP front alike.
+std::string ErrorJson(const std::string& code, const std::string& message,
+                      const std::string& field = {});
+
 // True for an address in 127.0.0.0/8, ::1 and "localhost" (names under them are not).
 bool IsLoopback(const std::string& host);
 

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "common/json_limits.h"
+#include "common/strings.h"
 #include "model/hf_config.h"
 #include "model/zoo.h"
 #include "runtime/actions.h"
@@ -71,13 +72,6 @@ std::string NewRunToken() {
   std::string t;
   for (int i = 0; i < 8; ++i) t += fmt::format("{:08x}", rd());
   return "run-" + t;
-}
-
-bool EqualConstantTime(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
 }
 
 // Fields of a heartbeat's GPU that are stored, with their types; anything else is dropped.
@@ -887,8 +881,9 @@ Status Daemon::Launch(JobRow& row, const JobView& v, const Allocation& alloc, do
   // The run reports with a token of its own, good for this job's reports only (never the admin
   // token: a training script can then not cancel or submit jobs); only its hash is stored.
   const std::string run_token = NewRunToken();
-  RETURN_IF_ERROR(store_->SetRunTokenHash(row.id, Sha256Hex(run_token)));
-  run_token_hash_[KeyOf(row.id)] = Sha256Hex(run_token);
+  const std::string run_token_hash = Sha256Hex(run_token);
+  RETURN_IF_ERROR(store_->SetRunTokenHash(row.id, run_token_hash));
+  run_token_hash_[KeyOf(row.id)] = run_token_hash;
   ls.env["FRENZY_TOKEN"] = run_token;
   auto handle = backend_->Launch(ls);
   ++row.attempt;

@@ -28,14 +28,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
-#include "common/json_limits.h"
 #include "server/api.h"
 
 namespace frenzy::server {
@@ -62,12 +60,6 @@ constexpr size_t kHeaderReadLimit = 64 << 10;
 // After an answer that left the request unread: how long and how much to drain before closing.
 constexpr int kLingerSeconds = 5;
 constexpr size_t kMaxLingerBytes = 64u << 20;
-
-std::string ErrorBody(const std::string& code, const std::string& message,
-                      const std::string& field = {}) {
-  return DumpJson(
-      nlohmann::json{{"error", {{"code", code}, {"message", message}, {"field", field}}}});
-}
 
 int FromHex(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -241,7 +233,7 @@ class Session : public std::enable_shared_from_this<Session> {
         r = Handle(self->front_.daemon, req, self->front_.options);
       } catch (const std::exception& e) {
         r.status = 500;
-        r.body = ErrorBody("internal", e.what());
+        r.body = ErrorJson("internal", e.what());
       }
       asio::post(self->stream_.get_executor(),
                  [self, r = std::move(r)]() mutable { self->Write(std::move(r)); });
@@ -285,7 +277,7 @@ class Session : public std::enable_shared_from_this<Session> {
     linger_ = true;
     HttpResponse r;
     r.status = status;
-    r.body = ErrorBody(code, message);
+    r.body = ErrorJson(code, message);
     Write(std::move(r));
   }
 

@@ -28,20 +28,37 @@ namespace {
 using nlohmann::json;
 using test_util::TempDir;
 
-// The sim backend, remembering the environment each run was launched with (its token).
-class RecordingBackend : public Backend {
+// The sim backend, remembering the environment each run was launched with (its token), and
+// whose Status() can be made to wait at a gate: a Slurm or Kubernetes poll that takes long.
+class TestBackend : public Backend {
  public:
-  RecordingBackend(Cluster c, std::function<double()> now) : sim_(std::move(c), 3600.0, now) {}
+  struct Gate {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool closed = false, waiting = false;
+  };
+  using Envs = std::map<std::string, std::map<std::string, std::string>>;
+
+  TestBackend(Cluster c, std::function<double()> now) : sim_(std::move(c), 3600.0, now) {}
   std::string_view name() const override { return "sim"; }
   Result<std::vector<BackendNode>> Nodes() override { return sim_.Nodes(); }
   Result<std::string> Launch(const LaunchSpec& spec) override {
     (*env_)[spec.job_id] = spec.env;
     return sim_.Launch(spec);
   }
-  Result<RunStatus> Status(const std::string& handle) override { return sim_.Status(handle); }
+  Result<RunStatus> Status(const std::string& handle) override {
+    std::unique_lock<std::mutex> lock(gate_->mu);
+    if (gate_->closed) {
+      gate_->waiting = true;
+      gate_->cv.notify_all();
+      gate_->cv.wait(lock, [&] { return !gate_->closed; });
+    }
+    return sim_.Status(handle);
+  }
   ::frenzy::Status Cancel(const std::string& handle) override { return sim_.Cancel(handle); }
-  std::shared_ptr<std::map<std::string, std::map<std::string, std::string>>> env_ =
-      std::make_shared<std::map<std::string, std::map<std::string, std::string>>>();
+
+  std::shared_ptr<Envs> env_ = std::make_shared<Envs>();
+  std::shared_ptr<Gate> gate_ = std::make_shared<Gate>();
 
  private:
   SimBackend sim_;
@@ -51,14 +68,16 @@ struct Harness {
   TempDir dir{"frenzy-hardening"};
   double now = 1000;
   std::string db = (dir.path() / "d.db").string();
-  std::shared_ptr<std::map<std::string, std::map<std::string, std::string>>> env;
+  std::shared_ptr<TestBackend::Envs> env;
+  std::shared_ptr<TestBackend::Gate> gate;
   std::string models_dir;
 
   Result<std::unique_ptr<Daemon>> Try() {
     auto cluster = ResolveCluster("lab", GpuCatalog::Default());
     EXPECT_TRUE(cluster.ok());
-    auto backend = std::make_unique<RecordingBackend>(*cluster, [this] { return now; });
+    auto backend = std::make_unique<TestBackend>(*cluster, [this] { return now; });
     env = backend->env_;
+    gate = backend->gate_;
     ASSIGN_OR_RETURN(auto store, Store::Open(db));
     DaemonOptions o;
     o.runs_dir = (dir.path() / "runs").string();
@@ -405,64 +424,26 @@ TEST(Hardening, PoisonRowsAreQuarantinedAndTheRestKeepsWorking) {
   sqlite3_close(s);
 }
 
-// The sim backend whose Status() waits at a gate: stands for a Slurm or Kubernetes poll that
-// takes long (a command per run).
-class GatedBackend : public Backend {
- public:
-  GatedBackend(Cluster c, std::function<double()> now) : sim_(std::move(c), 3600.0, now) {}
-  std::string_view name() const override { return "sim"; }
-  Result<std::vector<BackendNode>> Nodes() override { return sim_.Nodes(); }
-  Result<std::string> Launch(const LaunchSpec& spec) override { return sim_.Launch(spec); }
-  Result<RunStatus> Status(const std::string& handle) override {
-    std::unique_lock<std::mutex> lock(gate_->mu);
-    if (gate_->closed) {
-      gate_->waiting = true;
-      gate_->cv.notify_all();
-      gate_->cv.wait(lock, [&] { return !gate_->closed; });
-    }
-    return sim_.Status(handle);
-  }
-  ::frenzy::Status Cancel(const std::string& handle) override { return sim_.Cancel(handle); }
-  struct Gate {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool closed = false, waiting = false;
-  };
-  std::shared_ptr<Gate> gate_ = std::make_shared<Gate>();
-
- private:
-  SimBackend sim_;
-};
-
 // The control loop asked the backend about every run while it held the daemon's lock, so a slow
 // poll held up every submission; now a submission goes through while a poll is under way.
 TEST(Hardening, BackendPollsDoNotHoldTheDaemonsLock) {
-  TempDir dir("frenzy-gated");
-  double now = 1000;
-  auto cluster = ResolveCluster("lab", GpuCatalog::Default());
-  ASSERT_TRUE(cluster.ok());
-  auto backend = std::make_unique<GatedBackend>(*cluster, [&] { return now; });
-  auto gate = backend->gate_;
-  auto store = Store::Open((dir.path() / "d.db").string());
-  ASSERT_TRUE(store.ok());
-  DaemonOptions o;
-  o.runs_dir = (dir.path() / "runs").string();
-  auto d = Daemon::Create(o, std::move(store).value(), std::move(backend), [&] { return now; });
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
-  ASSERT_TRUE((*d)->Submit(Spec("gpt2")).ok());
-  ASSERT_TRUE((*d)->Tick().ok());  // launches it
-  ASSERT_EQ((*(*d)->GetJob("j-000001"))["state"], "running");
+  Harness h;
+  auto d = h.Make();
+  auto gate = h.gate;
+  ASSERT_TRUE(d->Submit(Spec("gpt2")).ok());
+  ASSERT_TRUE(d->Tick().ok());  // launches it
+  ASSERT_EQ((*d->GetJob("j-000001"))["state"], "running");
   {
     std::lock_guard<std::mutex> lock(gate->mu);
     gate->closed = true;
   }
-  std::thread tick([&] { EXPECT_TRUE((*d)->Tick().ok()); });
+  std::thread tick([&] { EXPECT_TRUE(d->Tick().ok()); });
   {
     std::unique_lock<std::mutex> lock(gate->mu);
     ASSERT_TRUE(gate->cv.wait_for(lock, std::chrono::seconds(30), [&] { return gate->waiting; }));
   }
   // The tick is inside the backend now. Under the old code this Submit waited for the gate.
-  auto submit = std::async(std::launch::async, [&] { return (*d)->Submit(Spec("gpt2")); });
+  auto submit = std::async(std::launch::async, [&] { return d->Submit(Spec("gpt2")); });
   bool done = submit.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
   {
     std::lock_guard<std::mutex> lock(gate->mu);
