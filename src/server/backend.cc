@@ -20,4 +20,18 @@ const char* RunStateName(RunState s) {
   return "lost";
 }
 
+const char* FailureKindName(FailureKind k) {
+  switch (k) {
+    case FailureKind::kNone:
+      return "none";
+    case FailureKind::kOutOfMemory:
+      return "out_of_memory";
+    case FailureKind::kNodeLost:
+      return "node_lost";
+    case FailureKind::kCrashed:
+      return "crashed";
+  }
+  return "crashed";
+}
+
 }  // namespace frenzy::server

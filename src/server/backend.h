@@ -46,8 +46,18 @@ struct LaunchSpec {
 enum class RunState { kPending, kRunning, kSucceeded, kFailed, kCancelled, kLost };
 const char* RunStateName(RunState s);
 
+// Why a run failed (RunState::kFailed), as the backend knows it: the daemon's runtime treats each
+// kind differently (an out-of-memory crash raises the job's memory factor and never retries the
+// layout; a lost node requeues from the checkpoint without counting against the job; any other
+// crash is retried with back-off). Backends classify from what their manager reports (Slurm's
+// OUT_OF_MEMORY and NODE_FAIL states, a Kubernetes OOMKilled container, a rank's exit status and
+// log), never the daemon from prose.
+enum class FailureKind { kNone, kOutOfMemory, kNodeLost, kCrashed };
+const char* FailureKindName(FailureKind k);
+
 struct RunStatus {
   RunState state = RunState::kPending;
+  FailureKind failure = FailureKind::kNone;  // set when state == kFailed
   int exit_code = 0;    // when it ended
   std::string message;  // the manager's reason, or the last line of the log
   // What the backend itself knows of the run's progress (the sim backend does; real runs report
