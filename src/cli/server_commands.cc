@@ -140,13 +140,13 @@ Result<std::unique_ptr<Backend>> MakeBackend(const ServeOptions& o) {
     server::SlurmOptions so;
     so.slurm_conf = o.slurm_conf;
     so.partition = o.slurm_partition;
-    return std::unique_ptr<Backend>(new server::SlurmBackend(so));
+    return std::unique_ptr<Backend>(new server::SlurmBackend(so, catalog));
   }
   if (o.backend == "k8s") {
     server::K8sOptions ko;
     ko.manifest_dir = o.k8s_dir;
     ko.apply = o.k8s_apply;
-    return std::unique_ptr<Backend>(new server::K8sBackend(ko));
+    return std::unique_ptr<Backend>(new server::K8sBackend(ko, catalog));
   }
   return InvalidArgument("unknown backend '" + o.backend + "' (sim, local, slurm, k8s)", {},
                          "backend");

@@ -389,10 +389,13 @@ Result<std::vector<GpuReading>> ReadGpus(const AgentOptions& options, GpuSourceI
     out.skipped.push_back("nvml: " + (r.ok() ? std::string("no GPUs") : r.status().message()));
   }
   if (options.use_nvidia_smi) {
-    auto run = RunCommand(
+    ProcessRunner& runner = options.runner != nullptr ? *options.runner : SystemRunner();
+    auto run = runner.Run(CommandSpec{
         {options.nvidia_smi, "--query-gpu=index,name,memory.total,memory.used,utilization.gpu",
          "--format=csv,noheader,nounits"},
-        "", options.nvidia_smi_timeout_s);
+        "",
+        options.nvidia_smi_timeout_s,
+        {}});
     if (!run.ok()) {
       out.skipped.push_back("nvidia-smi: " + run.status().message());
     } else if (!run->ok()) {

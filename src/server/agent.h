@@ -24,6 +24,8 @@
 
 namespace frenzy::server {
 
+class ProcessRunner;  // server/process.h
+
 struct GpuReading {
   int64_t index = 0;
   std::string name;  // as the driver names it ("NVIDIA A100-SXM4-80GB"), or the inventory's
@@ -41,6 +43,8 @@ struct AgentOptions {
   std::string nvml_library = "libnvidia-ml.so.1";  // dlopen name or path
   std::string nvidia_smi = "nvidia-smi";           // program, looked up on PATH
   double nvidia_smi_timeout_s = 20;
+  // Runs nvidia-smi; null: real processes (SystemRunner). Not owned; must outlive the calls.
+  ProcessRunner* runner = nullptr;
 };
 
 // What ReadGpus used, for the heartbeat and for logs.

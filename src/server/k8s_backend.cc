@@ -1,5 +1,8 @@
 #include "server/k8s_backend.h"
 
+// size: manifests, the parsers of kubectl's JSON (jobs, nodes, pods) and the backend that joins
+// them, each short; the parsers would move to a file of their own with a change to the build.
+
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -7,6 +10,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -207,7 +212,8 @@ int64_t IntField(const json& obj, const char* key) {
   return it != obj.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
 }
 
-std::string GpuTypeFromLabel(const std::string& label, const K8sOptions& o) {
+std::string GpuTypeFromLabel(const std::string& label, const K8sOptions& o,
+                             const GpuCatalog& catalog) {
   if (label.empty()) return {};
   for (const auto& [gpu, value] : o.gpu_labels) {
     if (value == label) return gpu;
@@ -218,7 +224,7 @@ std::string GpuTypeFromLabel(const std::string& label, const K8sOptions& o) {
   for (const auto& [gpu, value] : o.gpu_labels) {
     if (value == product) return gpu;
   }
-  if (const GpuType* t = GpuCatalog::Default().Find(product)) return t->name;
+  if (const GpuType* t = catalog.Find(product)) return t->name;
   return label;
 }
 
@@ -241,6 +247,122 @@ std::string GpuTypeFromLabel(const std::string& label, const K8sOptions& o) {
   out.close();
   if (!out) return Status(StatusCode::kInternal, "cannot write the manifest", path);
   return {};
+}
+
+// The string `key` of a JSON object from kubectl; "" when it is absent or not a string (reading
+// it with json::value would throw on a value of another type).
+std::string StringOr(const json& obj, const char* key) {
+  if (!obj.is_object()) return {};
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+constexpr char kPodsWhere[] = "kubectl get pods -o json";
+
+// Like StringOr, but a value of another type is an error naming `field`.key.
+Result<std::string> StringField(const json& obj, const char* key, const std::string& field) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return std::string();
+  if (!it->is_string()) {
+    return InvalidArgument("expected a string, got " + it->dump(), kPodsWhere, field + "." + key);
+  }
+  return it->get<std::string>();
+}
+
+// Pod-level reasons of a pod failed because of its node, not its program: the kubelet's
+// node-pressure eviction (Evicted), the node lifecycle controller (NodeLost), graceful node
+// shutdown (Shutdown, Terminated) and a kubelet that could not admit the pod after a restart
+// (UnexpectedAdmissionError, e.g. its GPUs no longer advertised).
+constexpr const char* kNodeLostReasons[] = {"Evicted", "Shutdown", "NodeLost", "Terminated",
+                                            "UnexpectedAdmissionError"};
+
+using MaybeFailure = std::optional<PodFailure>;
+
+// How surely a kind names the root cause when several pods failed (see ClassifyPodFailure).
+int Strength(FailureKind k) {
+  switch (k) {
+    case FailureKind::kOutOfMemory:
+      return 3;
+    case FailureKind::kNodeLost:
+      return 2;
+    case FailureKind::kCrashed:
+      return 1;
+    case FailureKind::kNone:
+      break;
+  }
+  return 0;
+}
+
+// The failure a pod's own status reports: a node-lost reason or a DisruptionTarget condition.
+Result<MaybeFailure> PodDisruption(const json& status, const std::string& pod,
+                                   const std::string& field) {
+  ASSIGN_OR_RETURN(std::string reason, StringField(status, "reason", field));
+  ASSIGN_OR_RETURN(std::string message, StringField(status, "message", field));
+  for (const char* r : kNodeLostReasons) {
+    if (reason != r) continue;
+    std::string text = "pod " + pod + ": " + reason;
+    if (!message.empty()) text += ": " + message;
+    return MaybeFailure(PodFailure{FailureKind::kNodeLost, 0, std::move(text)});
+  }
+  if (!status.contains("conditions")) return MaybeFailure();
+  if (!status["conditions"].is_array()) {
+    return InvalidArgument("expected a list", kPodsWhere, field + ".conditions");
+  }
+  for (const json& c : status["conditions"]) {
+    // Set by whoever takes a pod away: PreemptionByScheduler, DeletionByTaintManager (node
+    // unreachable), EvictionByEvictionAPI (drain), DeletionByPodGC (node gone),
+    // TerminationByKubelet.
+    if (StringOr(c, "type") == "DisruptionTarget" && StringOr(c, "status") == "True") {
+      std::string why = StringOr(c, "reason");
+      std::string text = StringOr(c, "message");
+      return MaybeFailure(PodFailure{FailureKind::kNodeLost, 0,
+                                     "pod " + pod + ": disrupted (" +
+                                         (why.empty() ? "no reason" : why) + ")" +
+                                         (text.empty() ? "" : ": " + text)});
+    }
+  }
+  return MaybeFailure();
+}
+
+// The failure a container's status reports, when it terminated unsuccessfully.
+Result<MaybeFailure> ContainerFailure(const json& cs, const std::string& pod,
+                                      const std::string& field) {
+  if (!cs.is_object()) return InvalidArgument("expected an object", kPodsWhere, field);
+  ASSIGN_OR_RETURN(std::string container, StringField(cs, "name", field));
+  auto state = cs.find("state");
+  if (state == cs.end() || !state->is_object() || !state->contains("terminated")) {
+    return MaybeFailure();  // waiting or running: not what failed
+  }
+  const json& t = (*state)["terminated"];
+  const std::string at = field + ".state.terminated";
+  if (!t.is_object()) return InvalidArgument("expected an object", kPodsWhere, at);
+  int exit_code = 0;
+  if (t.contains("exitCode")) {
+    const json& e = t["exitCode"];
+    if (!e.is_number_integer() || e.get<int64_t>() < INT32_MIN || e.get<int64_t>() > INT32_MAX) {
+      return InvalidArgument("exitCode is not a 32-bit whole number: " + e.dump(), kPodsWhere,
+                             at + ".exitCode");
+    }
+    exit_code = static_cast<int>(e.get<int64_t>());
+  }
+  ASSIGN_OR_RETURN(std::string reason, StringField(t, "reason", at));
+  ASSIGN_OR_RETURN(std::string message, StringField(t, "message", at));
+  const std::string who = "pod " + pod + ": container " + container;
+  if (reason == "OOMKilled") {
+    return MaybeFailure(PodFailure{FailureKind::kOutOfMemory, exit_code,
+                                   fmt::format("{} OOMKilled (exit {})", who, exit_code)});
+  }
+  if (exit_code == 0) return MaybeFailure();
+  std::vector<std::string> lines;
+  std::istringstream in(message);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  if (std::optional<std::string> oom = OutOfMemoryLine(lines)) {
+    return MaybeFailure(
+        PodFailure{FailureKind::kOutOfMemory, exit_code, who + ": " + oom->substr(0, 500)});
+  }
+  return MaybeFailure(PodFailure{FailureKind::kCrashed, exit_code,
+                                 fmt::format("{} exited with code {}{}", who, exit_code,
+                                             reason.empty() ? "" : " (" + reason + ")")});
 }
 
 ::frenzy::Status KubectlFailed(const std::string& what, const CommandResult& r) {
@@ -313,25 +435,29 @@ std::string K8sJobName(const LaunchSpec& spec) {
   return prefix + id + suffix;
 }
 
-std::string GpuProductLabel(const std::string& gpu, const K8sOptions& options) {
+std::string GpuProductLabel(const std::string& gpu, const K8sOptions& options,
+                            const GpuCatalog& catalog) {
   if (gpu.empty()) return {};
   auto it = options.gpu_labels.find(gpu);
   if (it != options.gpu_labels.end()) return it->second;
-  if (const GpuType* t = GpuCatalog::Default().Find(gpu)) {
+  if (const GpuType* t = catalog.Find(gpu)) {
     it = options.gpu_labels.find(t->name);
     if (it != options.gpu_labels.end()) return it->second;
   }
   return {};
 }
 
-json JobManifest(const LaunchSpec& spec, const K8sOptions& options) {
+json JobManifest(const LaunchSpec& spec, const K8sOptions& options, const GpuCatalog& catalog) {
   const std::string name = K8sJobName(spec);
   const bool multi = spec.nodes > 1;
 
   json container = {{"name", kContainerName},
                     {"image", options.image},
                     {"command", LaunchCommand(spec)},
-                    {"env", Env(spec, name, options)}};
+                    {"env", Env(spec, name, options)},
+                    // A failed container's status then holds its log's tail (the kubelet keeps
+                    // up to 80 lines / 2 KiB), read by ClassifyPodFailure for out-of-memory errors.
+                    {"terminationMessagePolicy", "FallbackToLogsOnError"}};
   if (spec.gpus_per_node > 0) {
     container["resources"] = {{"limits", {{kGpuResource, spec.gpus_per_node}}}};
   }
@@ -341,7 +467,7 @@ json JobManifest(const LaunchSpec& spec, const K8sOptions& options) {
   }
 
   json pod = {{"restartPolicy", "Never"}, {"containers", json::array({container})}};
-  std::string product = GpuProductLabel(spec.plan.gpu, options);
+  std::string product = GpuProductLabel(spec.plan.gpu, options, catalog);
   if (!product.empty()) pod["nodeSelector"] = {{options.gpu_label_key, product}};
   // Pod i of an Indexed Job is hostnamed <name>-i; under the headless Service's subdomain it
   // resolves as <name>-i.<name>.
@@ -408,10 +534,10 @@ RunStatus ParseJobStatus(const json& job) {
   std::string why;
   if (status.is_object() && status.contains("conditions") && status["conditions"].is_array()) {
     for (const auto& c : status["conditions"]) {
-      if (!c.is_object() || c.value("status", "") != "True") continue;
-      std::string type = c.value("type", "");
-      std::string text = c.value("reason", "");
-      std::string msg = c.value("message", "");
+      if (!c.is_object() || StringOr(c, "status") != "True") continue;
+      std::string type = StringOr(c, "type");
+      std::string text = StringOr(c, "reason");
+      std::string msg = StringOr(c, "message");
       if (!msg.empty()) text += text.empty() ? msg : ": " + msg;
       if (type == "Failed" || type == "FailureTarget") {
         failed = true;
@@ -428,6 +554,7 @@ RunStatus ParseJobStatus(const json& job) {
   const int64_t failed_pods = IntField(status, "failed");
   if (failed) {
     st.state = RunState::kFailed;
+    st.failure = FailureKind::kCrashed;  // until the pods tell more (ClassifyPodFailure)
     st.exit_code = 1;  // the pods' exit codes are in their statuses, not the Job's
     st.message = why.empty() ? fmt::format("{} pod(s) failed", failed_pods) : why;
   } else if (complete) {
@@ -449,7 +576,48 @@ RunStatus ParseJobStatus(const json& job) {
   return st;
 }
 
-Result<std::vector<BackendNode>> ParseNodes(const json& node_list, const K8sOptions& options) {
+Result<PodFailure> ClassifyPodFailure(const json& pod_list) {
+  if (!pod_list.is_object() || !pod_list.contains("items") || !pod_list["items"].is_array()) {
+    return InvalidArgument("expected a pod list with an 'items' array", kPodsWhere, "items");
+  }
+  std::optional<PodFailure> best;
+  auto consider = [&](MaybeFailure f) {
+    if (f && (!best || Strength(f->kind) > Strength(best->kind))) best = std::move(f);
+  };
+  const json& items = pod_list["items"];
+  for (size_t i = 0; i < items.size(); ++i) {
+    const json& pod = items[i];
+    const std::string at = fmt::format("items[{}]", i);
+    if (!pod.is_object() || !pod.contains("metadata") || !pod["metadata"].is_object() ||
+        !pod["metadata"].contains("name") || !pod["metadata"]["name"].is_string()) {
+      return InvalidArgument("a pod without metadata.name", kPodsWhere, at + ".metadata.name");
+    }
+    const std::string name = pod["metadata"]["name"].get<std::string>();
+    const json status = pod.value("status", json::object());
+    if (!status.is_object())
+      return InvalidArgument("expected an object", kPodsWhere, at + ".status");
+    ASSIGN_OR_RETURN(MaybeFailure disrupted, PodDisruption(status, name, at + ".status"));
+    consider(std::move(disrupted));
+    if (!status.contains("containerStatuses")) continue;
+    const json& containers = status["containerStatuses"];
+    if (!containers.is_array()) {
+      return InvalidArgument("expected a list", kPodsWhere, at + ".status.containerStatuses");
+    }
+    for (size_t j = 0; j < containers.size(); ++j) {
+      ASSIGN_OR_RETURN(MaybeFailure failed,
+                       ContainerFailure(containers[j], name,
+                                        fmt::format("{}.status.containerStatuses[{}]", at, j)));
+      consider(std::move(failed));
+    }
+  }
+  if (best) return *best;
+  return PodFailure{
+      FailureKind::kCrashed, 0,
+      items.empty() ? "its pods are gone, so why is unknown" : "no pod reports a failed container"};
+}
+
+Result<std::vector<BackendNode>> ParseNodes(const json& node_list, const K8sOptions& options,
+                                            const GpuCatalog& catalog) {
   const std::string where = "kubectl get nodes -o json";
   if (!node_list.is_object() || !node_list.contains("items") || !node_list["items"].is_array()) {
     return InvalidArgument("expected a node list with an 'items' array", where, "items");
@@ -488,13 +656,14 @@ Result<std::vector<BackendNode>> ParseNodes(const json& node_list, const K8sOpti
     const json labels = item["metadata"].value("labels", json::object());
     if (labels.is_object() && labels.contains(options.gpu_label_key) &&
         labels[options.gpu_label_key].is_string()) {
-      node.gpu = GpuTypeFromLabel(labels[options.gpu_label_key].get<std::string>(), options);
+      node.gpu =
+          GpuTypeFromLabel(labels[options.gpu_label_key].get<std::string>(), options, catalog);
     }
     bool ready = false;
     if (status.contains("conditions") && status["conditions"].is_array()) {
       for (const auto& c : status["conditions"]) {
-        if (c.is_object() && c.value("type", "") == "Ready")
-          ready = c.value("status", "") == "True";
+        if (c.is_object() && StringOr(c, "type") == "Ready")
+          ready = StringOr(c, "status") == "True";
       }
     }
     bool unschedulable = false;
@@ -514,6 +683,10 @@ std::string K8sBackend::ManifestPath(const std::string& job_name) const {
 
 std::string K8sBackend::SecretManifestPath(const std::string& job_name) const {
   return (std::filesystem::path(opt_.manifest_dir) / (job_name + ".secret.json")).string();
+}
+
+Result<CommandResult> K8sBackend::RunKubectl(const std::vector<std::string>& argv) const {
+  return runner_.Run(CommandSpec{argv, "", opt_.kubectl_timeout_s, {}});
 }
 
 std::vector<std::string> K8sBackend::Kubectl(const std::string& ns) const {
@@ -544,13 +717,13 @@ Result<std::vector<BackendNode>> K8sBackend::Nodes() {
   }
   auto argv = Kubectl("");
   argv.insert(argv.end(), {"get", "nodes", "--output", "json"});
-  ASSIGN_OR_RETURN(CommandResult r, RunCommand(argv, "", opt_.kubectl_timeout_s));
+  ASSIGN_OR_RETURN(CommandResult r, RunKubectl(argv));
   if (!r.ok()) return KubectlFailed("kubectl get nodes", r);
   json list = json::parse(r.stdout_text, nullptr, /*allow_exceptions=*/false);
   if (list.is_discarded()) {
     return InvalidArgument("kubectl get nodes printed no JSON", "kubectl get nodes -o json");
   }
-  return ParseNodes(list, opt_);
+  return ParseNodes(list, opt_, catalog_);
 }
 
 Result<std::string> K8sBackend::Launch(const LaunchSpec& spec) {
@@ -567,13 +740,13 @@ Result<std::string> K8sBackend::Launch(const LaunchSpec& spec) {
                            "namespace");
   }
   if (spec.gpus_per_node > 0 && !spec.plan.gpu.empty() &&
-      GpuProductLabel(spec.plan.gpu, opt_).empty()) {
+      GpuProductLabel(spec.plan.gpu, opt_, catalog_).empty()) {
     return InvalidArgument("k8s backend: no " + opt_.gpu_label_key + " value is known for GPU '" +
                                spec.plan.gpu + "'; add it to the GPU label table",
                            {}, "gpu");
   }
   const std::string name = K8sJobName(spec);
-  json job = JobManifest(spec, opt_);
+  json job = JobManifest(spec, opt_, catalog_);
   json doc = job;
   if (spec.nodes > 1) {
     doc = {{"apiVersion", "v1"},
@@ -597,7 +770,7 @@ Result<std::string> K8sBackend::Launch(const LaunchSpec& spec) {
     // The Secret first: the pods' containers cannot start before it exists.
     if (!secret.is_null()) argv.insert(argv.end(), {"--filename", secret_path});
     argv.insert(argv.end(), {"--filename", path});
-    ASSIGN_OR_RETURN(CommandResult r, RunCommand(argv, "", opt_.kubectl_timeout_s));
+    ASSIGN_OR_RETURN(CommandResult r, RunKubectl(argv));
     if (!r.ok()) return KubectlFailed("kubectl apply -f " + path, r).WithWhere(path);
   }
   return "k8s:" + opt_.namespace_name + "/" + name;
@@ -620,7 +793,7 @@ Result<RunStatus> K8sBackend::Status(const std::string& handle) {
   }
   auto argv = Kubectl(h.ns);
   argv.insert(argv.end(), {"get", "job", h.name, "--output", "json"});
-  ASSIGN_OR_RETURN(CommandResult r, RunCommand(argv, "", opt_.kubectl_timeout_s));
+  ASSIGN_OR_RETURN(CommandResult r, RunKubectl(argv));
   if (!r.ok()) {
     if (!r.timed_out && (r.stderr_text.find("NotFound") != std::string::npos ||
                          r.stderr_text.find("not found") != std::string::npos)) {
@@ -635,7 +808,27 @@ Result<RunStatus> K8sBackend::Status(const std::string& handle) {
   if (job.is_discarded()) {
     return InvalidArgument("kubectl get job printed no JSON", "kubectl get job " + h.name);
   }
-  return ParseJobStatus(job);
+  RunStatus st = ParseJobStatus(job);
+  if (st.state == RunState::kFailed) RETURN_IF_ERROR(ExplainFailure(h.ns, h.name, st));
+  return st;
+}
+
+::frenzy::Status K8sBackend::ExplainFailure(const std::string& ns, const std::string& name,
+                                            RunStatus& st) const {
+  auto argv = Kubectl(ns);
+  argv.insert(argv.end(), {"get", "pods", "--selector", std::string(kRunLabel) + "=" + name,
+                           "--output", "json"});
+  const std::string what = "kubectl get pods --selector " + std::string(kRunLabel) + "=" + name;
+  ASSIGN_OR_RETURN(CommandResult r, RunKubectl(argv));
+  if (!r.ok()) return KubectlFailed(what, r);
+  json pods = json::parse(r.stdout_text, nullptr, /*allow_exceptions=*/false);
+  if (pods.is_discarded()) return InvalidArgument("kubectl get pods printed no JSON", what);
+  Result<PodFailure> why = ClassifyPodFailure(pods);
+  if (!why.ok()) return why.status().WithWhere(what);
+  st.failure = why->kind;
+  if (why->exit_code != 0) st.exit_code = why->exit_code;
+  if (!why->message.empty()) st.message += "; " + why->message;
+  return {};
 }
 
 ::frenzy::Status K8sBackend::Cancel(const std::string& handle) {
@@ -656,7 +849,7 @@ Result<RunStatus> K8sBackend::Status(const std::string& handle) {
   auto argv = Kubectl(h.ns);
   argv.insert(argv.end(),
               {"delete", "job,service,secret", h.name, "--ignore-not-found", "--wait=false"});
-  ASSIGN_OR_RETURN(CommandResult r, RunCommand(argv, "", opt_.kubectl_timeout_s));
+  ASSIGN_OR_RETURN(CommandResult r, RunKubectl(argv));
   if (!r.ok()) return KubectlFailed("kubectl delete job " + h.name, r);
   return {};
 }

@@ -15,8 +15,13 @@
 // Without a cluster (`apply` off) the backend only writes manifests: Status says the run is
 // pending with the manifest's path, Cancel removes the manifests, and Nodes is an error.
 //
-// Handles are "k8s:<namespace>/<job name>". Thread safety: none needed beyond the files and the
-// cluster itself; each call is independent.
+// A failed run's FailureKind comes from its pods (`kubectl get pods`, see ClassifyPodFailure): a
+// container OOMKilled, or one whose log tail (kept as its termination message) reports a failed
+// allocation, is out of memory; a pod evicted or taken away with its node is a lost node; any
+// other failure is a crash.
+//
+// Handles are "k8s:<namespace>/<job name>". Thread safety: the backend holds its options and
+// references to the catalog and the runner (both safe to share); each call is independent.
 #ifndef FRENZY_SERVER_K8S_BACKEND_H_
 #define FRENZY_SERVER_K8S_BACKEND_H_
 
@@ -29,6 +34,11 @@
 
 #include "common/status.h"
 #include "server/backend.h"
+#include "server/process.h"
+
+namespace frenzy {
+class GpuCatalog;
+}  // namespace frenzy
 
 namespace frenzy::server {
 
@@ -62,9 +72,10 @@ std::string DnsLabel(std::string_view text, size_t max_len = 63);
 // the pods' hostnames ("<name>-<index>") stay valid labels too.
 std::string K8sJobName(const LaunchSpec& spec);
 
-// The product label value for a GPU type, by the options' table (exact name first, then the
-// catalog's canonical name for an alias). Empty when unknown.
-std::string GpuProductLabel(const std::string& gpu, const K8sOptions& options);
+// The product label value for a GPU type, by the options' table (exact name first, then
+// `catalog`'s canonical name for an alias). Empty when unknown.
+std::string GpuProductLabel(const std::string& gpu, const K8sOptions& options,
+                            const GpuCatalog& catalog);
 
 // The batch/v1 Job of a run. Single node: completions = parallelism = 1. Several nodes: an
 // Indexed Job with completions = parallelism = nodes whose pods find pod 0 through the headless
@@ -74,8 +85,11 @@ std::string GpuProductLabel(const std::string& gpu, const K8sOptions& options);
 // environment (NODE_RANK, NNODES, NPROC_PER_NODE, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and
 // spec.env (credentials as secretKeyRef references to SecretManifest's Secret, never their
 // values), and the command `torchrun --nnodes ... --node_rank=$(NODE_RANK) ... <spec.command>`.
+// The container's terminationMessagePolicy is FallbackToLogsOnError, so a failed container's
+// status carries the tail of its log, where ClassifyPodFailure looks for out-of-memory errors.
 // REQUIRES: spec.command is not empty (Launch checks).
-nlohmann::json JobManifest(const LaunchSpec& spec, const K8sOptions& options);
+nlohmann::json JobManifest(const LaunchSpec& spec, const K8sOptions& options,
+                           const GpuCatalog& catalog);
 
 // The v1 Secret (type Opaque, the Job's name) holding the credentials of spec.env as stringData,
 // one key per variable (FRENZY_TOKEN); null when spec.env holds none.
@@ -85,18 +99,44 @@ nlohmann::json SecretManifest(const LaunchSpec& spec, const K8sOptions& options)
 nlohmann::json ServiceManifest(const LaunchSpec& spec, const K8sOptions& options);
 
 // A run's state from `kubectl get job NAME -o json`: Complete -> succeeded, Failed (or
-// FailureTarget) -> failed, being deleted -> cancelled, pods ready -> running, else pending.
+// FailureTarget) -> failed (failure kCrashed until the pods tell more), being deleted ->
+// cancelled, pods ready -> running, else pending.
 RunStatus ParseJobStatus(const nlohmann::json& job);
 
+// Why the pods of a failed run failed.
+struct PodFailure {
+  FailureKind kind = FailureKind::kCrashed;
+  int exit_code = 0;    // the exit code of the container that tells why; 0 when none ended
+  std::string message;  // "pod frenzy-j-1-0-0-x2b9k: container trainer OOMKilled (exit 137)"
+};
+
+// Classifies the pods of `kubectl get pods --selector frenzy.io/run=NAME -o json`:
+//   kOutOfMemory — a container terminated with reason OOMKilled (the kernel killed it at its
+//                  memory limit), or its termination message reports a failed allocation
+//                  (OutOfMemoryLine: a CUDA out-of-memory error exits 1 with reason "Error");
+//   kNodeLost    — a pod that failed with reason Evicted, NodeLost, Shutdown, Terminated or
+//                  UnexpectedAdmissionError, or with a DisruptionTarget condition (taken by the
+//                  taint manager, the eviction API, pod GC, the kubelet or preemption);
+//   kCrashed     — anything else (the first failed container is named), or no pods left.
+// Out of memory outranks a lost node, which outranks a crash: when one rank dies the others
+// fail after it, so the most specific cause is the root one, and mistaking an out-of-memory
+// layout for a lost node would retry it forever.
+// Errors: InvalidArgument naming the field (no "items" list, a pod without metadata.name,
+// fields of the wrong JSON type).
+Result<PodFailure> ClassifyPodFailure(const nlohmann::json& pod_list);
+
 // The GPU nodes of `kubectl get nodes -o json`: allocatable nvidia.com/gpu and the product label
-// (mapped back to the catalog's GPU name when known). Nodes without GPUs are left out; a node is
+// (mapped back to `catalog`'s GPU name when known). Nodes without GPUs are left out; a node is
 // up when Ready and schedulable. Errors name the node and the field.
 Result<std::vector<BackendNode>> ParseNodes(const nlohmann::json& node_list,
-                                            const K8sOptions& options);
+                                            const K8sOptions& options, const GpuCatalog& catalog);
 
 class K8sBackend : public Backend {
  public:
-  explicit K8sBackend(K8sOptions options) : opt_(std::move(options)) {}
+  // GPU names are `catalog`'s; kubectl runs through `runner`.
+  // REQUIRES: `catalog` and `runner` outlive the backend.
+  K8sBackend(K8sOptions options, const GpuCatalog& catalog, ProcessRunner& runner = SystemRunner())
+      : opt_(std::move(options)), catalog_(catalog), runner_(runner) {}
   std::string_view name() const override { return "k8s"; }
   Result<std::vector<BackendNode>> Nodes() override;
   Result<std::string> Launch(const LaunchSpec& spec) override;
@@ -110,7 +150,14 @@ class K8sBackend : public Backend {
 
  private:
   std::vector<std::string> Kubectl(const std::string& ns) const;  // the common argv prefix
+  Result<CommandResult> RunKubectl(const std::vector<std::string>& argv) const;
+  // Completes a failed run's status from its pods (ClassifyPodFailure).
+  ::frenzy::Status ExplainFailure(const std::string& ns, const std::string& name,
+                                  RunStatus& st) const;
+
   K8sOptions opt_;
+  const GpuCatalog& catalog_;
+  ProcessRunner& runner_;
 };
 
 }  // namespace frenzy::server

@@ -106,14 +106,99 @@ std::optional<int> ExitCodeOf(const std::string& workdir, int rank) {
   }
 }
 
+constexpr int kSigkillExit = 128 + SIGKILL;  // as sh reports a command SIGKILL ended
+
+// The memory cgroup file counting OOM kills among this process's cgroup, where one is readable:
+// its own cgroup's (v2, then v1) by /proc/self/cgroup, else the mount's root, which is its own
+// cgroup where the daemon runs in a container (cgroup namespace or a bind-mounted hierarchy).
+std::string FindOomKillFile() {
+  std::vector<std::string> candidates;
+  std::istringstream lines(ReadText("/proc/self/cgroup").value_or(""));
+  for (std::string line; std::getline(lines, line);) {
+    // "ID:CONTROLLERS:PATH"; v2 is "0::PATH".
+    size_t a = line.find(':');
+    size_t b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    std::string controllers = line.substr(a + 1, b - a - 1);
+    std::string path = line.substr(b + 1);
+    if (controllers.empty()) {
+      candidates.push_back("/sys/fs/cgroup" + path + "/memory.events");
+      candidates.push_back("/sys/fs/cgroup/unified" + path + "/memory.events");
+    } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
+      candidates.push_back("/sys/fs/cgroup/memory" + path + "/memory.oom_control");
+    }
+  }
+  candidates.push_back("/sys/fs/cgroup/memory.events");
+  candidates.push_back("/sys/fs/cgroup/memory/memory.oom_control");
+  for (const std::string& c : candidates) {
+    std::optional<std::string> text = ReadText(c);
+    if (text && ParseOomKillCount(*text)) return c;
+  }
+  return {};
+}
+
+// Whether the OOM killer fired since launch: the count now against the one Launch recorded in
+// WORKDIR/oom_kills ("COUNT\nFILE\n"); nullopt when either cannot be read.
+std::optional<bool> OomKillerFired(const std::string& workdir) {
+  std::optional<std::string> record = ReadText(fs::path(workdir) / "oom_kills");
+  if (!record) return std::nullopt;
+  std::istringstream in(*record);
+  std::string count_text, file;
+  if (!std::getline(in, count_text) || !std::getline(in, file) || file.empty()) return std::nullopt;
+  std::optional<int64_t> before = ParseOomKillCount("oom_kill " + count_text);
+  std::optional<std::string> now_text = ReadText(file);
+  std::optional<int64_t> now = now_text ? ParseOomKillCount(*now_text) : std::nullopt;
+  if (!before || !now) return std::nullopt;
+  return *now > *before;
+}
+
+// Writes WORKDIR/oom_kills for OomKillerFired, when `file` has a count to record.
+Status RecordOomKills(const std::string& file, const std::string& workdir) {
+  std::optional<std::string> text = ReadText(file);
+  std::optional<int64_t> kills = text ? ParseOomKillCount(*text) : std::nullopt;
+  if (!kills) return Status::Ok();  // nothing to compare with later: SIGKILL stays unexplained
+  return WriteTextAtomic(fs::path(workdir) / "oom_kills",
+                         std::to_string(*kills) + "\n" + file + "\n");
+}
+
 }  // namespace
+
+std::optional<int64_t> ParseOomKillCount(std::string_view text) {
+  std::istringstream in{std::string(text)};
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string key, count, extra;
+    if (!(fields >> key >> count) || key != "oom_kill" || (fields >> extra)) continue;
+    if (count.empty() || !std::all_of(count.begin(), count.end(), [](char c) {
+          return std::isdigit(static_cast<unsigned char>(c));
+        })) {
+      return std::nullopt;
+    }
+    try {
+      return std::stoll(count);
+    } catch (const std::exception&) {
+      return std::nullopt;  // out of range
+    }
+  }
+  return std::nullopt;
+}
+
+FailureKind LocalFailureKind(int exit_code, const std::vector<std::string>& log_tail,
+                             std::optional<bool> oom_killer_fired) {
+  if (OutOfMemoryLine(log_tail)) return FailureKind::kOutOfMemory;
+  if (exit_code == kSigkillExit && oom_killer_fired.value_or(true)) {
+    return FailureKind::kOutOfMemory;
+  }
+  return FailureKind::kCrashed;
+}
 
 LocalBackend::LocalBackend(LocalBackendOptions options) : options_(std::move(options)) {
   if (options_.nodes.empty()) options_.nodes.push_back(BackendNode{"localhost", "", 1, true});
+  if (options_.oom_kill_file.empty()) options_.oom_kill_file = FindOomKillFile();
 }
 
 LocalBackend::LocalBackend(std::vector<BackendNode> nodes)
-    : LocalBackend(LocalBackendOptions{std::move(nodes), 5}) {}
+    : LocalBackend(LocalBackendOptions{std::move(nodes), 5, ""}) {}
 
 Result<std::vector<BackendNode>> LocalBackend::Nodes() { return options_.nodes; }
 
@@ -256,7 +341,7 @@ Result<std::string> LocalBackend::Launch(const LaunchSpec& spec) {
   }
   for (const auto& entry : fs::directory_iterator(workdir, ec)) {
     std::string f = entry.path().filename().string();
-    if (f.rfind("exit_code.", 0) == 0 || f == "pids" || f == "cancelled") {
+    if (f.rfind("exit_code.", 0) == 0 || f == "pids" || f == "cancelled" || f == "oom_kills") {
       fs::remove(entry.path(), ec);
     } else if (f.rfind("rank-", 0) == 0 && f.size() > 4 &&
                f.compare(f.size() - 4, 4, ".log") == 0) {
@@ -265,6 +350,8 @@ Result<std::string> LocalBackend::Launch(const LaunchSpec& spec) {
     }
   }
 
+  // The OOM killer's count before any rank starts, so Status can tell whether it killed one.
+  RETURN_IF_ERROR(RecordOomKills(options_.oom_kill_file, workdir));
   ASSIGN_OR_RETURN(int port, FreePort());
   const std::string handle = std::string(kHandlePrefix) + workdir;
   ReleaseGpus(handle);
@@ -334,9 +421,8 @@ Result<RunStatus> LocalBackend::Status(const std::string& handle) {
   }
 
   int alive = 0;
-  std::vector<const Rank*> gone;       // dead without an exit code
-  const Rank* first_failed = nullptr;  // the lowest rank that exited non-zero
-  int failed_code = 0;
+  std::vector<const Rank*> gone;                    // dead without an exit code
+  std::vector<std::pair<const Rank*, int>> failed;  // exited non-zero, with the code
   std::vector<const Rank*> running;
   for (const Rank& r : *ranks) {
     std::optional<int> code = ExitCodeOf(workdir, r.rank);
@@ -354,10 +440,7 @@ Result<RunStatus> LocalBackend::Status(const std::string& handle) {
         continue;
       }
     }
-    if (*code != 0 && first_failed == nullptr) {
-      first_failed = &r;
-      failed_code = *code;
-    }
+    if (*code != 0) failed.emplace_back(&r, *code);
   }
 
   if (cancelled) {
@@ -368,17 +451,11 @@ Result<RunStatus> LocalBackend::Status(const std::string& handle) {
     st.message = "cancelled";
     return st;
   }
-  if (first_failed != nullptr) {
+  if (!failed.empty()) {
     // One rank failed: the others would wait for it forever (collectives), so end them.
     for (const Rank* r : running) KillGroup(r->pid, SIGKILL);
     ReleaseGpus(handle);
-    st.state = RunState::kFailed;
-    st.exit_code = failed_code;
-    std::string last =
-        LastLogLine(fs::path(workdir) / ("rank-" + std::to_string(first_failed->rank) + ".log"));
-    st.message = "rank " + std::to_string(first_failed->rank) + " exited with code " +
-                 std::to_string(failed_code) + (last.empty() ? "" : ": " + last);
-    return st;
+    return FailedStatus(workdir, failed);
   }
   if (alive > 0) {
     NoteGpus(*ranks, handle);
@@ -399,6 +476,47 @@ Result<RunStatus> LocalBackend::Status(const std::string& handle) {
   }
   st.state = RunState::kSucceeded;
   st.message = "all " + std::to_string(ranks->size()) + " ranks exited 0";
+  return st;
+}
+
+RunStatus LocalBackend::FailedStatus(const std::string& workdir,
+                                     const std::vector<std::pair<const Rank*, int>>& failed) const {
+  // The ranks that fail after another did (a peer gone mid-collective) only echo the cause, so
+  // an out-of-memory rank is reported whatever its number; else the lowest failed rank.
+  const std::optional<bool> oom_killer_fired = OomKillerFired(workdir);
+  const Rank* rank = failed.front().first;
+  int code = failed.front().second;
+  std::vector<std::string> tail;
+  FailureKind kind = FailureKind::kCrashed;
+  for (const auto& [r, c] : failed) {
+    std::vector<std::string> lines =
+        TailLines((fs::path(workdir) / ("rank-" + std::to_string(r->rank) + ".log")).string());
+    FailureKind k = LocalFailureKind(c, lines, oom_killer_fired);
+    if (r == failed.front().first) tail = lines;
+    if (k == FailureKind::kOutOfMemory) {
+      rank = r;
+      code = c;
+      tail = std::move(lines);
+      kind = k;
+      break;
+    }
+  }
+  RunStatus st;
+  st.state = RunState::kFailed;
+  st.failure = kind;
+  st.exit_code = code;
+  std::string last = tail.empty() ? "" : tail.back();
+  if (last.size() > 500) last = last.substr(last.size() - 500);
+  st.message = "rank " + std::to_string(rank->rank) + " exited with code " + std::to_string(code);
+  std::optional<std::string> oom = OutOfMemoryLine(tail);
+  if (kind == FailureKind::kOutOfMemory && !oom) {
+    st.message += oom_killer_fired ? " (killed by the kernel's OOM killer)"
+                                   : " (killed by SIGKILL, most likely the kernel's OOM killer)";
+  } else if (kind == FailureKind::kCrashed && code == kSigkillExit) {
+    st.message += " (killed by SIGKILL, not by the OOM killer)";
+  }
+  if (oom && *oom != last) st.message += ": " + oom->substr(0, 500);
+  if (!last.empty()) st.message += ": " + last;
   return st;
 }
 

@@ -10,14 +10,15 @@
 //   rank-N.log    the rank's standard output and error
 //   pids          one line per rank: "RANK PID START_TICKS NODE GPU_INDICES"
 //   exit_code.N   the rank's exit code, written by the wrapper when the command ends
+//   oom_kills     the OOM killer's kill count at launch (see LocalFailureKind), when readable
 //   cancelled     the marker Cancel leaves
 // The handle is "local:" + the absolute workdir.
 //
 // Status: running while any rank lives; succeeded when every rank exited 0; failed when one
 // exited non-zero (like torchrun, the ranks still running are then killed, and the message is
-// that rank's last log line); lost when ranks are gone without exit codes (killed, machine
-// rebooted); cancelled after Cancel. A pid is only taken for the rank when its process start
-// time matches the recorded one (pids are reused).
+// that rank's last log line; its FailureKind is LocalFailureKind's); lost when ranks are gone
+// without exit codes (killed, machine rebooted); cancelled after Cancel. A pid is only taken for
+// the rank when its process start time matches the recorded one (pids are reused).
 //
 // GPU indices are handed out per node, lowest free first, and taken back when Status or Cancel
 // sees the run end; a restarted daemon re-learns them from the pids files as it asks Status of
@@ -28,10 +29,13 @@
 #ifndef FRENZY_SERVER_LOCAL_BACKEND_H_
 #define FRENZY_SERVER_LOCAL_BACKEND_H_
 
+#include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "server/agent.h"
@@ -45,7 +49,28 @@ struct LocalBackendOptions {
   std::vector<BackendNode> nodes;
   // Cancel sends SIGTERM to every rank's process group, then SIGKILL after this long.
   double kill_grace_s = 5;
+  // The file whose "oom_kill N" line counts the kernel OOM killer's kills in the ranks' cgroup
+  // (cgroup v2 memory.events, v1 memory.oom_control). Empty: the one of the daemon's own memory
+  // cgroup, found from /proc/self/cgroup (the ranks stay in it). The count covers every process
+  // of that cgroup, so an OOM kill elsewhere in it during a run can explain a rank's SIGKILL.
+  std::string oom_kill_file;
 };
+
+// The count of the "oom_kill N" line of a cgroup memory.events or memory.oom_control file;
+// nullopt when there is no such line (or its count is not a whole number).
+std::optional<int64_t> ParseOomKillCount(std::string_view text);
+
+// Why a rank that exited with `exit_code` (as its wrapper recorded it: 128 + N after signal N)
+// failed, given the last lines of its log and whether the kernel's OOM killer killed a process
+// in the ranks' cgroup since launch (nullopt: unknown, no counter could be read):
+//   kOutOfMemory — the log reports a failed allocation (OutOfMemoryLine, process.h), or SIGKILL
+//                  ended the command (137) and the OOM killer fired or cannot be asked: nothing
+//                  in this backend sends SIGKILL to a rank's command alone (Cancel and Status
+//                  kill a rank's whole process group, wrapper included, so no exit code is
+//                  written), which leaves the OOM killer as its usual sender;
+//   kCrashed     — anything else, a SIGKILL while the OOM killer's count stood still included.
+FailureKind LocalFailureKind(int exit_code, const std::vector<std::string>& log_tail,
+                             std::optional<bool> oom_killer_fired);
 
 class LocalBackend : public Backend {
  public:
@@ -76,6 +101,10 @@ class LocalBackend : public Backend {
   };
 
   Result<std::vector<Rank>> ReadPids(const std::string& workdir) const;
+  // The status of a run whose ranks `failed` (with their exit codes, lowest rank first) exited
+  // non-zero: the rank that tells most (an out-of-memory one, else the first) and its kind.
+  RunStatus FailedStatus(const std::string& workdir,
+                         const std::vector<std::pair<const Rank*, int>>& failed) const;
   // Takes `count` GPU indices of `node` for `handle`.
   std::vector<int> TakeGpus(const std::string& node, int64_t count, const std::string& handle);
   void NoteGpus(const std::vector<Rank>& ranks, const std::string& handle);

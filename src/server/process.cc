@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "common/strings.h"
 
@@ -246,24 +247,25 @@ std::string CommandResult::Describe() const {
   return "exit " + std::to_string(exit_code);
 }
 
-Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
-                                 const std::string& stdin_text, double timeout_s,
-                                 const std::map<std::string, std::string>& extra_env) {
-  if (argv.empty()) return InvalidArgument("RunCommand: empty command");
-  std::string path_var;
-  std::vector<std::string> env = MergedEnvironment(extra_env, &path_var);
-  ASSIGN_OR_RETURN(std::string program, ResolveProgram(argv[0], path_var));
-  std::vector<std::string> args = argv;
-  std::vector<char*> c_args = CStrings(args);
-  std::vector<char*> c_env = CStrings(env);
+namespace {
 
-  Fd in_r, in_w, out_r, out_w, err_r, err_w;
-  RETURN_IF_ERROR(MakePipe(in_r, in_w));
-  RETURN_IF_ERROR(MakePipe(out_r, out_w));
-  RETURN_IF_ERROR(MakePipe(err_r, err_w));
+// The parent's side of a started command: its pid (also its process group) and the parent's
+// ends of its standard input, output and error.
+struct Child {
+  pid_t pid = -1;
+  Fd in_w, out_r, err_r;
+};
 
+// Forks and execs `program` (resolved already) with its standard streams on fresh pipes, in a
+// process group of its own so that a timeout can kill everything it started.
+Status StartChild(const std::string& program, std::vector<char*>& args, std::vector<char*>& env,
+                  const std::string& name, Child& child) {
+  Fd in_r, out_w, err_w;
+  RETURN_IF_ERROR(MakePipe(in_r, child.in_w));
+  RETURN_IF_ERROR(MakePipe(child.out_r, out_w));
+  RETURN_IF_ERROR(MakePipe(child.err_r, err_w));
   pid_t pid = ::fork();
-  if (pid < 0) return InternalError("fork for '" + argv[0] + "'", errno);
+  if (pid < 0) return InternalError("fork for '" + name + "'", errno);
   if (pid == 0) {
     // Child: only async-signal-safe calls from here on.
     ::setpgid(0, 0);
@@ -271,122 +273,191 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
     ::dup2(in_r.get(), STDIN_FILENO);
     ::dup2(out_w.get(), STDOUT_FILENO);
     ::dup2(err_w.get(), STDERR_FILENO);
-    ::execve(program.c_str(), c_args.data(), c_env.data());
+    ::execve(program.c_str(), args.data(), env.data());
     _exit(127);
   }
-  // Also set from the parent, so the group exists before any kill below.
+  // Also set from the parent, so the group exists before any kill.
   ::setpgid(pid, pid);
-  in_r.Close();
-  out_w.Close();
-  err_w.Close();
-  SetNonBlocking(in_w.get());
-  SetNonBlocking(out_r.get());
-  SetNonBlocking(err_r.get());
+  child.pid = pid;
+  SetNonBlocking(child.in_w.get());
+  SetNonBlocking(child.out_r.get());
+  SetNonBlocking(child.err_r.get());
+  return Status::Ok();
+}
 
-  ScopedSigpipeBlock sigpipe_block;
-  CommandResult result;
-  size_t written = 0;
-  if (stdin_text.empty()) in_w.Close();
-  bool out_open = true, err_open = true;
-  bool exited = false;
-  const bool has_deadline = timeout_s > 0;
-  const Clock::time_point deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(has_deadline ? timeout_s : 0));
-  Clock::time_point exit_time;
-  int idle_ms = 1;
+// Feeds a started command its input and collects its output and exit status. The command's
+// exit is noticed by waitpid, not by its pipes closing: a grandchild may keep them open, so
+// output is read for kExitGrace after the exit and then dropped.
+class CommandPump {
+ public:
+  CommandPump(Child& child, const std::string& input, double timeout_s)
+      : child_(child),
+        input_(input),
+        has_deadline_(timeout_s > 0),
+        deadline_(Clock::now() +
+                  std::chrono::duration_cast<Clock::duration>(
+                      std::chrono::duration<double>(has_deadline_ ? timeout_s : 0))) {}
 
-  while (true) {
-    if (!exited) {
-      int wstatus = 0;
-      pid_t w = ::waitpid(pid, &wstatus, WNOHANG);
-      if (w == pid) {
-        exited = true;
-        exit_time = Clock::now();
-        FillExitStatus(wstatus, result);
-        in_w.Close();
-      } else if (w < 0 && errno == ECHILD) {
-        // Reaped elsewhere (SIGCHLD ignored): the status is unknown.
-        exited = true;
-        exit_time = Clock::now();
-        result.exit_code = -1;
-        in_w.Close();
+  Result<CommandResult> Run(const std::string& name) {
+    ScopedSigpipeBlock sigpipe_block;
+    if (input_.empty()) child_.in_w.Close();
+    while (true) {
+      NoteExit();
+      const Clock::time_point now = Clock::now();
+      if (exited_ && ((!out_open_ && !err_open_) || now - exit_time_ >= kExitGrace)) {
+        DrainOutput();
+        return result_;
       }
-    }
-    if (!out_open && !err_open && exited) break;
-    Clock::time_point now = Clock::now();
-    if (exited && now - exit_time >= kExitGrace) {
-      if (out_open) ReadAvailable(out_r.get(), result.stdout_text);
-      if (err_open) ReadAvailable(err_r.get(), result.stderr_text);
-      break;
-    }
-    if (!exited && has_deadline && now >= deadline) {
-      ::kill(-pid, SIGKILL);
-      ::kill(pid, SIGKILL);
-      int wstatus = 0;
-      while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+      if (!exited_ && has_deadline_ && now >= deadline_) {
+        KillForTimeout();
+        return result_;
       }
-      result.timed_out = true;
-      FillExitStatus(wstatus, result);
-      if (out_open) ReadAvailable(out_r.get(), result.stdout_text);
-      if (err_open) ReadAvailable(err_r.get(), result.stderr_text);
-      break;
-    }
-
-    std::vector<pollfd> fds;
-    if (out_open) fds.push_back({out_r.get(), POLLIN, 0});
-    if (err_open) fds.push_back({err_r.get(), POLLIN, 0});
-    if (in_w.get() >= 0) fds.push_back({in_w.get(), POLLOUT, 0});
-    // Short waits while the child runs: its exit is noticed by waitpid, not by a descriptor.
-    int wait_ms = 20;
-    if (exited) {
-      wait_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     kExitGrace - (now - exit_time))
-                                     .count()) +
-                1;
-    } else if (has_deadline) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
-      wait_ms = static_cast<int>(std::min<int64_t>(wait_ms, left + 1));
-    }
-    if (fds.empty()) {
-      // Output closed, exit not seen yet: it follows within moments, so look again soon.
-      idle_ms = std::min(idle_ms * 2, 20);
-      ::poll(nullptr, 0, std::min(wait_ms, idle_ms));
-      continue;
-    }
-    int n = ::poll(fds.data(), fds.size(), wait_ms);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::kill(-pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-      return InternalError("poll while running '" + argv[0] + "'", err);
-    }
-    for (const pollfd& p : fds) {
-      if (p.revents == 0) continue;
-      if (p.fd == out_r.get()) {
-        out_open = ReadAvailable(out_r.get(), result.stdout_text);
-        if (!out_open) out_r.Close();
-      } else if (p.fd == err_r.get()) {
-        err_open = ReadAvailable(err_r.get(), result.stderr_text);
-        if (!err_open) err_r.Close();
-      } else if (p.fd == in_w.get()) {
-        if (p.revents & (POLLERR | POLLHUP)) {
-          in_w.Close();
-          continue;
-        }
-        ssize_t w = ::write(in_w.get(), stdin_text.data() + written, stdin_text.size() - written);
-        if (w > 0) {
-          written += static_cast<size_t>(w);
-          if (written == stdin_text.size()) in_w.Close();
-        } else if (w < 0 && errno != EINTR && errno != EAGAIN) {
-          if (errno == EPIPE) sigpipe_block.NoteEpipe();
-          in_w.Close();  // the child stopped reading: the rest is dropped
-        }
-      }
+      RETURN_IF_ERROR(WaitAndTransfer(now, name, sigpipe_block));
     }
   }
-  return result;
+
+ private:
+  void NoteExit() {
+    if (exited_) return;
+    int wstatus = 0;
+    pid_t w = ::waitpid(child_.pid, &wstatus, WNOHANG);
+    if (w == child_.pid) {
+      FillExitStatus(wstatus, result_);
+    } else if (w < 0 && errno == ECHILD) {
+      result_.exit_code = -1;  // reaped elsewhere (SIGCHLD ignored): the status is unknown
+    } else {
+      return;
+    }
+    exited_ = true;
+    exit_time_ = Clock::now();
+    child_.in_w.Close();
+  }
+
+  void DrainOutput() {
+    if (out_open_) ReadAvailable(child_.out_r.get(), result_.stdout_text);
+    if (err_open_) ReadAvailable(child_.err_r.get(), result_.stderr_text);
+  }
+
+  void KillForTimeout() {
+    ::kill(-child_.pid, SIGKILL);
+    ::kill(child_.pid, SIGKILL);
+    int wstatus = 0;
+    while (::waitpid(child_.pid, &wstatus, 0) < 0 && errno == EINTR) {
+    }
+    result_.timed_out = true;
+    FillExitStatus(wstatus, result_);
+    DrainOutput();
+  }
+
+  // How long the next poll may wait: short while the command runs (its exit is seen by waitpid,
+  // not by a descriptor), up to the end of the grace period after it exited, never past the
+  // deadline.
+  int WaitMs(Clock::time_point now) const {
+    using std::chrono::duration_cast;
+    using std::chrono::milliseconds;
+    if (exited_) {
+      return static_cast<int>(
+                 duration_cast<milliseconds>(kExitGrace - (now - exit_time_)).count()) +
+             1;
+    }
+    int wait_ms = 20;
+    if (has_deadline_) {
+      auto left = duration_cast<milliseconds>(deadline_ - now).count();
+      wait_ms = static_cast<int>(std::min<int64_t>(wait_ms, left + 1));
+    }
+    return wait_ms;
+  }
+
+  Status WaitAndTransfer(Clock::time_point now, const std::string& name,
+                         ScopedSigpipeBlock& sigpipe_block) {
+    std::vector<pollfd> fds;
+    if (out_open_) fds.push_back({child_.out_r.get(), POLLIN, 0});
+    if (err_open_) fds.push_back({child_.err_r.get(), POLLIN, 0});
+    if (child_.in_w.get() >= 0) fds.push_back({child_.in_w.get(), POLLOUT, 0});
+    const int wait_ms = WaitMs(now);
+    if (fds.empty()) {
+      // Output closed, exit not seen yet: it follows within moments, so look again soon.
+      idle_ms_ = std::min(idle_ms_ * 2, 20);
+      ::poll(nullptr, 0, std::min(wait_ms, idle_ms_));
+      return Status::Ok();
+    }
+    if (::poll(fds.data(), fds.size(), wait_ms) < 0) {
+      if (errno == EINTR) return Status::Ok();
+      int err = errno;
+      ::kill(-child_.pid, SIGKILL);
+      ::waitpid(child_.pid, nullptr, 0);
+      return InternalError("poll while running '" + name + "'", err);
+    }
+    for (const pollfd& p : fds) {
+      if (p.revents != 0) Transfer(p, sigpipe_block);
+    }
+    return Status::Ok();
+  }
+
+  // Moves data through one ready descriptor.
+  void Transfer(const pollfd& p, ScopedSigpipeBlock& sigpipe_block) {
+    if (p.fd == child_.out_r.get()) {
+      out_open_ = ReadAvailable(p.fd, result_.stdout_text);
+      if (!out_open_) child_.out_r.Close();
+      return;
+    }
+    if (p.fd == child_.err_r.get()) {
+      err_open_ = ReadAvailable(p.fd, result_.stderr_text);
+      if (!err_open_) child_.err_r.Close();
+      return;
+    }
+    if (p.revents & (POLLERR | POLLHUP)) {
+      child_.in_w.Close();
+      return;
+    }
+    ssize_t w = ::write(p.fd, input_.data() + written_, input_.size() - written_);
+    if (w > 0) {
+      written_ += static_cast<size_t>(w);
+      if (written_ == input_.size()) child_.in_w.Close();
+    } else if (w < 0 && errno != EINTR && errno != EAGAIN) {
+      if (errno == EPIPE) sigpipe_block.NoteEpipe();
+      child_.in_w.Close();  // the child stopped reading: the rest is dropped
+    }
+  }
+
+  Child& child_;
+  const std::string& input_;
+  const bool has_deadline_;
+  const Clock::time_point deadline_;
+  CommandResult result_;
+  size_t written_ = 0;
+  bool out_open_ = true, err_open_ = true;
+  bool exited_ = false;
+  Clock::time_point exit_time_;
+  int idle_ms_ = 1;
+};
+
+}  // namespace
+
+Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
+                                 const std::string& stdin_text, double timeout_s,
+                                 const std::map<std::string, std::string>& extra_env) {
+  if (argv.empty()) return InvalidArgument("RunCommand: empty command");
+  std::string path_var;
+  std::vector<std::string> env = MergedEnvironment(extra_env, &path_var);
+  ASSIGN_OR_RETURN(std::string program, ResolveProgram(argv[0], path_var));
+  // Everything the child needs is built before the fork (no allocation after it).
+  std::vector<std::string> args = argv;
+  std::vector<char*> c_args = CStrings(args);
+  std::vector<char*> c_env = CStrings(env);
+  Child child;
+  RETURN_IF_ERROR(StartChild(program, c_args, c_env, argv[0], child));
+  CommandPump pump(child, stdin_text, timeout_s);
+  return pump.Run(argv[0]);
+}
+
+Result<CommandResult> SubprocessRunner::Run(const CommandSpec& command) {
+  return RunCommand(command.argv, command.stdin_text, command.timeout_s, command.extra_env);
+}
+
+ProcessRunner& SystemRunner() {
+  static SubprocessRunner* runner = new SubprocessRunner();  // never destroyed: used at exit
+  return *runner;
 }
 
 Result<int> SpawnDetached(const std::vector<std::string>& argv,
@@ -516,6 +587,25 @@ std::vector<std::string> TailLines(const std::string& path, size_t max_bytes) {
     if (!t.empty()) out.push_back(std::move(t));
   }
   return out;
+}
+
+std::optional<std::string> OutOfMemoryLine(const std::vector<std::string>& lines) {
+  // Each is printed verbatim by the code named; none appears in ordinary training output.
+  static constexpr std::string_view kMarkers[] = {
+      "CUDA out of memory",            // c10/cuda/CUDACachingAllocator.cpp (OutOfMemoryError)
+      "HIP out of memory",             // the same allocator built for ROCm
+      "OutOfMemoryError",              // torch.OutOfMemoryError / torch.cuda.OutOfMemoryError
+      "CUDA error: out of memory",     // C10_CUDA_CHECK of cudaErrorMemoryAllocation
+      "Cuda failure 'out of memory'",  // NCCL's CUDACHECK
+      "CUBLAS_STATUS_ALLOC_FAILED",    // cuBLAS could not allocate its workspace
+      "DefaultCPUAllocator: can't allocate memory"  // c10/core/impl/alloc_cpu.cpp
+  };
+  for (const std::string& line : lines) {
+    for (std::string_view marker : kMarkers) {
+      if (line.find(marker) != std::string::npos) return line;
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace frenzy::server

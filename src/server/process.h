@@ -1,6 +1,10 @@
 // Processes for the backends: running a command to completion (sbatch, scontrol, kubectl...)
 // and starting a detached process that outlives the daemon (a local training rank).
 //
+// The Slurm and Kubernetes backends run their commands through a ProcessRunner, so that their
+// tests answer sbatch or kubectl with scripted replies (tests/server/fake_runner.h) and check
+// the exact argv sent, without processes or scripts on PATH. SubprocessRunner is the real one.
+//
 // Programs are looked up on PATH (the PATH of the environment the program will get) before any
 // fork, so a missing program is a NotFound status naming it rather than an exit code 127.
 //
@@ -45,6 +49,36 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
                                  const std::string& stdin_text = "", double timeout_s = 30,
                                  const std::map<std::string, std::string>& extra_env = {});
 
+// One command to run to completion, as RunCommand takes it: a value a runner can record.
+struct CommandSpec {
+  std::vector<std::string> argv;  // argv[0] is looked up on PATH (of the merged environment)
+  std::string stdin_text;
+  double timeout_s = 30;                         // <= 0: no limit
+  std::map<std::string, std::string> extra_env;  // laid over the daemon's environment
+};
+
+// Runs commands to completion: the seam between a backend and the operating system.
+// Run has RunCommand's contract: an error only when the command could not be run at all
+// (InvalidArgument, NotFound, Internal); a command that ran and failed is a CommandResult with
+// its exit code, for the caller to judge.
+// Thread safety: implementations must allow concurrent Run calls (a backend is asked about runs
+// from the daemon's loop and from requests at the same time).
+class ProcessRunner {
+ public:
+  virtual ~ProcessRunner() = default;
+  virtual Result<CommandResult> Run(const CommandSpec& command) = 0;
+};
+
+// The real runner: RunCommand (fork and exec, pipes, a process group, the timeout).
+class SubprocessRunner final : public ProcessRunner {
+ public:
+  Result<CommandResult> Run(const CommandSpec& command) override;
+};
+
+// A SubprocessRunner shared by the whole process (it holds no state): the runner the backends
+// use unless they are given another.
+ProcessRunner& SystemRunner();
+
 // Starts argv in a new session (its own process group, no controlling terminal), detached from
 // the daemon: it is not the daemon's child (a double fork hands it to init), so it survives
 // the daemon being killed and never lingers as the daemon's zombie. Its environment is the
@@ -79,6 +113,15 @@ std::optional<std::string> ReadText(const std::string& path);
 // The non-blank lines (trimmed) of the last `max_bytes` of a file, oldest first; none when it
 // cannot be read. For the last words of a run's log.
 std::vector<std::string> TailLines(const std::string& path, size_t max_bytes = 65536);
+
+// The first of `lines` (a training process's output) that reports a failed allocation: PyTorch's
+// caching allocator ("CUDA out of memory", "HIP out of memory", the torch.OutOfMemoryError and
+// torch.cuda.OutOfMemoryError it raises), a CUDA runtime or NCCL call ("CUDA error: out of
+// memory", "Cuda failure 'out of memory'"), cuBLAS (CUBLAS_STATUS_ALLOC_FAILED) or PyTorch's CPU
+// allocator ("DefaultCPUAllocator: can't allocate memory"). Matched as written (case included),
+// so prose that merely mentions memory does not count. nullopt when no line does. The backends
+// use it to tell an out-of-memory crash (FailureKind::kOutOfMemory) from other crashes.
+std::optional<std::string> OutOfMemoryLine(const std::vector<std::string>& lines);
 
 }  // namespace frenzy::server
 

@@ -60,17 +60,37 @@ std::string OneLine(std::string_view s) {
 // need escaping there).
 std::string SbatchQuoted(const std::string& s) { return "\"" + s + "\""; }
 
-// The last non-blank line of a job's output (from its last 64 KiB), at most 500 characters,
-// passing over Slurm's own lines ("srun: ...", "slurmstepd: ...") when the ranks wrote any.
-std::string LastLine(const fs::path& path) {
+// The last of a job's output lines (TailLines), at most 500 characters, passing over Slurm's own
+// lines ("srun: ...", "slurmstepd: ...") when the ranks wrote any.
+std::string LastLine(const std::vector<std::string>& lines) {
   std::string last, last_own;
-  for (const std::string& t : TailLines(path.string())) {
+  for (const std::string& t : lines) {
     last = t;
     if (t.rfind("srun: ", 0) != 0 && t.rfind("slurmstepd: ", 0) != 0) last_own = t;
   }
   if (!last_own.empty()) last = last_own;
   if (last.size() > 500) last = last.substr(last.size() - 500);
   return last;
+}
+
+// Completes a failed run's status from the job's output: its last line joins the message, and a
+// crash whose output reports a failed allocation becomes out of memory (with that line).
+void AddOutputLog(const fs::path& out_log, RunStatus& st) {
+  const std::vector<std::string> lines = TailLines(out_log.string());
+  std::optional<std::string> oom = OutOfMemoryLine(lines);
+  if (!oom) {
+    // slurmstepd's report when the task/cgroup plugin saw the kernel kill a task for memory
+    // (src/plugins/task/cgroup: "Detected %u oom-kill event(s) in %ps ...").
+    for (const std::string& line : lines) {
+      if (line.find("oom-kill event") != std::string::npos) oom = line;
+    }
+  }
+  const std::string last = LastLine(lines);
+  if (st.failure == FailureKind::kCrashed && oom) {
+    st.failure = FailureKind::kOutOfMemory;
+    if (*oom != last) st.message += ": " + oom->substr(0, 500);
+  }
+  if (!last.empty()) st.message += ": " + last;
 }
 
 // KEY=VALUE fields of an `scontrol -o` record (values end at the next space).
@@ -206,14 +226,14 @@ std::string GresType(std::string_view gpu, const SlurmOptions& options) {
   return AlnumLower(gpu);
 }
 
-std::string CatalogGpuForGres(std::string_view type, const SlurmOptions& options) {
+std::string CatalogGpuForGres(std::string_view type, const SlurmOptions& options,
+                              const GpuCatalog& catalog) {
   for (const auto& [name, mapped] : options.gres_types) {
     if (mapped == type) {
-      const GpuType* g = GpuCatalog::Default().Find(name);
+      const GpuType* g = catalog.Find(name);
       return g != nullptr ? g->name : name;
     }
   }
-  const GpuCatalog& catalog = GpuCatalog::Default();
   if (const GpuType* g = catalog.Find(type); g != nullptr) return g->name;
   const std::string want = AlnumLower(type);
   for (const GpuType& g : catalog.gpus()) {
@@ -288,6 +308,7 @@ std::string SbatchScript(const LaunchSpec& spec, const SlurmOptions& options) {
 }
 
 Result<std::vector<BackendNode>> ParseSinfoJson(const std::string& json_text,
+                                                const GpuCatalog& catalog,
                                                 const SlurmOptions& options,
                                                 const std::string& partition) {
   json doc = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
@@ -355,7 +376,8 @@ Result<std::vector<BackendNode>> ParseSinfoJson(const std::string& json_text,
       // A node with several GPU types is reported with its first type only.
       if (type == first_type) node.gpus += count;
     }
-    if (have_type && !first_type.empty()) node.gpu = CatalogGpuForGres(first_type, options);
+    if (have_type && !first_type.empty())
+      node.gpu = CatalogGpuForGres(first_type, options, catalog);
     out.push_back(node);
   }
   return out;
@@ -409,9 +431,11 @@ Result<RunStatus> ParseJobState(const std::string& scontrol_output) {
     st.message = state == "RUNNING" ? "running" : "running (" + state + ")";
   } else if (state == "COMPLETED") {
     st.state = st.exit_code == 0 ? RunState::kSucceeded : RunState::kFailed;
+    if (st.exit_code != 0) st.failure = SlurmFailureKind(state);
     st.message = st.exit_code == 0 ? "completed" : "completed with exit code " + f["ExitCode"];
   } else if (in(kFailed)) {
     st.state = RunState::kFailed;
+    st.failure = SlurmFailureKind(state);
     if (st.exit_code == 0 && state == "OUT_OF_MEMORY") st.exit_code = 137;
     if (st.exit_code == 0) st.exit_code = 1;  // ended badly without a code of its own
     st.message = state + (has_reason ? " (" + reason + ")" : "") + ", ExitCode=" + f["ExitCode"];
@@ -422,6 +446,14 @@ Result<RunStatus> ParseJobState(const std::string& scontrol_output) {
     return InvalidArgument("unknown JobState '" + state + "'", "scontrol show job", "JobState");
   }
   return st;
+}
+
+FailureKind SlurmFailureKind(std::string_view job_state) {
+  if (job_state == "OUT_OF_MEMORY") return FailureKind::kOutOfMemory;
+  if (job_state == "NODE_FAIL" || job_state == "BOOT_FAIL" || job_state == "PREEMPTED") {
+    return FailureKind::kNodeLost;
+  }
+  return FailureKind::kCrashed;
 }
 
 std::string SlurmHandle(const std::string& job_id, const std::string& workdir) {
@@ -445,6 +477,12 @@ Result<std::pair<std::string, std::string>> ParseSlurmHandle(const std::string& 
   return std::make_pair(id, rest.substr(colon + 1));
 }
 
+SlurmBackend::SlurmBackend(SlurmOptions options, const GpuCatalog& catalog, ProcessRunner& runner)
+    : options_(std::move(options)), catalog_(catalog), runner_(runner) {}
+
+SlurmBackend::SlurmBackend(SlurmOptions options)
+    : SlurmBackend(std::move(options), GpuCatalog::Default(), SystemRunner()) {}
+
 Result<CommandResult> SlurmBackend::Run(const std::vector<std::string>& argv) const {
   std::map<std::string, std::string> env;
   if (!options_.slurm_conf.empty()) env["SLURM_CONF"] = options_.slurm_conf;
@@ -452,7 +490,7 @@ Result<CommandResult> SlurmBackend::Run(const std::vector<std::string>& argv) co
   if (!options_.bin_dir.empty() && !full.empty()) {
     full[0] = (fs::path(options_.bin_dir) / full[0]).string();
   }
-  Result<CommandResult> r = RunCommand(full, "", options_.command_timeout_s, env);
+  Result<CommandResult> r = runner_.Run(CommandSpec{full, "", options_.command_timeout_s, env});
   if (!r.ok()) {
     return ::frenzy::Status(r.status().code(), JoinArgv(argv) + ": " + r.status().message(),
                             "slurm");
@@ -477,7 +515,7 @@ Result<std::vector<BackendNode>> SlurmBackend::Nodes() {
   std::vector<std::string> argv = {"sinfo", "--json"};
   if (!options_.partition.empty()) argv.push_back("--partition=" + options_.partition);
   ASSIGN_OR_RETURN(std::string out, RunChecked(argv));
-  return ParseSinfoJson(out, options_, options_.partition);
+  return ParseSinfoJson(out, catalog_, options_, options_.partition);
 }
 
 Result<std::string> SlurmBackend::Launch(const LaunchSpec& spec) {
@@ -563,13 +601,10 @@ Result<RunStatus> SlurmBackend::Status(const std::string& handle) {
   const auto& [id, workdir] = parsed;
   const std::vector<std::string> argv = {"scontrol", "show", "job", "-o", id};
   ASSIGN_OR_RETURN(CommandResult r, Run(argv));
-  const fs::path out_log = fs::path(workdir) / ("slurm-" + id + ".out");
   if (r.ok()) {
     ASSIGN_OR_RETURN(RunStatus st, ParseJobState(r.stdout_text));
-    if (st.state == RunState::kFailed) {
-      std::string last = LastLine(out_log);
-      if (!last.empty()) st.message += ": " + last;
-    }
+    if (st.state == RunState::kFailed)
+      AddOutputLog(fs::path(workdir) / ("slurm-" + id + ".out"), st);
     return st;
   }
   if (r.timed_out || r.stderr_text.find("Invalid job id") == std::string::npos) {
@@ -579,7 +614,11 @@ Result<RunStatus> SlurmBackend::Status(const std::string& handle) {
         "'" + JoinArgv(argv) + "' failed (" + r.Describe() + ")" + (err.empty() ? "" : ": " + err),
         "slurm");
   }
-  // Slurm has forgotten the job: the run's folder tells.
+  return StatusFromFolder(id, workdir);
+}
+
+Result<RunStatus> SlurmBackend::StatusFromFolder(const std::string& id,
+                                                 const std::string& workdir) const {
   RunStatus st;
   std::error_code ec;
   if (fs::exists(fs::path(workdir) / "cancelled", ec)) {
@@ -603,11 +642,13 @@ Result<RunStatus> SlurmBackend::Status(const std::string& handle) {
   if (st.exit_code == 0) {
     st.state = RunState::kSucceeded;
     st.message = "completed";
-  } else {
-    st.state = RunState::kFailed;
-    std::string last = LastLine(out_log);
-    st.message = "exit code " + std::to_string(st.exit_code) + (last.empty() ? "" : ": " + last);
+    return st;
   }
+  // The job state is gone with the job: the output alone can tell an out-of-memory end.
+  st.state = RunState::kFailed;
+  st.failure = FailureKind::kCrashed;
+  st.message = "exit code " + std::to_string(st.exit_code);
+  AddOutputLog(fs::path(workdir) / ("slurm-" + id + ".out"), st);
   return st;
 }
 

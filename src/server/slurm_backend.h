@@ -14,7 +14,14 @@
 //
 // Every failing client command is an error naming the command and its standard error.
 //
-// Thread safety: SlurmBackend holds only its options; the functions below are pure.
+// A failed run's FailureKind comes from Slurm's job state (OUT_OF_MEMORY: out of memory;
+// NODE_FAIL, BOOT_FAIL, PREEMPTED: the nodes were lost or taken; others: a crash), and a crash
+// whose output reports a failed allocation (OutOfMemoryLine in process.h, or slurmstepd's
+// "Detected N oom-kill event(s)") is out of memory too: Slurm knows nothing of GPU memory, so a
+// CUDA out-of-memory error reaches it as an ordinary non-zero exit.
+//
+// Thread safety: SlurmBackend holds only its options and references to the catalog and the
+// runner (both safe to share); the functions below are pure.
 #ifndef FRENZY_SERVER_SLURM_BACKEND_H_
 #define FRENZY_SERVER_SLURM_BACKEND_H_
 
@@ -25,6 +32,10 @@
 
 #include "server/backend.h"
 #include "server/process.h"
+
+namespace frenzy {
+class GpuCatalog;
+}  // namespace frenzy
 
 namespace frenzy::server {
 
@@ -50,7 +61,8 @@ std::string GresType(std::string_view gpu, const SlurmOptions& options);
 // The catalog name for a gres type: the explicit mapping read backwards, else the catalog
 // entry whose name or alias the type matches ("a10080gb" -> "A100-80GB", "a100" ->
 // "A100-80GB"), else the type itself.
-std::string CatalogGpuForGres(std::string_view type, const SlurmOptions& options);
+std::string CatalogGpuForGres(std::string_view type, const SlurmOptions& options,
+                              const GpuCatalog& catalog);
 
 // Writes `text` to `path` with mode 0600 from the file's creation on (a new file renamed over
 // any old one), for files that hold credentials (the k8s backend's Secret manifests too).
@@ -71,17 +83,26 @@ std::string SbatchScript(const LaunchSpec& spec, const SlurmOptions& options);
 // The nodes in `sinfo --json` output (Slurm 22.05's shape, and the later one where "state" is a
 // list): each node's name, its first GPU gres type (mapped to the catalog name) and count, and
 // whether it can run jobs (not down, drained, failing or not responding). Nodes without GPUs
-// are listed with gpus = 0. With `partition` set, only nodes in that partition.
+// are listed with gpus = 0. With `partition` set, only nodes in that partition. GPU names are
+// `catalog`'s (CatalogGpuForGres).
 // Errors: InvalidArgument (not JSON, no "nodes", errors reported by Slurm).
 Result<std::vector<BackendNode>> ParseSinfoJson(const std::string& json_text,
+                                                const GpuCatalog& catalog,
                                                 const SlurmOptions& options = {},
                                                 const std::string& partition = "");
 
 // The run's state from `scontrol show job -o ID` output (the first job record): JobState
 // (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, ...),
-// ExitCode=code:signal (a signal gives 128 + signal) and Reason.
+// ExitCode=code:signal (a signal gives 128 + signal) and Reason. A failed run's `failure` is
+// SlurmFailureKind(JobState).
 // Errors: InvalidArgument (no JobState, an unknown state).
 Result<RunStatus> ParseJobState(const std::string& scontrol_output);
+
+// The FailureKind of a job that ended in `job_state` without succeeding: OUT_OF_MEMORY ->
+// kOutOfMemory; NODE_FAIL and BOOT_FAIL (a node died or never came up) and PREEMPTED (Slurm gave
+// the nodes to another job) -> kNodeLost, as the run itself did nothing wrong; anything else
+// (FAILED, TIMEOUT, DEADLINE, COMPLETED with a non-zero exit code...) -> kCrashed.
+FailureKind SlurmFailureKind(std::string_view job_state);
 
 // "slurm:<job id>:<workdir>" and back.
 std::string SlurmHandle(const std::string& job_id, const std::string& workdir);
@@ -89,7 +110,13 @@ Result<std::pair<std::string, std::string>> ParseSlurmHandle(const std::string& 
 
 class SlurmBackend : public Backend {
  public:
-  explicit SlurmBackend(SlurmOptions options) : options_(std::move(options)) {}
+  // GPU names are `catalog`'s; client commands run through `runner`.
+  // REQUIRES: `catalog` and `runner` outlive the backend.
+  SlurmBackend(SlurmOptions options, const GpuCatalog& catalog,
+               ProcessRunner& runner = SystemRunner());
+  // The bundled catalog and real processes. Kept for callers not yet passing a catalog
+  // (tests/server/slurm_live_test.cc); prefer the constructor above.
+  explicit SlurmBackend(SlurmOptions options);
 
   std::string_view name() const override { return "slurm"; }
   // `sinfo --json` (the partition's nodes when one is set).
@@ -111,8 +138,12 @@ class SlurmBackend : public Backend {
   Result<CommandResult> Run(const std::vector<std::string>& argv) const;
   // Like Run, but a failure (or timeout) is an error naming the command and its stderr.
   Result<std::string> RunChecked(const std::vector<std::string>& argv) const;
+  // The outcome told by the run's folder once Slurm has forgotten the job.
+  Result<RunStatus> StatusFromFolder(const std::string& id, const std::string& workdir) const;
 
   SlurmOptions options_;
+  const GpuCatalog& catalog_;
+  ProcessRunner& runner_;
 };
 
 }  // namespace frenzy::server

@@ -9,13 +9,19 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include "fake_runner.h"
 #include "hardware/gpu.h"
+#include "server/process.h"
 #include "server_test_util.h"
 
 namespace frenzy::server {
 namespace {
 
+using test_util::Exited;
+using test_util::FakeRunner;
+using test_util::Printed;
 using test_util::TempDir;
 
 using nlohmann::json;
@@ -209,15 +215,11 @@ TEST(AgentReadGpus, FallsBackToTheInventoryWithoutNvmlOrNvidiaSmi) {
 TEST(AgentReadGpus, UsesNvidiaSmiWhenNvmlIsMissing) {
   TempDir dir;
   AgentOptions o = NoDriver(dir.path());
-  const fs::path smi = dir.path() / "nvidia-smi";
-  WriteText(smi,
-            "#!/bin/sh\n"
-            "[ \"$1\" = \"--query-gpu=index,name,memory.total,memory.used,utilization.gpu\" ] "
-            "|| exit 3\n"
-            "[ \"$2\" = \"--format=csv,noheader,nounits\" ] || exit 4\n"
-            "echo '0, NVIDIA H100 80GB HBM3, 81559, 2, 0'\n");
-  fs::permissions(smi, fs::perms::owner_all);
-  o.nvidia_smi = smi.string();
+  FakeRunner runner;
+  runner.Push(Printed("0, NVIDIA H100 80GB HBM3, 81559, 2, 0\n"));
+  o.runner = &runner;
+  o.nvidia_smi = "/usr/bin/nvidia-smi";
+  o.nvidia_smi_timeout_s = 3;
   o.inventory_path = (dir.path() / "never-read.json").string();
   GpuSourceInfo info;
   auto gpus = ReadGpus(o, &info);
@@ -225,17 +227,23 @@ TEST(AgentReadGpus, UsesNvidiaSmiWhenNvmlIsMissing) {
   EXPECT_EQ(info.source, "nvidia-smi");
   ASSERT_EQ(gpus->size(), 1u);
   EXPECT_EQ(CatalogGpuName((*gpus)[0].name), "H100-80GB");
+  ASSERT_EQ(runner.calls().size(), 1u);
+  EXPECT_EQ(runner.calls()[0].argv,
+            (std::vector<std::string>{"/usr/bin/nvidia-smi",
+                                      "--query-gpu=index,name,memory.total,memory.used,"
+                                      "utilization.gpu",
+                                      "--format=csv,noheader,nounits"}));
+  EXPECT_EQ(runner.calls()[0].timeout_s, 3);
 }
 
 TEST(AgentReadGpus, NvidiaSmiFailureFallsThroughWithItsMessage) {
   TempDir dir;
   AgentOptions o = NoDriver(dir.path());
-  const fs::path smi = dir.path() / "nvidia-smi";
-  WriteText(smi,
-            "#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the "
-            "NVIDIA driver.'\nexit 9\n");
-  fs::permissions(smi, fs::perms::owner_all);
-  o.nvidia_smi = smi.string();
+  FakeRunner runner;
+  runner.Push(Exited(9,
+                     "NVIDIA-SMI has failed because it could not communicate with the NVIDIA "
+                     "driver.\n"));
+  o.runner = &runner;
   GpuSourceInfo info;
   auto gpus = ReadGpus(o, &info);
   ASSERT_FALSE(gpus.ok());

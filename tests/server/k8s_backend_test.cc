@@ -17,13 +17,21 @@
 #include <string>
 #include <vector>
 
+#include "fake_runner.h"
+#include "hardware/gpu.h"
+#include "server/process.h"
 #include "server_test_util.h"
 
 namespace frenzy::server {
 namespace {
 
 using nlohmann::json;
+using test_util::Exited;
+using test_util::FakeRunner;
+using test_util::Printed;
 namespace fs = std::filesystem;
+
+const GpuCatalog& Catalog() { return GpuCatalog::Default(); }
 
 const std::string kSchemaDir = std::string(FRENZY_SOURCE_DIR) + "/tests/data/k8s";
 // The run's token in Spec(): distinctive, so finding it in a manifest's text means it leaked.
@@ -270,7 +278,7 @@ void WriteText(const fs::path& path, const std::string& text) {
   out << text;
 }
 
-std::string ReadText(const fs::path& path) {
+std::string FileText(const fs::path& path) {
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -293,7 +301,7 @@ TEST(K8sSchema, ExcerptsHoldTheKindsValidated) {
 
 TEST(K8sSchemaValidator, RejectsMisspeltFieldsWrongTypesAndMissingFields) {
   K8sOptions o;
-  const json good = JobManifest(Spec("j-000001", 2, 8, "H100-80GB"), o);
+  const json good = JobManifest(Spec("j-000001", 2, 8, "H100-80GB"), o, Catalog());
   ASSERT_TRUE(Schemas().ValidateManifest(good).empty()) << Joined(Schemas().ValidateManifest(good));
 
   json misspelt = good;
@@ -364,7 +372,7 @@ TEST(K8sManifest, SingleNodeJobValidatesAndCarriesTheLayout) {
   K8sOptions o;
   o.namespace_name = "ml";
   const LaunchSpec spec = Spec("j-000042", 1, 4, "A100-80GB");
-  const json job = JobManifest(spec, o);
+  const json job = JobManifest(spec, o, Catalog());
   auto errors = Schemas().ValidateManifest(job);
   EXPECT_TRUE(errors.empty()) << Joined(errors) << job.dump(2);
 
@@ -382,6 +390,8 @@ TEST(K8sManifest, SingleNodeJobValidatesAndCarriesTheLayout) {
   EXPECT_EQ(pod["nodeSelector"]["nvidia.com/gpu.product"], "NVIDIA-A100-SXM4-80GB");
   EXPECT_EQ(pod["containers"][0]["image"], "python:3.11");
   EXPECT_EQ(pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], 4);
+  // A failed container's status keeps its log's tail, where out-of-memory errors are found.
+  EXPECT_EQ(pod["containers"][0]["terminationMessagePolicy"], "FallbackToLogsOnError");
   EXPECT_EQ(job["spec"]["template"]["metadata"]["labels"]["frenzy.io/job-id"], "j-000042");
 
   EXPECT_EQ(CommandOf(job),
@@ -405,7 +415,7 @@ TEST(K8sManifest, TheTokenIsInASecretNeverInTheJob) {
   o.namespace_name = "ml";
   for (int64_t nodes : {1, 2}) {
     const LaunchSpec spec = Spec("j-000042", nodes, 4, "A100-80GB");
-    const json job = JobManifest(spec, o);
+    const json job = JobManifest(spec, o, Catalog());
     const json secret = SecretManifest(spec, o);
     EXPECT_EQ(job.dump().find(kToken), std::string::npos) << job.dump(2);
     EXPECT_EQ(ServiceManifest(spec, o).dump().find(kToken), std::string::npos);
@@ -429,14 +439,14 @@ TEST(K8sManifest, TheTokenIsInASecretNeverInTheJob) {
   LaunchSpec open = Spec("j-1", 1, 1, "A100-80GB");
   open.env.erase("FRENZY_TOKEN");
   EXPECT_TRUE(SecretManifest(open, o).is_null());
-  EXPECT_EQ(JobManifest(open, o).dump().find("secretKeyRef"), std::string::npos);
+  EXPECT_EQ(JobManifest(open, o, Catalog()).dump().find("secretKeyRef"), std::string::npos);
 }
 
 TEST(K8sManifest, TwoNodeRunIsAnIndexedJobWithAHeadlessService) {
   K8sOptions o;
   o.master_port = 23456;
   const LaunchSpec spec = Spec("j-7", 2, 8, "H100-80GB");
-  const json job = JobManifest(spec, o);
+  const json job = JobManifest(spec, o, Catalog());
   const json svc = ServiceManifest(spec, o);
   auto errors = Schemas().ValidateManifest(job);
   EXPECT_TRUE(errors.empty()) << Joined(errors) << job.dump(2);
@@ -483,7 +493,7 @@ TEST(K8sManifest, OddJobIdsGiveValidDistinctNames) {
     for (int64_t nodes : {1, 3}) {
       LaunchSpec spec = Spec(id, nodes, 2, "A100-80GB");
       spec.attempt = 12;
-      const json job = JobManifest(spec, o);
+      const json job = JobManifest(spec, o, Catalog());
       const std::string name = job["metadata"]["name"];
       EXPECT_TRUE(std::regex_match(name, kDnsLabel)) << "'" << id << "' -> " << name;
       EXPECT_LE(name.size() + 7, 63u) << name;  // pod hostnames: <name>-<index up to 6 digits>
@@ -521,7 +531,7 @@ TEST(K8sManifest, UserTextIsNotExpandedByKubernetes) {
   spec.command = {"python3", "train.py", "--out=$(HOME)/x"};
   spec.env["FRENZY_NOTE"] = "cost $(5) or $HOME";
   spec.env["MASTER_PORT"] = "1";  // the launcher's own variables win, no duplicate entry
-  const json job = JobManifest(spec, o);
+  const json job = JobManifest(spec, o, Catalog());
   EXPECT_EQ(CommandOf(job).back(), "--out=$$(HOME)/x");
   auto env = EnvOf(job);
   EXPECT_EQ(env["FRENZY_NOTE"], "cost $$(5) or $HOME");
@@ -533,7 +543,7 @@ TEST(K8sManifest, LaunchCommandForms) {
   auto tail = [&](std::vector<std::string> command) {
     LaunchSpec spec = Spec("j-1", 1, 2, "A100-80GB");
     spec.command = std::move(command);
-    auto cmd = CommandOf(JobManifest(spec, o));
+    auto cmd = CommandOf(JobManifest(spec, o, Catalog()));
     return std::vector<std::string>(cmd.begin() + 6, cmd.end());
   };
   using V = std::vector<std::string>;
@@ -546,19 +556,19 @@ TEST(K8sManifest, LaunchCommandForms) {
 
 TEST(K8sManifest, GpuLabelsFollowTheTableAndCatalogAliases) {
   K8sOptions o;
-  EXPECT_EQ(GpuProductLabel("V100-32GB", o), "Tesla-V100-SXM2-32GB");
-  EXPECT_EQ(GpuProductLabel("RTX-3090", o), "NVIDIA-GeForce-RTX-3090");
-  EXPECT_EQ(GpuProductLabel("a100", o), "NVIDIA-A100-SXM4-80GB");  // alias -> A100-80GB
-  EXPECT_EQ(GpuProductLabel("MI300X", o), "");
+  EXPECT_EQ(GpuProductLabel("V100-32GB", o, Catalog()), "Tesla-V100-SXM2-32GB");
+  EXPECT_EQ(GpuProductLabel("RTX-3090", o, Catalog()), "NVIDIA-GeForce-RTX-3090");
+  EXPECT_EQ(GpuProductLabel("a100", o, Catalog()), "NVIDIA-A100-SXM4-80GB");  // alias -> A100-80GB
+  EXPECT_EQ(GpuProductLabel("MI300X", o, Catalog()), "");
   o.gpu_label_key = "example.com/gpu";
   o.gpu_labels = {{"A100-80GB", "a100-80g"}};
-  const json job = JobManifest(Spec("j-1", 1, 1, "A100-80GB"), o);
+  const json job = JobManifest(Spec("j-1", 1, 1, "A100-80GB"), o, Catalog());
   EXPECT_EQ(job["spec"]["template"]["spec"]["nodeSelector"],
             json({{"example.com/gpu", "a100-80g"}}));
   // Every catalog type in the default table exists in the catalog.
   for (const auto& [gpu, label] : DefaultGpuProductLabels()) {
     EXPECT_TRUE(std::regex_match(label, kLabelValue)) << label;
-    EXPECT_EQ(GpuProductLabel(gpu, K8sOptions{}), label);
+    EXPECT_EQ(GpuProductLabel(gpu, K8sOptions{}, Catalog()), label);
   }
 }
 
@@ -587,6 +597,7 @@ TEST(K8sStatus, ParsesJobConditionsAndCounts) {
                         {"reason", "BackoffLimitExceeded"},
                         {"message", "Job has reached the specified backoff limit"}}}}}));
   EXPECT_EQ(s.state, RunState::kFailed);
+  EXPECT_EQ(s.failure, FailureKind::kCrashed);  // until the pods say more
   EXPECT_NE(s.exit_code, 0);
   EXPECT_EQ(s.message, "BackoffLimitExceeded: Job has reached the specified backoff limit");
 
@@ -641,7 +652,7 @@ const char* kNodesJson = R"({
 })";
 
 TEST(K8sNodes, ParsesAllocatableGpusAndProductLabels) {
-  auto nodes = ParseNodes(json::parse(kNodesJson), K8sOptions{});
+  auto nodes = ParseNodes(json::parse(kNodesJson), K8sOptions{}, Catalog());
   ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
   ASSERT_EQ(nodes->size(), 3u);
   EXPECT_EQ((*nodes)[0].name, "gpu-a");
@@ -660,12 +671,13 @@ TEST(K8sNodes, ParsesAllocatableGpusAndProductLabels) {
 TEST(K8sNodes, ErrorsNameTheNodeAndField) {
   json bad = json::parse(kNodesJson);
   bad["items"][0]["status"]["allocatable"]["nvidia.com/gpu"] = "8x";
-  auto nodes = ParseNodes(bad, K8sOptions{});
+  auto nodes = ParseNodes(bad, K8sOptions{}, Catalog());
   ASSERT_FALSE(nodes.ok());
   EXPECT_NE(nodes.status().message().find("gpu-a"), std::string::npos);
   EXPECT_EQ(nodes.status().field(), "items[0].status.allocatable.nvidia.com/gpu");
-  EXPECT_FALSE(ParseNodes(json::object(), K8sOptions{}).ok());
-  EXPECT_FALSE(ParseNodes(json::parse(R"({"items": [{"metadata": {}}]})"), K8sOptions{}).ok());
+  EXPECT_FALSE(ParseNodes(json::object(), K8sOptions{}, Catalog()).ok());
+  EXPECT_FALSE(
+      ParseNodes(json::parse(R"({"items": [{"metadata": {}}]})"), K8sOptions{}, Catalog()).ok());
 }
 
 // ---- the backend without a cluster -----------------------------------------------------------
@@ -674,7 +686,7 @@ TEST(K8sBackendTest, WithoutAClusterWritesManifestsOnly) {
   TempDir dir;
   K8sOptions o;
   o.manifest_dir = (dir.path() / "manifests").string();
-  K8sBackend backend(o);
+  K8sBackend backend(o, Catalog());
   EXPECT_EQ(backend.name(), "k8s");
 
   auto handle = backend.Launch(Spec("j-000042", 1, 4, "A100-80GB"));
@@ -682,12 +694,12 @@ TEST(K8sBackendTest, WithoutAClusterWritesManifestsOnly) {
   EXPECT_EQ(*handle, "k8s:default/frenzy-j-000042-0");
   const std::string path = backend.ManifestPath("frenzy-j-000042-0");
   ASSERT_TRUE(fs::exists(path));
-  json written = json::parse(ReadText(path));
+  json written = json::parse(FileText(path));
   EXPECT_EQ(written["kind"], "Job");
   EXPECT_TRUE(Schemas().ValidateManifest(written).empty());
-  EXPECT_EQ(ReadText(path).find(kToken), std::string::npos);
+  EXPECT_EQ(FileText(path).find(kToken), std::string::npos);
   const std::string secret_path = backend.SecretManifestPath("frenzy-j-000042-0");
-  json secret = json::parse(ReadText(secret_path));
+  json secret = json::parse(FileText(secret_path));
   EXPECT_EQ(secret["kind"], "Secret");
   EXPECT_EQ(secret["stringData"]["FRENZY_TOKEN"], kToken);
   EXPECT_EQ(ModeOf(secret_path), 0600);
@@ -713,16 +725,16 @@ TEST(K8sBackendTest, WithoutAClusterWritesManifestsOnly) {
   // Several nodes: one file, a List of the Service and the Job, both valid.
   auto multi = backend.Launch(Spec("j-000043", 2, 8, "H100-80GB"));
   ASSERT_TRUE(multi.ok()) << multi.status().ToString();
-  json list = json::parse(ReadText(backend.ManifestPath("frenzy-j-000043-0")));
+  json list = json::parse(FileText(backend.ManifestPath("frenzy-j-000043-0")));
   EXPECT_EQ(list["kind"], "List");
   ASSERT_EQ(list["items"].size(), 2u);
   EXPECT_EQ(list["items"][0]["kind"], "Service");
   EXPECT_EQ(list["items"][1]["kind"], "Job");
   auto errors = Schemas().ValidateManifest(list);
   EXPECT_TRUE(errors.empty()) << Joined(errors);
-  EXPECT_EQ(ReadText(backend.ManifestPath("frenzy-j-000043-0")).find(kToken), std::string::npos);
+  EXPECT_EQ(FileText(backend.ManifestPath("frenzy-j-000043-0")).find(kToken), std::string::npos);
   errors = Schemas().ValidateManifest(
-      json::parse(ReadText(backend.SecretManifestPath("frenzy-j-000043-0"))));
+      json::parse(FileText(backend.SecretManifestPath("frenzy-j-000043-0"))));
   EXPECT_TRUE(errors.empty()) << Joined(errors);
 }
 
@@ -730,7 +742,7 @@ TEST(K8sBackendTest, SecretManifestsAreOwnerOnlyWhateverTheUmask) {
   TempDir dir;
   K8sOptions o;
   o.manifest_dir = (dir.path() / "manifests").string();
-  K8sBackend backend(o);
+  K8sBackend backend(o, Catalog());
   const std::string secret_path = backend.SecretManifestPath("frenzy-j-5-0");
   fs::create_directories(o.manifest_dir);
   // An older file of the same name, readable by all, and a link planted in its place later:
@@ -742,14 +754,14 @@ TEST(K8sBackendTest, SecretManifestsAreOwnerOnlyWhateverTheUmask) {
     ASSERT_TRUE(backend.Launch(Spec("j-5", 1, 1, "A100-80GB")).ok());
   }
   EXPECT_EQ(ModeOf(secret_path), 0600);
-  EXPECT_NE(ReadText(secret_path).find(kToken), std::string::npos);
+  EXPECT_NE(FileText(secret_path).find(kToken), std::string::npos);
 
   const fs::path victim = dir.path() / "victim";
   WriteText(victim, "keep");
   fs::remove(secret_path);
   fs::create_symlink(victim, secret_path);
   ASSERT_TRUE(backend.Launch(Spec("j-5", 1, 1, "A100-80GB")).ok());
-  EXPECT_EQ(ReadText(victim), "keep");
+  EXPECT_EQ(FileText(victim), "keep");
   EXPECT_FALSE(fs::is_symlink(secret_path));
   EXPECT_EQ(ModeOf(secret_path), 0600);
 
@@ -765,7 +777,7 @@ TEST(K8sBackendTest, LaunchRejectsWhatCannotRun) {
   TempDir dir;
   K8sOptions o;
   o.manifest_dir = dir.str();
-  K8sBackend backend(o);
+  K8sBackend backend(o, Catalog());
   LaunchSpec no_command = Spec("j-1", 1, 1, "A100-80GB");
   no_command.command.clear();
   EXPECT_EQ(backend.Launch(no_command).status().code(), StatusCode::kInvalidArgument);
@@ -776,7 +788,7 @@ TEST(K8sBackendTest, LaunchRejectsWhatCannotRun) {
 
   K8sOptions bad_ns = o;
   bad_ns.namespace_name = "Not_A_Namespace";
-  EXPECT_FALSE(K8sBackend(bad_ns).Launch(Spec("j-1", 1, 1, "A100-80GB")).ok());
+  EXPECT_FALSE(K8sBackend(bad_ns, Catalog()).Launch(Spec("j-1", 1, 1, "A100-80GB")).ok());
 
   for (const char* h : {"slurm:12", "k8s:", "k8s:ns", "k8s:/x", "k8s:ns/", "k8s:NS/x"}) {
     EXPECT_FALSE(backend.Status(h).ok()) << h;
@@ -784,42 +796,161 @@ TEST(K8sBackendTest, LaunchRejectsWhatCannotRun) {
   }
 }
 
-// ---- the backend with a cluster, through a stand-in kubectl ----------------------------------
+// ---- why pods failed --------------------------------------------------------------------------
 
-// A kubectl that logs its arguments and answers from files in its folder.
-std::string FakeKubectl(const fs::path& dir) {
-  const fs::path script = dir / "kubectl";
-  WriteText(script, R"(#!/bin/sh
-dir=$(dirname "$0")
-echo "$*" >> "$dir/calls.log"
-for a in "$@"; do
-  case "$a" in
-    apply) echo "job.batch/x created"; exit 0 ;;
-    delete) echo "job.batch \"x\" deleted"; exit 0 ;;
-    nodes) cat "$dir/nodes.json"; exit 0 ;;
-    job)
-      if [ -f "$dir/job.json" ]; then cat "$dir/job.json"; exit 0; fi
-      echo 'Error from server (NotFound): jobs.batch "x" not found' >&2; exit 1 ;;
-  esac
-done
-echo "unexpected call" >&2
-exit 2
-)");
-  fs::permissions(script, fs::perms::owner_all);
-  return script.string();
+// A pod of run frenzy-j-1-0 with `status`, shaped like `kubectl get pods -o json` items.
+json Pod(const std::string& name, json status) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", {{"name", name}, {"labels", {{"frenzy.io/run", "frenzy-j-1-0"}}}}},
+          {"status", std::move(status)}};
 }
 
-TEST(K8sBackendTest, WithAClusterAppliesQueriesAndDeletes) {
-  TempDir dir;
-  K8sOptions o;
-  o.apply = true;
-  o.kubectl = FakeKubectl(dir.path());
-  o.kubeconfig = (dir.path() / "kubeconfig").string();
-  o.context = "lab";
-  o.namespace_name = "training";
-  o.manifest_dir = (dir.path() / "manifests").string();
-  K8sBackend backend(o);
+// A pod whose trainer container terminated with `exit_code` and `reason` (and `message`, the
+// termination message: the log's tail under FallbackToLogsOnError).
+json TerminatedPod(const std::string& name, int exit_code, const std::string& reason,
+                   const std::string& message = "") {
+  json terminated = {{"exitCode", exit_code}, {"reason", reason}};
+  if (!message.empty()) terminated["message"] = message;
+  return Pod(name,
+             {{"phase", "Failed"},
+              {"containerStatuses", json::array({{{"name", "trainer"},
+                                                  {"ready", false},
+                                                  {"restartCount", 0},
+                                                  {"state", {{"terminated", terminated}}}}})}});
+}
 
+json PodList(json items) {
+  return {{"apiVersion", "v1"}, {"kind", "List"}, {"items", std::move(items)}};
+}
+
+TEST(K8sPodFailure, ClassifiesByContainerAndPodReasons) {
+  struct Case {
+    const char* name;
+    json pods;
+    FailureKind kind;
+    int exit_code;
+    const char* in_message;
+  };
+  const json evicted = Pod("p-evicted", {{"phase", "Failed"},
+                                         {"reason", "Evicted"},
+                                         {"message", "The node was low on resource: memory."}});
+  const json taint_deleted = Pod(
+      "p-gone", {{"phase", "Failed"},
+                 {"conditions",
+                  json::array({{{"type", "DisruptionTarget"},
+                                {"status", "True"},
+                                {"reason", "DeletionByTaintManager"},
+                                {"message", "Taint manager: deleting due to NoExecute taint"}}})}});
+  const json peer = TerminatedPod("p-peer", 1, "Error", "RuntimeError: NCCL communicator aborted");
+  const Case cases[] = {
+      {"OOMKilled", PodList({TerminatedPod("p0", 137, "OOMKilled")}), FailureKind::kOutOfMemory,
+       137, "pod p0: container trainer OOMKilled (exit 137)"},
+      {"CUDA out of memory in the termination message",
+       PodList({TerminatedPod("p0", 1, "Error",
+                              "Traceback (most recent call last):\n  File \"train.py\"\n"
+                              "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 "
+                              "GiB\n")}),
+       FailureKind::kOutOfMemory, 1, "torch.OutOfMemoryError: CUDA out of memory"},
+      {"a plain crash", PodList({TerminatedPod("p0", 2, "Error", "ValueError: bad config")}),
+       FailureKind::kCrashed, 2, "pod p0: container trainer exited with code 2 (Error)"},
+      {"evicted", PodList({evicted}), FailureKind::kNodeLost, 0,
+       "pod p-evicted: Evicted: The node was low on resource: memory."},
+      {"taken by the taint manager", PodList({taint_deleted}), FailureKind::kNodeLost, 0,
+       "pod p-gone: disrupted (DeletionByTaintManager)"},
+      {"node lost outranks the peer it broke", PodList({peer, taint_deleted}),
+       FailureKind::kNodeLost, 0, "p-gone"},
+      {"out of memory outranks the rest",
+       PodList({peer, evicted, TerminatedPod("p3", 137, "OOMKilled")}), FailureKind::kOutOfMemory,
+       137, "pod p3"},
+      {"a container that succeeded tells nothing",
+       PodList({TerminatedPod("p0", 0, "Completed"), peer}), FailureKind::kCrashed, 1, "p-peer"},
+      {"no pods left", PodList(json::array()), FailureKind::kCrashed, 0, "pods are gone"},
+      {"pods still pending", PodList({Pod("p0", {{"phase", "Pending"}})}), FailureKind::kCrashed, 0,
+       "no pod reports a failed container"},
+  };
+  for (const Case& c : cases) {
+    auto r = ClassifyPodFailure(c.pods);
+    ASSERT_TRUE(r.ok()) << c.name << ": " << r.status().ToString();
+    EXPECT_EQ(r->kind, c.kind) << c.name << ": " << FailureKindName(r->kind);
+    EXPECT_EQ(r->exit_code, c.exit_code) << c.name;
+    EXPECT_NE(r->message.find(c.in_message), std::string::npos) << c.name << ": " << r->message;
+  }
+}
+
+TEST(K8sPodFailure, MalformedPodListsAreErrorsNamingTheField) {
+  struct Case {
+    json pods;
+    const char* field;
+  };
+  json bad_code = TerminatedPod("p0", 1, "Error");
+  bad_code["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] = "137";
+  json huge_code = TerminatedPod("p0", 1, "Error");
+  huge_code["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] = 1LL << 40;
+  json bad_reason = TerminatedPod("p0", 1, "Error");
+  bad_reason["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] = 7;
+  json bad_statuses = Pod("p0", {{"containerStatuses", "trainer"}});
+  json no_name = Pod("p0", json::object());
+  no_name["metadata"].erase("name");
+  const Case cases[] = {
+      {json::array(), "items"},
+      {json::object(), "items"},
+      {PodList({no_name}), "items[0].metadata.name"},
+      {PodList({Pod("p0", "Failed")}), "items[0].status"},
+      {PodList({bad_statuses}), "items[0].status.containerStatuses"},
+      {PodList({bad_code}), "items[0].status.containerStatuses[0].state.terminated.exitCode"},
+      {PodList({huge_code}), "items[0].status.containerStatuses[0].state.terminated.exitCode"},
+      {PodList({bad_reason}), "items[0].status.containerStatuses[0].state.terminated.reason"},
+  };
+  for (const Case& c : cases) {
+    auto r = ClassifyPodFailure(c.pods);
+    ASSERT_FALSE(r.ok()) << c.pods.dump();
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().field(), c.field) << r.status().ToString();
+  }
+}
+
+// ---- the backend with a cluster, through a FakeRunner for kubectl ----------------------------
+
+class K8sClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    o_.apply = true;
+    o_.kubectl = "/opt/k8s/kubectl";
+    o_.kubeconfig = (dir_.path() / "kubeconfig").string();
+    o_.context = "lab";
+    o_.namespace_name = "training";
+    o_.manifest_dir = (dir_.path() / "manifests").string();
+    o_.kubectl_timeout_s = 9;
+  }
+  // argv = kubectl's common prefix + `rest`; `ns` adds --namespace.
+  std::vector<std::string> Argv(bool ns, std::vector<std::string> rest) const {
+    std::vector<std::string> argv = {o_.kubectl, "--kubeconfig", o_.kubeconfig, "--context", "lab"};
+    if (ns) argv.insert(argv.end(), {"--namespace", "training"});
+    argv.insert(argv.end(), rest.begin(), rest.end());
+    return argv;
+  }
+  static CommandResult NotFoundAnswer() {
+    return Exited(1, "", "Error from server (NotFound): jobs.batch \"frenzy-j-9-0\" not found\n");
+  }
+  static CommandResult FailedJob() {
+    return Printed(JobWithStatus({{"failed", 1},
+                                  {"conditions",
+                                   {{{"type", "Failed"},
+                                     {"status", "True"},
+                                     {"reason", "BackoffLimitExceeded"},
+                                     {"message", "Job has reached the specified backoff limit"}}}}})
+                       .dump());
+  }
+
+  TempDir dir_;
+  K8sOptions o_;
+  FakeRunner runner_;
+};
+
+TEST_F(K8sClusterTest, AppliesQueriesAndDeletesWithTheExactArguments) {
+  K8sBackend backend(o_, Catalog(), runner_);
+  runner_.Push(Printed("secret/frenzy-j-9-0 created\njob.batch/frenzy-j-9-0 created\n"));
   auto handle = backend.Launch(Spec("j-9", 2, 8, "A100-80GB"));
   ASSERT_TRUE(handle.ok()) << handle.status().ToString();
   EXPECT_EQ(*handle, "k8s:training/frenzy-j-9-0");
@@ -827,48 +958,90 @@ TEST(K8sBackendTest, WithAClusterAppliesQueriesAndDeletes) {
   EXPECT_TRUE(fs::exists(manifest));
 
   // Not created yet (or deleted behind our back): lost.
+  runner_.Push(NotFoundAnswer());
   auto st = backend.Status(*handle);
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   EXPECT_EQ(st->state, RunState::kLost);
 
-  WriteText(dir.path() / "job.json", JobWithStatus({{"active", 2}, {"ready", 2}}).dump());
+  runner_.Push(Printed(JobWithStatus({{"active", 2}, {"ready", 2}}).dump()));
   st = backend.Status(*handle);
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   EXPECT_EQ(st->state, RunState::kRunning);
 
-  WriteText(dir.path() / "nodes.json", kNodesJson);
+  runner_.Push(Printed(kNodesJson));
   auto nodes = backend.Nodes();
   ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
   EXPECT_EQ(nodes->size(), 3u);
 
+  runner_.Push(Printed("job.batch \"frenzy-j-9-0\" deleted\n"));
   EXPECT_TRUE(backend.Cancel(*handle).ok());
 
-  std::vector<std::string> calls;
-  {
-    std::istringstream log(ReadText(dir.path() / "calls.log"));
-    for (std::string line; std::getline(log, line);) calls.push_back(line);
-  }
-  const std::string common = "--kubeconfig " + o.kubeconfig + " --context lab";
+  const std::vector<CommandSpec> calls = runner_.calls();
   ASSERT_EQ(calls.size(), 5u);
-  EXPECT_EQ(calls[0], common + " --namespace training apply --filename " +
-                          backend.SecretManifestPath("frenzy-j-9-0") + " --filename " + manifest);
-  EXPECT_EQ(calls[1], common + " --namespace training get job frenzy-j-9-0 --output json");
-  EXPECT_EQ(calls[3], common + " get nodes --output json");
-  EXPECT_EQ(calls[4], common +
-                          " --namespace training delete job,service,secret frenzy-j-9-0 "
-                          "--ignore-not-found --wait=false");
+  EXPECT_EQ(calls[0].argv,
+            Argv(true, {"apply", "--filename", backend.SecretManifestPath("frenzy-j-9-0"),
+                        "--filename", manifest}));
+  EXPECT_EQ(calls[1].argv, Argv(true, {"get", "job", "frenzy-j-9-0", "--output", "json"}));
+  EXPECT_EQ(calls[2].argv, calls[1].argv);
+  EXPECT_EQ(calls[3].argv, Argv(false, {"get", "nodes", "--output", "json"}));
+  EXPECT_EQ(calls[4].argv, Argv(true, {"delete", "job,service,secret", "frenzy-j-9-0",
+                                       "--ignore-not-found", "--wait=false"}));
+  for (const CommandSpec& c : calls) {
+    EXPECT_EQ(c.timeout_s, 9);
+    EXPECT_EQ(c.stdin_text, "");
+    EXPECT_TRUE(c.extra_env.empty());
+  }
 }
 
-TEST(K8sBackendTest, KubectlFailuresAreErrorsWithItsMessage) {
-  TempDir dir;
-  const fs::path script = dir.path() / "kubectl";
-  WriteText(script, "#!/bin/sh\necho 'error: You must be logged in to the server' >&2\nexit 1\n");
-  fs::permissions(script, fs::perms::owner_all);
-  K8sOptions o;
-  o.apply = true;
-  o.kubectl = script.string();
-  o.manifest_dir = dir.str();
-  K8sBackend backend(o);
+TEST_F(K8sClusterTest, AFailedRunIsExplainedByItsPods) {
+  K8sBackend backend(o_, Catalog(), runner_);
+  runner_.Push(FailedJob());
+  runner_.Push(Printed(PodList({TerminatedPod("frenzy-j-9-0-0-x2b9k", 1, "Error",
+                                              "RuntimeError: NCCL error: remote process exited"),
+                                TerminatedPod("frenzy-j-9-0-1-q8m4z", 137, "OOMKilled")})
+                           .dump()));
+  auto st = backend.Status("k8s:training/frenzy-j-9-0");
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->state, RunState::kFailed);
+  EXPECT_EQ(st->failure, FailureKind::kOutOfMemory);
+  EXPECT_EQ(st->exit_code, 137);
+  EXPECT_EQ(st->message,
+            "BackoffLimitExceeded: Job has reached the specified backoff limit; "
+            "pod frenzy-j-9-0-1-q8m4z: container trainer OOMKilled (exit 137)");
+  const auto argvs = runner_.argvs();
+  ASSERT_EQ(argvs.size(), 2u);
+  EXPECT_EQ(argvs[1], Argv(true, {"get", "pods", "--selector", "frenzy.io/run=frenzy-j-9-0",
+                                  "--output", "json"}));
+
+  // The pods cannot be listed: an error, not a guess (the daemon asks again).
+  runner_.Push(FailedJob());
+  runner_.Push(Exited(1, "", "error: You must be logged in to the server (Unauthorized)\n"));
+  auto unknown = backend.Status("k8s:training/frenzy-j-9-0");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("kubectl get pods"), std::string::npos);
+  EXPECT_NE(unknown.status().message().find("Unauthorized"), std::string::npos);
+
+  runner_.Push(FailedJob());
+  runner_.Push(Printed("not json"));
+  EXPECT_EQ(backend.Status("k8s:training/frenzy-j-9-0").status().code(),
+            StatusCode::kInvalidArgument);
+
+  // A run that did not fail asks nothing about its pods.
+  runner_.Push(Printed(JobWithStatus({{"succeeded", 1},
+                                      {"conditions", {{{"type", "Complete"}, {"status", "True"}}}}})
+                           .dump()));
+  auto done = backend.Status("k8s:training/frenzy-j-9-0");
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->state, RunState::kSucceeded);
+  EXPECT_EQ(done->failure, FailureKind::kNone);
+  EXPECT_EQ(runner_.calls().size(), 7u);
+}
+
+TEST_F(K8sClusterTest, KubectlFailuresAreErrorsWithItsMessage) {
+  K8sBackend backend(o_, Catalog(), runner_);
+  runner_.SetHandler([](const CommandSpec&) {
+    return Exited(1, "", "error: You must be logged in to the server\n");
+  });
   auto handle = backend.Launch(Spec("j-1", 1, 1, "A100-80GB"));
   ASSERT_FALSE(handle.ok());
   EXPECT_NE(handle.status().message().find("You must be logged in"), std::string::npos)
@@ -877,9 +1050,20 @@ TEST(K8sBackendTest, KubectlFailuresAreErrorsWithItsMessage) {
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.status().message().find("You must be logged in"), std::string::npos);
   EXPECT_FALSE(backend.Nodes().ok());
+  EXPECT_FALSE(backend.Cancel("k8s:default/frenzy-j-1-0").ok());
 
-  o.kubectl = (dir.path() / "no-such-kubectl").string();
-  EXPECT_EQ(K8sBackend(o).Nodes().status().code(), StatusCode::kNotFound);
+  // Answers that are not the JSON asked for are errors too.
+  runner_.SetHandler([](const CommandSpec&) { return Printed("<html>gateway</html>"); });
+  EXPECT_EQ(backend.Status("k8s:default/frenzy-j-1-0").status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend.Nodes().status().code(), StatusCode::kInvalidArgument);
+}
+
+// The real runner: a kubectl that does not exist is NotFound.
+TEST_F(K8sClusterTest, MissingKubectlIsNotFound) {
+  o_.kubectl = (dir_.path() / "no-such-kubectl").string();
+  EXPECT_EQ(K8sBackend(o_, Catalog(), SystemRunner()).Nodes().status().code(),
+            StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -7,9 +7,11 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "server/process.h"
 #include "server_test_util.h"
@@ -138,6 +140,7 @@ TEST_F(LocalBackendTest, FailingCommandIsFailedWithItsLastLogLine) {
   EXPECT_EQ(st.exit_code, 7);
   EXPECT_NE(st.message.find("exited with code 7"), std::string::npos) << st.message;
   EXPECT_NE(st.message.find("CUDA out of memory"), std::string::npos) << st.message;
+  EXPECT_EQ(st.failure, FailureKind::kOutOfMemory);
 }
 
 TEST_F(LocalBackendTest, OneFailedRankEndsTheOthers) {
@@ -151,6 +154,7 @@ TEST_F(LocalBackendTest, OneFailedRankEndsTheOthers) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   EXPECT_EQ(st.state, RunState::kFailed);
   EXPECT_EQ(st.exit_code, 3);
+  EXPECT_EQ(st.failure, FailureKind::kCrashed);
   EXPECT_NE(st.message.find("rank 1"), std::string::npos) << st.message;
   // Rank 0 was killed.
   std::istringstream pids(ReadFile(fs::path(spec.workdir) / "pids"));
@@ -193,6 +197,130 @@ TEST_F(LocalBackendTest, CancelStopsTheRanks) {
   EXPECT_EQ(WaitEnd(b, *h2).state, RunState::kSucceeded);
   ASSERT_TRUE(b.Cancel(*h2).ok());
   EXPECT_EQ(b.Status(*h2)->state, RunState::kSucceeded);
+}
+
+// ---- why a rank failed -------------------------------------------------------------------------
+
+TEST(LocalOomKills, CountFromCgroupFiles) {
+  // cgroup v2 memory.events and v1 memory.oom_control, as the kernel writes them.
+  EXPECT_EQ(ParseOomKillCount("low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n"), 2);
+  EXPECT_EQ(ParseOomKillCount("oom_kill_disable 0\nunder_oom 0\noom_kill 17\n"), 17);
+  EXPECT_EQ(ParseOomKillCount("oom_group_kill 4\n"), std::nullopt);
+  EXPECT_EQ(ParseOomKillCount(""), std::nullopt);
+  EXPECT_EQ(ParseOomKillCount("oom_kill lots\n"), std::nullopt);
+  EXPECT_EQ(ParseOomKillCount("oom_kill -1\n"), std::nullopt);
+  EXPECT_EQ(ParseOomKillCount("oom_kill 99999999999999999999999\n"), std::nullopt);
+}
+
+TEST(LocalFailure, KindFromExitCodeLogAndOomKiller) {
+  const std::vector<std::string> plain = {"step 10", "ValueError: bad batch"};
+  const std::vector<std::string> cuda = {
+      "Traceback (most recent call last):",
+      "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB"};
+  const std::vector<std::string> cpu = {
+      "RuntimeError: [enforce fail at alloc_cpu.cpp:83] . DefaultCPUAllocator: can't allocate "
+      "memory: you tried to allocate 8589934592 bytes. Error code 12 (Cannot allocate memory)"};
+  // A line that only talks about memory is no allocation failure.
+  const std::vector<std::string> prose = {"checking for out of memory conditions: none"};
+  struct Case {
+    int exit_code;
+    const std::vector<std::string>* log;
+    std::optional<bool> oom_killer_fired;
+    FailureKind want;
+  };
+  const Case cases[] = {
+      {1, &plain, std::nullopt, FailureKind::kCrashed},
+      {1, &cuda, std::nullopt, FailureKind::kOutOfMemory},
+      {1, &cpu, false, FailureKind::kOutOfMemory},
+      {1, &prose, std::nullopt, FailureKind::kCrashed},
+      {137, &plain, true, FailureKind::kOutOfMemory},
+      {137, &plain, std::nullopt, FailureKind::kOutOfMemory},  // no counter: SIGKILL is the sign
+      {137, &plain, false, FailureKind::kCrashed},             // a SIGKILL from someone else
+      {139, &plain, true, FailureKind::kCrashed},              // SIGSEGV
+      {143, &plain, std::nullopt, FailureKind::kCrashed},      // SIGTERM
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(LocalFailureKind(c.exit_code, *c.log, c.oom_killer_fired), c.want)
+        << c.exit_code << " " << (*c.log)[0];
+  }
+}
+
+class LocalOomKillTest : public LocalBackendTest {
+ protected:
+  // A backend reading the OOM killer's count from a file the test writes.
+  LocalBackendOptions Options(const std::string& counter_text) {
+    LocalBackendOptions o;
+    o.nodes = TwoGpuNode();
+    o.oom_kill_file = counter_.string();
+    std::ofstream(counter_) << counter_text;
+    return o;
+  }
+  // A rank whose command SIGKILLs itself, as the kernel's OOM killer would (the wrapper lives
+  // on and records 137).
+  LaunchSpec Killed(const std::string& name) {
+    return Spec(name, "echo allocating; kill -KILL $$", 1);
+  }
+
+  const fs::path counter_ = root_ / "memory.events";
+};
+
+TEST_F(LocalOomKillTest, SigkillWithTheOomKillerCountRisingIsOutOfMemory) {
+  LocalBackend b(Options("oom 0\noom_kill 2\n"));
+  auto handle = b.Launch(Killed("oomkill"));
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  std::ofstream(counter_) << "oom 1\noom_kill 3\n";  // the kernel killed one since
+  RunStatus st = WaitEnd(b, *handle);
+  EXPECT_EQ(st.state, RunState::kFailed);
+  EXPECT_EQ(st.exit_code, 137);
+  EXPECT_EQ(st.failure, FailureKind::kOutOfMemory) << st.message;
+  EXPECT_NE(st.message.find("OOM killer"), std::string::npos) << st.message;
+}
+
+TEST_F(LocalOomKillTest, SigkillWhileTheOomKillerCountStandsStillIsACrash) {
+  LocalBackend b(Options("oom_kill_disable 0\nunder_oom 0\noom_kill 5\n"));
+  auto handle = b.Launch(Killed("kill9"));
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  RunStatus st = WaitEnd(b, *handle);
+  EXPECT_EQ(st.state, RunState::kFailed);
+  EXPECT_EQ(st.exit_code, 137);
+  EXPECT_EQ(st.failure, FailureKind::kCrashed) << st.message;
+  EXPECT_NE(st.message.find("not by the OOM killer"), std::string::npos) << st.message;
+}
+
+TEST_F(LocalOomKillTest, SigkillWithoutACounterIsTakenForTheOomKiller) {
+  LocalBackendOptions o = Options("");
+  o.oom_kill_file = (root_ / "no-such-file").string();
+  LocalBackend b(o);
+  auto handle = b.Launch(Killed("nocounter"));
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  RunStatus st = WaitEnd(b, *handle);
+  EXPECT_EQ(st.failure, FailureKind::kOutOfMemory) << st.message;
+  EXPECT_NE(st.message.find("most likely the kernel's OOM killer"), std::string::npos)
+      << st.message;
+}
+
+TEST_F(LocalBackendTest, TheOutOfMemoryRankIsReportedNotTheFirstToFail) {
+  LocalBackend b(TwoGpuNode());
+  // Rank 1 runs out of memory; rank 0 fails after it, as a peer of a dead rank does.
+  LaunchSpec spec = Spec("peer",
+                         "if [ \"$RANK\" = 1 ]; then "
+                         "echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                         "2.00 GiB' >&2; exit 1; fi; "
+                         "echo 'RuntimeError: Connection reset by peer' >&2; exit 1",
+                         2);
+  auto handle = b.Launch(spec);
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  // Both ranks end before Status first looks, so it sees both failures.
+  const fs::path wd = spec.workdir;
+  for (int i = 0; i < 500 && !(fs::exists(wd / "exit_code.0") && fs::exists(wd / "exit_code.1"));
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto st = b.Status(*handle);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->state, RunState::kFailed);
+  EXPECT_EQ(st->failure, FailureKind::kOutOfMemory);
+  EXPECT_EQ(st->message.rfind("rank 1 exited with code 1", 0), 0u) << st->message;
 }
 
 TEST_F(LocalBackendTest, KilledRanksAreLost) {

@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "server_test_util.h"
 
@@ -160,6 +162,59 @@ TEST(ProcessRunCommand, ExtraEnvironmentIsSeenAndPathFromItIsSearched) {
       RunCommand({"frenzy-test-tool"}, "", 10, {{"PATH", dir.string() + ":/usr/bin:/bin"}});
   ASSERT_TRUE(found.ok()) << found.status().ToString();
   EXPECT_EQ(found->stdout_text, "from-tool\n");
+}
+
+// The real runner behind the backends: each field of the CommandSpec reaches the process.
+TEST(ProcessSubprocessRunner, RunsTheCommandAsSpecified) {
+  SubprocessRunner runner;
+  CommandSpec spec;
+  spec.argv = {"/bin/sh", "-c",
+               "read line; printf '%s|%s' \"$line\" \"$FRENZY_RUNNER_VAR\"; exit 4"};
+  spec.stdin_text = "from stdin\n";
+  spec.extra_env = {{"FRENZY_RUNNER_VAR", "from env"}};
+  auto r = runner.Run(spec);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->stdout_text, "from stdin|from env");
+  EXPECT_EQ(r->exit_code, 4);
+  EXPECT_FALSE(r->ok());
+
+  spec = CommandSpec{{"/bin/sh", "-c", "sleep 30"}, "", 0.3, {}};
+  auto start = std::chrono::steady_clock::now();
+  auto slow = SystemRunner().Run(spec);
+  ASSERT_TRUE(slow.ok()) << slow.status().ToString();
+  EXPECT_TRUE(slow->timed_out);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+
+  EXPECT_EQ(runner.Run(CommandSpec{{"frenzy-no-such-program-xyz"}, "", 5, {}}).status().code(),
+            StatusCode::kNotFound);
+}
+
+TEST(ProcessOutOfMemoryLine, FindsTheAllocatorsReports) {
+  const std::vector<std::string> reports = {
+      // PyTorch >= 2.5 and older (torch.cuda.OutOfMemoryError), ROCm, a raw CUDA call, NCCL,
+      // cuBLAS and the CPU allocator.
+      "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+      "capacity of 79.14 GiB of which 1.19 GiB is free.",
+      "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 "
+      "GiB total capacity; 14.50 GiB already allocated)",
+      "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 1.00 GiB.",
+      "RuntimeError: CUDA error: out of memory",
+      "misc/strongstream.cc:395 NCCL WARN Cuda failure 'out of memory'",
+      "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+      "RuntimeError: [enforce fail at alloc_cpu.cpp:83] . DefaultCPUAllocator: can't allocate "
+      "memory: you tried to allocate 1073741824 bytes. Error code 12 (Cannot allocate memory)",
+  };
+  for (const std::string& line : reports) {
+    EXPECT_EQ(OutOfMemoryLine({"step 3 loss 2.1", line, "done"}), line);
+  }
+  EXPECT_EQ(OutOfMemoryLine({}), std::nullopt);
+  EXPECT_EQ(OutOfMemoryLine({"Traceback (most recent call last):", "ValueError: bad shape",
+                             "memory check: no out of memory errors so far",
+                             "CUDA Out Of Memory handling enabled"}),
+            std::nullopt);
+  // The first report wins.
+  EXPECT_EQ(OutOfMemoryLine({"CUDA error: out of memory", reports[0]}),
+            "CUDA error: out of memory");
 }
 
 TEST(ProcessSpawnDetached, RunsInItsOwnSessionAndLogs) {

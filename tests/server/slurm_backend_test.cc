@@ -6,19 +6,37 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "fake_runner.h"
+#include "hardware/gpu.h"
 #include "server/process.h"
 #include "server_test_util.h"
 
 namespace frenzy::server {
 namespace {
 
+using test_util::Exited;
+using test_util::FakeRunner;
+using test_util::Printed;
 using test_util::ReadFile;
 using test_util::TempDir;
+using test_util::TimedOut;
+
+const GpuCatalog& Catalog() { return GpuCatalog::Default(); }
+
+// A catalog of one made-up GPU, to show that the backend names GPUs by the catalog it is given.
+const GpuCatalog& ZedCatalog() {
+  static const GpuCatalog catalog = *GpuCatalog::Parse(R"([{
+      "name": "Z1-24GB", "aliases": ["zed"], "memory_gib": 24, "fp16_tflops": 1,
+      "fp32_tflops": 1, "mem_bw_gbs": 1, "link": "pcie", "link_gbs": 1, "source": "a test"}])",
+                                                       "zed catalog");
+  return catalog;
+}
 
 namespace fs = std::filesystem;
 
@@ -75,18 +93,27 @@ TEST(SlurmGres, TypesFromCatalogNames) {
 
 TEST(SlurmGres, CatalogNamesFromTypes) {
   SlurmOptions o;
-  EXPECT_EQ(CatalogGpuForGres("a10080gb", o), "A100-80GB");
-  EXPECT_EQ(CatalogGpuForGres("v10032gb", o), "V100-32GB");
-  EXPECT_EQ(CatalogGpuForGres("h100pcie", o), "H100-PCIe");
-  EXPECT_EQ(CatalogGpuForGres("a100", o), "A100-80GB");  // a catalog alias
-  EXPECT_EQ(CatalogGpuForGres("mystery9000", o), "mystery9000");
+  EXPECT_EQ(CatalogGpuForGres("a10080gb", o, Catalog()), "A100-80GB");
+  EXPECT_EQ(CatalogGpuForGres("v10032gb", o, Catalog()), "V100-32GB");
+  EXPECT_EQ(CatalogGpuForGres("h100pcie", o, Catalog()), "H100-PCIe");
+  EXPECT_EQ(CatalogGpuForGres("a100", o, Catalog()), "A100-80GB");  // a catalog alias
+  EXPECT_EQ(CatalogGpuForGres("mystery9000", o, Catalog()), "mystery9000");
   o.gres_types = {{"A100-40GB", "a100"}};
-  EXPECT_EQ(CatalogGpuForGres("a100", o), "A100-40GB");
+  EXPECT_EQ(CatalogGpuForGres("a100", o, Catalog()), "A100-40GB");
   // Every catalog name survives the round trip.
   SlurmOptions none;
   for (const char* name : {"V100-16GB", "T4", "L40S", "RTX-4090", "H200", "MI300X"}) {
-    EXPECT_EQ(CatalogGpuForGres(GresType(name, none), none), name);
+    EXPECT_EQ(CatalogGpuForGres(GresType(name, none), none, Catalog()), name);
   }
+}
+
+TEST(SlurmGres, NamesComeFromTheCatalogGiven) {
+  SlurmOptions o;
+  EXPECT_EQ(CatalogGpuForGres("zed", o, ZedCatalog()), "Z1-24GB");
+  EXPECT_EQ(CatalogGpuForGres("z124gb", o, ZedCatalog()), "Z1-24GB");
+  EXPECT_EQ(CatalogGpuForGres("a100", o, ZedCatalog()), "a100");  // not in this catalog
+  o.gres_types = {{"zed", "zz"}};
+  EXPECT_EQ(CatalogGpuForGres("zz", o, ZedCatalog()), "Z1-24GB");  // mapped to an alias
 }
 
 TEST(SlurmScript, ShellQuote) {
@@ -190,7 +217,7 @@ TEST(SlurmScript, RunsWithFakeSlurmCommands) {
 }
 
 TEST(SlurmSinfo, ParsesCapturedIdleCluster) {
-  auto nodes = ParseSinfoJson(ReadFile(DataDir() / "sinfo-22.05.json"));
+  auto nodes = ParseSinfoJson(ReadFile(DataDir() / "sinfo-22.05.json"), Catalog());
   ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
   ASSERT_EQ(nodes->size(), 2u);
   EXPECT_EQ((*nodes)[0].name, "a100-0");
@@ -204,7 +231,7 @@ TEST(SlurmSinfo, ParsesCapturedIdleCluster) {
 }
 
 TEST(SlurmSinfo, ParsesCapturedBusyAndDrainedCluster) {
-  auto nodes = ParseSinfoJson(ReadFile(DataDir() / "sinfo-22.05-busy-drained.json"));
+  auto nodes = ParseSinfoJson(ReadFile(DataDir() / "sinfo-22.05-busy-drained.json"), Catalog());
   ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
   ASSERT_EQ(nodes->size(), 2u);
   EXPECT_EQ((*nodes)[0].name, "a100-0");
@@ -225,7 +252,7 @@ TEST(SlurmSinfo, GresForms) {
     {"name": "n6", "state": ["MIXED"], "gres": "gpu:l4:2,gpu:a10:1", "partitions": ["p1"]},
     {"name": "n7", "state": "idle", "gres": "gpu:weird9:3", "partitions": ["p1"]}
   ]})json";
-  auto nodes = ParseSinfoJson(text);
+  auto nodes = ParseSinfoJson(text, Catalog());
   ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
   ASSERT_EQ(nodes->size(), 7u);
   const auto& n = *nodes;
@@ -245,26 +272,27 @@ TEST(SlurmSinfo, GresForms) {
   EXPECT_TRUE(n[5].up);
   EXPECT_EQ(n[6].gpu, "weird9");
 
-  auto p2 = ParseSinfoJson(text, {}, "p2");
+  auto p2 = ParseSinfoJson(text, Catalog(), {}, "p2");
   ASSERT_TRUE(p2.ok());
   ASSERT_EQ(p2->size(), 1u);
   EXPECT_EQ((*p2)[0].name, "n2");
 
   SlurmOptions mapped;
   mapped.gres_types = {{"A100-40GB", "a100"}};
-  auto m = ParseSinfoJson(text, mapped);
+  auto m = ParseSinfoJson(text, Catalog(), mapped);
   ASSERT_TRUE(m.ok());
   EXPECT_EQ((*m)[0].gpu, "A100-40GB");
 }
 
 TEST(SlurmSinfo, Errors) {
-  EXPECT_EQ(ParseSinfoJson("not json").status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseSinfoJson("{}").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseSinfoJson("not json", Catalog()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseSinfoJson("{}", Catalog()).status().code(), StatusCode::kInvalidArgument);
   auto e = ParseSinfoJson(R"({"errors": [{"error": "Unable to contact slurm controller"}],
-                              "nodes": []})");
+                              "nodes": []})",
+                          Catalog());
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("Unable to contact slurm controller"), std::string::npos);
-  EXPECT_FALSE(ParseSinfoJson(R"({"nodes": [{"state": "idle"}]})").ok());
+  EXPECT_FALSE(ParseSinfoJson(R"({"nodes": [{"state": "idle"}]})", Catalog()).ok());
 }
 
 // The captured records: held (pending), running, completed, failed (exit 3), cancelled and
@@ -289,11 +317,14 @@ TEST(SlurmJobState, CapturedRecords) {
   EXPECT_EQ(st[2].state, RunState::kSucceeded);
   EXPECT_EQ(st[2].exit_code, 0);
   EXPECT_EQ(st[3].state, RunState::kFailed);
+  EXPECT_EQ(st[3].failure, FailureKind::kCrashed);
   EXPECT_EQ(st[3].exit_code, 3);
   EXPECT_NE(st[3].message.find("NonZeroExitCode"), std::string::npos);
   EXPECT_EQ(st[4].state, RunState::kCancelled);
   EXPECT_EQ(st[5].state, RunState::kFailed);
+  EXPECT_EQ(st[5].failure, FailureKind::kCrashed);
   EXPECT_EQ(st[5].exit_code, 128 + 11);
+  for (size_t i : {0, 1, 2, 4}) EXPECT_EQ(st[i].failure, FailureKind::kNone) << i;
 }
 
 TEST(SlurmJobState, OtherStates) {
@@ -316,9 +347,44 @@ TEST(SlurmJobState, OtherStates) {
   EXPECT_EQ(parse("JobState=CONFIGURING Reason=None ExitCode=0:0").state, RunState::kPending);
   EXPECT_EQ(parse("JobState=CANCELLED Reason=None ExitCode=0:15").state, RunState::kCancelled);
 
+  EXPECT_EQ(t.failure, FailureKind::kCrashed);
+  EXPECT_EQ(oom.failure, FailureKind::kOutOfMemory);
+  EXPECT_EQ(oom.exit_code, 128 + 125);  // ExitCode=0:125: ended by "signal" 125
+
   EXPECT_FALSE(ParseJobState("").ok());
   EXPECT_FALSE(ParseJobState("slurm_load_jobs error: Invalid job id specified").ok());
   EXPECT_FALSE(ParseJobState("JobId=1 JobState=EXPLODED ExitCode=0:0").ok());
+}
+
+TEST(SlurmJobState, FailureKindsFollowTheJobState) {
+  struct Case {
+    const char* record;
+    RunState state;
+    FailureKind failure;
+  };
+  const Case cases[] = {
+      {"JobState=OUT_OF_MEMORY Reason=OutOfMemory ExitCode=0:125", RunState::kFailed,
+       FailureKind::kOutOfMemory},
+      {"JobState=NODE_FAIL Reason=NodeDown ExitCode=0:0", RunState::kFailed,
+       FailureKind::kNodeLost},
+      {"JobState=BOOT_FAIL Reason=NodeDown ExitCode=0:0", RunState::kFailed,
+       FailureKind::kNodeLost},
+      {"JobState=PREEMPTED Reason=None ExitCode=0:15", RunState::kFailed, FailureKind::kNodeLost},
+      {"JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0", RunState::kFailed,
+       FailureKind::kCrashed},
+      {"JobState=TIMEOUT Reason=TimeLimit ExitCode=0:0", RunState::kFailed, FailureKind::kCrashed},
+      {"JobState=DEADLINE Reason=None ExitCode=0:0", RunState::kFailed, FailureKind::kCrashed},
+      {"JobState=COMPLETED Reason=None ExitCode=2:0", RunState::kFailed, FailureKind::kCrashed},
+      {"JobState=COMPLETED Reason=None ExitCode=0:0", RunState::kSucceeded, FailureKind::kNone},
+      {"JobState=RUNNING Reason=None ExitCode=0:0", RunState::kRunning, FailureKind::kNone},
+      {"JobState=CANCELLED Reason=None ExitCode=0:15", RunState::kCancelled, FailureKind::kNone},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseJobState(std::string("JobId=7 JobName=frenzy-j-1 ") + c.record);
+    ASSERT_TRUE(r.ok()) << c.record << ": " << r.status().ToString();
+    EXPECT_EQ(r->state, c.state) << c.record;
+    EXPECT_EQ(r->failure, c.failure) << c.record << ": " << FailureKindName(r->failure);
+  }
 }
 
 TEST(SlurmHandle, RoundTrip) {
@@ -332,72 +398,87 @@ TEST(SlurmHandle, RoundTrip) {
   EXPECT_FALSE(ParseSlurmHandle("slurm:123").ok());
 }
 
-// SlurmBackend against stand-in client commands that log their calls.
+// SlurmBackend with a FakeRunner standing in for the client commands: each test scripts the
+// answers and checks the exact commands sent.
 class SlurmBackendFakeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    bin_ = tmp_.path() / "bin";
-    fs::create_directories(bin_);
-    calls_ = tmp_.path() / "calls";
-    // sbatch: prints the job id from a file (or fails with the message in sbatch.err).
-    WriteExecutable(bin_ / "sbatch",
-                    "#!/bin/sh\n"
-                    "echo \"sbatch SLURM_CONF=$SLURM_CONF $*\" >> '" +
-                        calls_.string() +
-                        "'\n"
-                        "if [ -f '" +
-                        (tmp_.path() / "sbatch.err").string() +
-                        "' ]; then\n"
-                        "  cat '" +
-                        (tmp_.path() / "sbatch.err").string() +
-                        "' >&2; exit 1; fi\n"
-                        "echo '4242;cluster'\n");
-    // scontrol: the record in job.txt, or Slurm's message for a forgotten job.
-    WriteExecutable(bin_ / "scontrol",
-                    "#!/bin/sh\n"
-                    "echo \"scontrol $*\" >> '" +
-                        calls_.string() +
-                        "'\n"
-                        "if [ -f '" +
-                        (tmp_.path() / "job.txt").string() +
-                        "' ]; then\n"
-                        "  cat '" +
-                        (tmp_.path() / "job.txt").string() +
-                        "'; exit 0; fi\n"
-                        "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1\n");
-    WriteExecutable(bin_ / "scancel",
-                    "#!/bin/sh\necho \"scancel $*\" >> '" + calls_.string() + "'\n");
-    WriteExecutable(bin_ / "sinfo", "#!/bin/sh\necho \"sinfo $*\" >> '" + calls_.string() +
-                                        "'\n"
-                                        "cat '" +
-                                        (DataDir() / "sinfo-22.05.json").string() + "'\n");
-    options_.bin_dir = bin_.string();
     options_.slurm_conf = "/etc/test/slurm.conf";
     options_.extra_sbatch_args = {"--time=01:00:00", "--comment=a b"};
+    options_.command_timeout_s = 7;
     work_ = tmp_.path() / "runs" / "j-000042";
   }
-  void SetJob(const std::string& record) { std::ofstream(tmp_.path() / "job.txt") << record; }
+  // The job record scontrol prints for job 4242.
+  static CommandResult Job(const std::string& fields) {
+    return Printed("JobId=4242 JobName=frenzy-j-000042 UserId=root(0) " + fields + "\n");
+  }
+  static CommandResult ForgottenJob() {
+    return Exited(1, "", "slurm_load_jobs error: Invalid job id specified\n");
+  }
+  std::string Handle() const { return SlurmHandle("4242", work_.string()); }
+  void WriteOutput(const std::string& text) {
+    fs::create_directories(work_);
+    std::ofstream(work_ / "slurm-4242.out") << text;
+  }
 
   TempDir tmp_{"frenzy-slurm"};
-  fs::path bin_, calls_, work_;
+  fs::path work_;
   SlurmOptions options_;
+  FakeRunner runner_;
 };
 
-TEST_F(SlurmBackendFakeTest, LaunchWritesScriptAndSubmits) {
-  SlurmBackend b(options_);
+TEST_F(SlurmBackendFakeTest, LaunchWritesTheScriptAndSubmitsItWithTheOptions) {
+  SlurmBackend b(options_, Catalog(), runner_);
   EXPECT_EQ(b.name(), "slurm");
-  auto h = b.Launch(TwoByTwo(work_.string()));
+  runner_.Push(Printed("4242;cluster\n"));
+  const LaunchSpec spec = TwoByTwo(work_.string());
+  auto h = b.Launch(spec);
   ASSERT_TRUE(h.ok()) << h.status().ToString();
   EXPECT_EQ(*h, "slurm:4242:" + work_.string());
-  EXPECT_EQ(ReadFile(work_ / "job.sbatch"), SbatchScript(TwoByTwo(work_.string()), options_));
-  EXPECT_EQ(ReadFile(calls_),
-            "sbatch SLURM_CONF=/etc/test/slurm.conf --parsable "
-            "--time=01:00:00 --comment=a b " +
-                (work_ / "job.sbatch").string() + "\n");
+
+  const std::vector<CommandSpec> calls = runner_.calls();
+  ASSERT_EQ(calls.size(), 1u);
+  const std::vector<std::string> want = {"sbatch", "--parsable", "--time=01:00:00", "--comment=a b",
+                                         (work_ / "job.sbatch").string()};
+  EXPECT_EQ(calls[0].argv, want);
+  EXPECT_EQ(calls[0].extra_env,
+            (std::map<std::string, std::string>{{"SLURM_CONF", "/etc/test/slurm.conf"}}));
+  EXPECT_EQ(calls[0].timeout_s, 7);
+  EXPECT_EQ(calls[0].stdin_text, "");
+  // The script submitted asks for the plan's 2 nodes x 2 GPUs of its type.
+  const std::string script = ReadFile(work_ / "job.sbatch");
+  EXPECT_EQ(script, SbatchScript(spec, options_));
+  const std::vector<std::string> lines = SbatchLines(script);
+  for (const char* line : {"--nodes=2", "--ntasks-per-node=2", "--gres=gpu:a10080gb:2"}) {
+    EXPECT_NE(std::find(lines.begin(), lines.end(), line), lines.end()) << line;
+  }
+}
+
+TEST_F(SlurmBackendFakeTest, ClientCommandsComeFromBinDirWhenSet) {
+  options_.bin_dir = "/opt/slurm/bin";
+  options_.slurm_conf.clear();
+  SlurmBackend b(options_, Catalog(), runner_);
+  runner_.Push(Printed("4242\n"));
+  ASSERT_TRUE(b.Launch(TwoByTwo(work_.string())).ok());
+  ASSERT_EQ(runner_.calls().size(), 1u);
+  EXPECT_EQ(runner_.calls()[0].argv[0], "/opt/slurm/bin/sbatch");
+  EXPECT_TRUE(runner_.calls()[0].extra_env.empty());  // no SLURM_CONF: the clients' default
+}
+
+TEST_F(SlurmBackendFakeTest, SbatchAnswersOtherThanAJobIdAreErrors) {
+  SlurmBackend b(options_, Catalog(), runner_);
+  for (const char* out : {"", "\n", "Submitted batch job 4242\n", "42x;cluster\n"}) {
+    runner_.Push(Printed(out));
+    auto h = b.Launch(TwoByTwo(work_.string()));
+    ASSERT_FALSE(h.ok()) << "'" << out << "'";
+    EXPECT_EQ(h.status().code(), StatusCode::kInternal);
+    EXPECT_NE(h.status().message().find("printed no job id"), std::string::npos);
+  }
 }
 
 TEST_F(SlurmBackendFakeTest, TheScriptHoldingTheTokenIsOwnerOnly) {
-  SlurmBackend b(options_);
+  SlurmBackend b(options_, Catalog(), runner_);
+  runner_.SetHandler([](const CommandSpec&) { return Printed("4242\n"); });
   LaunchSpec spec = TwoByTwo(work_.string());
   spec.env["FRENZY_TOKEN"] = "tok-8c1f-slurm";
   const fs::path script = work_ / "job.sbatch";
@@ -437,21 +518,33 @@ TEST(SlurmPrivateFile, WriteErrorsNameThePath) {
 }
 
 TEST_F(SlurmBackendFakeTest, SbatchFailureNamesCommandAndStderr) {
-  std::ofstream(tmp_.path() / "sbatch.err")
-      << "sbatch: error: Batch job submission failed: Requested node configuration is not "
-         "available\n";
-  SlurmBackend b(options_);
+  runner_.Push(Exited(1, "",
+                      "sbatch: error: Batch job submission failed: Requested node configuration "
+                      "is not available\n"));
+  SlurmBackend b(options_, Catalog(), runner_);
   auto h = b.Launch(TwoByTwo(work_.string()));
   ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(h.status().message().find("sbatch --parsable"), std::string::npos)
       << h.status().message();
+  EXPECT_NE(h.status().message().find("(exit 1)"), std::string::npos) << h.status().message();
   EXPECT_NE(h.status().message().find("Requested node configuration is not available"),
             std::string::npos);
 }
 
+TEST_F(SlurmBackendFakeTest, RunnerErrorsNameTheCommand) {
+  runner_.Push(NotFound("program 'sbatch' not found on PATH (/usr/bin)"));
+  SlurmBackend b(options_, Catalog(), runner_);
+  auto h = b.Launch(TwoByTwo(work_.string()));
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(h.status().message().rfind("sbatch --parsable", 0), 0u) << h.status().message();
+}
+
+// The real runner: a client missing from bin_dir is NotFound before anything runs.
 TEST_F(SlurmBackendFakeTest, MissingClientIsNotFound) {
   options_.bin_dir = (tmp_.path() / "nothing-here").string();
-  SlurmBackend b(options_);
+  SlurmBackend b(options_, Catalog(), SystemRunner());
   auto h = b.Launch(TwoByTwo(work_.string()));
   ASSERT_FALSE(h.ok());
   EXPECT_EQ(h.status().code(), StatusCode::kNotFound);
@@ -460,7 +553,7 @@ TEST_F(SlurmBackendFakeTest, MissingClientIsNotFound) {
 }
 
 TEST_F(SlurmBackendFakeTest, LaunchValidates) {
-  SlurmBackend b(options_);
+  SlurmBackend b(options_, Catalog(), runner_);
   LaunchSpec s = TwoByTwo(work_.string());
   s.placement = {{"a100-0", 2}, {"a100-1", 1}};
   s.plan.gpus = 3;
@@ -481,87 +574,186 @@ TEST_F(SlurmBackendFakeTest, LaunchValidates) {
   s = TwoByTwo(work_.string());
   s.plan.gpus = 3;
   EXPECT_FALSE(b.Launch(s).ok());
-  EXPECT_FALSE(fs::exists(calls_));  // nothing was submitted
+  EXPECT_TRUE(runner_.calls().empty());  // nothing was submitted
 }
 
-TEST_F(SlurmBackendFakeTest, StatusFromScontrol) {
-  SlurmBackend b(options_);
-  fs::create_directories(work_);
-  std::ofstream(work_ / "slurm-4242.out")
-      << "step 1\nTraceback: CUDA error: out of memory\n\n"
-      << "srun: error: a100-0: task 1: Exited with exit code 1\n"
-      << "srun: launch/slurm: _step_signal: Terminating StepId=4242.0\n";
-  SetJob(
-      "JobId=4242 JobName=frenzy-j-000042 JobState=FAILED Reason=NonZeroExitCode "
-      "ExitCode=1:0\n");
-  auto st = b.Status(SlurmHandle("4242", work_.string()));
+TEST_F(SlurmBackendFakeTest, StatusAsksScontrolAboutTheJob) {
+  SlurmBackend b(options_, Catalog(), runner_);
+  runner_.Push(Job("JobState=RUNNING Reason=None ExitCode=0:0"));
+  auto st = b.Status(Handle());
   ASSERT_TRUE(st.ok()) << st.status().ToString();
-  EXPECT_EQ(st->state, RunState::kFailed);
-  EXPECT_EQ(st->exit_code, 1);
-  EXPECT_NE(st->message.find("CUDA error: out of memory"), std::string::npos) << st->message;
-  EXPECT_NE(ReadFile(calls_).find("scontrol show job -o 4242"), std::string::npos);
+  EXPECT_EQ(st->state, RunState::kRunning);
+  EXPECT_EQ(st->failure, FailureKind::kNone);
+  ASSERT_EQ(runner_.calls().size(), 1u);
+  EXPECT_EQ(runner_.calls()[0].argv,
+            (std::vector<std::string>{"scontrol", "show", "job", "-o", "4242"}));
+  EXPECT_EQ(runner_.calls()[0].extra_env.at("SLURM_CONF"), "/etc/test/slurm.conf");
+}
+
+TEST_F(SlurmBackendFakeTest, FailedJobTakesItsKindFromTheStateAndItsOutput) {
+  SlurmBackend b(options_, Catalog(), runner_);
+  struct Case {
+    const char* name;
+    const char* state;   // scontrol's JobState and what follows
+    const char* output;  // slurm-4242.out
+    FailureKind failure;
+    const char* in_message;
+  };
+  const Case cases[] = {
+      {"a crash", "JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0",
+       "step 1\nValueError: bad batch\nsrun: error: a100-0: task 1: Exited with exit code 1\n",
+       FailureKind::kCrashed, "ValueError: bad batch"},
+      // Slurm sees a CUDA out-of-memory error as a plain exit 1; the output tells.
+      {"CUDA out of memory", "JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0",
+       "step 1\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n\n"
+       "srun: error: a100-0: task 1: Exited with exit code 1\n"
+       "srun: launch/slurm: _step_signal: Terminating StepId=4242.0\n",
+       FailureKind::kOutOfMemory, "CUDA out of memory. Tried to allocate 2.00 GiB"},
+      // The line telling is not the last one the ranks wrote: both are in the message.
+      {"CPU out of memory", "JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0",
+       "RuntimeError: [enforce fail at alloc_cpu.cpp:83] . DefaultCPUAllocator: can't allocate "
+       "memory: you tried to allocate 1073741824 bytes.\nrank 1: exiting\n",
+       FailureKind::kOutOfMemory, "DefaultCPUAllocator: can't allocate memory"},
+      {"an oom-kill seen by slurmstepd", "JobState=FAILED Reason=NonZeroExitCode ExitCode=0:9",
+       "step 1\nslurmstepd: error: Detected 1 oom-kill event(s) in StepId=4242.0. Some of your "
+       "processes may have been killed by the cgroup out-of-memory handler.\n",
+       FailureKind::kOutOfMemory, "Detected 1 oom-kill event(s)"},
+      {"OUT_OF_MEMORY", "JobState=OUT_OF_MEMORY Reason=OutOfMemory ExitCode=0:125", "",
+       FailureKind::kOutOfMemory, "OUT_OF_MEMORY"},
+      // A node that died takes its ranks' memory errors with it: the state decides.
+      {"NODE_FAIL", "JobState=NODE_FAIL Reason=NodeDown ExitCode=0:0",
+       "CUDA error: out of memory\n", FailureKind::kNodeLost, "NODE_FAIL (NodeDown)"},
+      {"TIMEOUT", "JobState=TIMEOUT Reason=TimeLimit ExitCode=0:0",
+       "slurmstepd: error: *** JOB 4242 ON a100-0 CANCELLED AT 2026-01-01T00:00:00 DUE TO TIME "
+       "LIMIT ***\n",
+       FailureKind::kCrashed, "TIMEOUT (TimeLimit)"},
+  };
+  for (const Case& c : cases) {
+    WriteOutput(c.output);
+    runner_.Push(Job(c.state));
+    auto st = b.Status(Handle());
+    ASSERT_TRUE(st.ok()) << c.name << ": " << st.status().ToString();
+    EXPECT_EQ(st->state, RunState::kFailed) << c.name;
+    EXPECT_EQ(st->failure, c.failure) << c.name << ": " << FailureKindName(st->failure);
+    EXPECT_NE(st->message.find(c.in_message), std::string::npos) << c.name << ": " << st->message;
+  }
 }
 
 TEST_F(SlurmBackendFakeTest, StatusFallsBackToTheRunFolder) {
-  SlurmBackend b(options_);
+  SlurmBackend b(options_, Catalog(), runner_);
+  runner_.SetHandler([](const CommandSpec&) { return ForgottenJob(); });
   fs::create_directories(work_);
-  const std::string h = SlurmHandle("4242", work_.string());
-  auto lost = b.Status(h);
+  auto lost = b.Status(Handle());
   ASSERT_TRUE(lost.ok()) << lost.status().ToString();
   EXPECT_EQ(lost->state, RunState::kLost);
+  EXPECT_EQ(lost->failure, FailureKind::kNone);
 
   std::ofstream(work_ / "exit_code") << "0\n";
-  EXPECT_EQ(b.Status(h)->state, RunState::kSucceeded);
+  EXPECT_EQ(b.Status(Handle())->state, RunState::kSucceeded);
 
   std::ofstream(work_ / "exit_code") << "9\n";
-  std::ofstream(work_ / "slurm-4242.out") << "last words\n";
-  auto failed = b.Status(h);
+  WriteOutput("last words\n");
+  auto failed = b.Status(Handle());
+  ASSERT_TRUE(failed.ok()) << failed.status().ToString();
   EXPECT_EQ(failed->state, RunState::kFailed);
+  EXPECT_EQ(failed->failure, FailureKind::kCrashed);
   EXPECT_EQ(failed->exit_code, 9);
-  EXPECT_NE(failed->message.find("last words"), std::string::npos);
+  EXPECT_EQ(failed->message, "exit code 9: last words");
+
+  // Without the job state, the output alone tells an out-of-memory end.
+  WriteOutput("torch.cuda.OutOfMemoryError: CUDA out of memory.\nsrun: error: task 0: Exited\n");
+  auto oom = b.Status(Handle());
+  ASSERT_TRUE(oom.ok()) << oom.status().ToString();
+  EXPECT_EQ(oom->failure, FailureKind::kOutOfMemory);
+
+  std::ofstream(work_ / "exit_code") << "nine\n";
+  EXPECT_EQ(b.Status(Handle()).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(SlurmBackendFakeTest, ScontrolFailureIsAnError) {
-  WriteExecutable(bin_ / "scontrol",
-                  "#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact slurm controller' "
-                  ">&2; exit 1\n");
-  SlurmBackend b(options_);
-  auto st = b.Status(SlurmHandle("4242", work_.string()));
+  SlurmBackend b(options_, Catalog(), runner_);
+  runner_.Push(Exited(1, "", "slurm_load_jobs error: Unable to contact slurm controller\n"));
+  auto st = b.Status(Handle());
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.status().message().find("scontrol show job -o 4242"), std::string::npos);
   EXPECT_NE(st.status().message().find("Unable to contact slurm controller"), std::string::npos);
+
+  // A timed-out scontrol is an error too, never "Slurm forgot the job".
+  runner_.Push(TimedOut());
+  st = b.Status(Handle());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("timed out"), std::string::npos) << st.status().message();
+
+  // Output that is no job record is not a state.
+  runner_.Push(Printed("something else entirely\n"));
+  EXPECT_EQ(b.Status(Handle()).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(SlurmBackendFakeTest, CancelRunningJobLeavesMarker) {
-  SlurmBackend b(options_);
+  SlurmBackend b(options_, Catalog(), runner_);
   fs::create_directories(work_);
-  const std::string h = SlurmHandle("4242", work_.string());
-  SetJob("JobId=4242 JobState=RUNNING Reason=None ExitCode=0:0\n");
-  ASSERT_TRUE(b.Cancel(h).ok());
-  EXPECT_NE(ReadFile(calls_).find("scancel 4242"), std::string::npos);
+  runner_.Push(Job("JobState=RUNNING Reason=None ExitCode=0:0"));
+  runner_.Push(Printed(""));  // scancel
+  ASSERT_TRUE(b.Cancel(Handle()).ok());
+  const auto argvs = runner_.argvs();
+  ASSERT_EQ(argvs.size(), 2u);
+  EXPECT_EQ(argvs[0][0], "scontrol");
+  EXPECT_EQ(argvs[1], (std::vector<std::string>{"scancel", "4242"}));
   EXPECT_TRUE(fs::exists(work_ / "cancelled"));
   // Once Slurm forgets the job, the marker still says cancelled.
-  fs::remove(tmp_.path() / "job.txt");
-  EXPECT_EQ(b.Status(h)->state, RunState::kCancelled);
+  runner_.Push(ForgottenJob());
+  EXPECT_EQ(b.Status(Handle())->state, RunState::kCancelled);
+}
+
+TEST_F(SlurmBackendFakeTest, CancelOfAJobEndingMeanwhileIsNotAnError) {
+  SlurmBackend b(options_, Catalog(), runner_);
+  fs::create_directories(work_);
+  runner_.Push(Job("JobState=RUNNING Reason=None ExitCode=0:0"));
+  runner_.Push(Exited(1, "",
+                      "scancel: error: Kill job error on job id 4242: Job/step already "
+                      "completing or completed\n"));
+  EXPECT_TRUE(b.Cancel(Handle()).ok());
+
+  runner_.Push(Job("JobState=RUNNING Reason=None ExitCode=0:0"));
+  runner_.Push(Exited(1, "", "scancel: error: Access/permission denied\n"));
+  ::frenzy::Status denied = b.Cancel(Handle());
+  ASSERT_FALSE(denied.ok());
+  EXPECT_NE(denied.message().find("permission denied"), std::string::npos) << denied.message();
 }
 
 TEST_F(SlurmBackendFakeTest, CancelEndedJobKeepsOutcome) {
-  SlurmBackend b(options_);
+  SlurmBackend b(options_, Catalog(), runner_);
   fs::create_directories(work_);
-  SetJob("JobId=4242 JobState=COMPLETED Reason=None ExitCode=0:0\n");
-  ASSERT_TRUE(b.Cancel(SlurmHandle("4242", work_.string())).ok());
-  EXPECT_EQ(ReadFile(calls_).find("scancel"), std::string::npos);
+  runner_.Push(Job("JobState=COMPLETED Reason=None ExitCode=0:0"));
+  ASSERT_TRUE(b.Cancel(Handle()).ok());
+  ASSERT_EQ(runner_.calls().size(), 1u);  // no scancel
   EXPECT_FALSE(fs::exists(work_ / "cancelled"));
 }
 
 TEST_F(SlurmBackendFakeTest, NodesFromSinfo) {
   options_.partition = "gpu";
-  SlurmBackend b(options_);
+  SlurmBackend b(options_, Catalog(), runner_);
+  runner_.Push(Printed(ReadFile(DataDir() / "sinfo-22.05.json")));
   auto nodes = b.Nodes();
   ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
   ASSERT_EQ(nodes->size(), 2u);
   EXPECT_EQ((*nodes)[1].gpu, "V100-32GB");
-  EXPECT_NE(ReadFile(calls_).find("sinfo --json --partition=gpu"), std::string::npos);
+  ASSERT_EQ(runner_.calls().size(), 1u);
+  EXPECT_EQ(runner_.calls()[0].argv,
+            (std::vector<std::string>{"sinfo", "--json", "--partition=gpu"}));
+
+  runner_.Push(Printed("<html>proxy error</html>"));
+  EXPECT_EQ(b.Nodes().status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(SlurmBackendFakeTest, NodesAreNamedByTheCatalogGiven) {
+  SlurmBackend b(options_, ZedCatalog(), runner_);
+  runner_.Push(Printed(R"({"nodes": [{"name": "z1", "state": "idle", "gres": "gpu:zed:4"}]})"));
+  auto nodes = b.Nodes();
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  ASSERT_EQ(nodes->size(), 1u);
+  EXPECT_EQ((*nodes)[0].gpu, "Z1-24GB");
+  EXPECT_EQ((*nodes)[0].gpus, 4);
 }
 
 }  // namespace
