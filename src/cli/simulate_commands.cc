@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -26,7 +27,7 @@ struct SimulateOptions {
   std::string policies = "fifo-static,tiresias,gavel,sia";
   uint64_t seed = 1;
   std::optional<double> memory_error;
-  double restart_s = 60;
+  double restart_s = kDefaultRestartS;
   double checkpoint_min = 30;
   double mtbf_h = 0;
   double repair_h = 1;
@@ -66,27 +67,6 @@ void RunSimulate(const SimulateOptions& o) {
     policies.push_back(std::move(p).value());
   }
   if (policies.empty()) return Fail(InvalidArgument("no policy named", {}, "policy"));
-  if (o.memory_error && !(*o.memory_error >= 0 && *o.memory_error < 50)) {
-    return Fail(InvalidArgument("must be in [0, 50) percent", {}, "memory-error"));
-  }
-  if (!(o.restart_s >= 0) || !(o.checkpoint_min > 0) || !(o.mtbf_h >= 0) || !(o.repair_h >= 0) ||
-      !(o.margin >= 0)) {
-    return Fail(InvalidArgument(
-        "--restart-s, --mtbf-h, --repair-h and --margin must be >= 0, --checkpoint-min > 0", {},
-        "options"));
-  }
-  if (!(o.memory_drift >= 0 && o.memory_drift <= 100) || !(o.memory_bias > -50 && o.memory_bias <= 100)) {
-    return Fail(InvalidArgument("--memory-drift must be in [0, 100], --memory-bias in (-50, 100] percent",
-                                {}, "memory-drift"));
-  }
-  if (!(o.report_min > 0) || !(o.crash_mtbf_h >= 0)) {
-    return Fail(InvalidArgument("--report-min must be > 0, --crash-mtbf-h >= 0", {}, "report-min"));
-  }
-  if (!(o.stragglers >= 0 && o.stragglers <= 1) ||
-      !(o.straggler_speed > 0 && o.straggler_speed <= 1)) {
-    return Fail(InvalidArgument("--stragglers must be in [0, 1], --straggler-speed in (0, 1]", {},
-                                "stragglers"));
-  }
   SimOptions so;
   so.seed = o.seed;
   so.memory_drift_pct = o.memory_drift;
@@ -102,6 +82,20 @@ void RunSimulate(const SimulateOptions& o) {
   so.node_mtbf_s = o.mtbf_h * 3600;
   so.node_repair_s = o.repair_h * 3600;
   if (o.max_hours > 0) so.max_time_s = o.max_hours * 3600;
+  if (Status valid = so.Validate(); !valid.ok()) {
+    // The engine names its option; the user typed the flag.
+    static const std::map<std::string, std::string> kFlag = {
+        {"memory_error_pct", "memory-error"},      {"memory_margin", "margin"},
+        {"restart_s", "restart-s"},                {"checkpoint_interval_s", "checkpoint-min"},
+        {"node_mtbf_s", "mtbf-h"},                 {"node_repair_s", "repair-h"},
+        {"memory_drift_pct", "memory-drift"},      {"memory_bias_pct", "memory-bias"},
+        {"report_interval_s", "report-min"},       {"job_crash_mtbf_s", "crash-mtbf-h"},
+        {"straggler_fraction", "stragglers"},      {"straggler_speed", "straggler-speed"},
+        {"max_time_s", "max-hours"}};
+    auto flag = kFlag.find(valid.field());
+    return Fail(InvalidArgument(valid.message(), {},
+                                flag != kFlag.end() ? "--" + flag->second : valid.field()));
+  }
   so.wall_now_s = [] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
         .count();

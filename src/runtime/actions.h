@@ -32,7 +32,7 @@ namespace frenzy::runtime {
 
 struct RuntimeOptions {
   double act_horizon_s = 900;  // act when a crash is projected sooner than this
-  double restart_s = 60;       // what a restart costs (checkpoint load)
+  // What a restart costs is the snapshot's (Snapshot::costs), like every cost a policy prices.
   int max_ooms = 5;            // crashes before a job is given up
   double reverse_gain = 3;     // restarts' worth of time a faster layout must save
 };

@@ -238,7 +238,7 @@ class FrenzyPolicy final : public Policy {
           const RunOption& o = j->options->options[i];
           if (static_cast<int>(i) == j->alloc.option || !Usable(*j, i, total, *s.cluster)) continue;
           if (free.FreeOfType(o.type) - reserved[static_cast<size_t>(o.type)] < o.gpus) continue;
-          double t = k_.restart_s + left / o.plan.tokens_per_s;
+          double t = s.costs.restart_s + left / o.plan.tokens_per_s;
           if (t < pick_s) {
             pick_s = t;
             pick = static_cast<int>(i);

@@ -51,7 +51,6 @@ struct FrenzyKnobs {
   // Also move while jobs wait, onto GPUs none of them could take in this decision.
   bool move_while_waiting = true;
   double move_gain = 0.7;
-  double restart_s = 60;  // what a move costs (the simulator's default restart pause)
   // > 0: also decide every round_s seconds (moves and preemptions need no event to pay off).
   double round_s = 0;
   // Preempt (shortest remaining time first): a waiting job that fits nowhere now may shrink or

@@ -1,9 +1,13 @@
 #include "sched/policy.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <string_view>
 #include <utility>
 
+#include "hardware/cluster.h"
+#include "hardware/gpu.h"
 #include "sched/baselines.h"
 #include "sched/frenzy_policy.h"
 #include "sched/gavel.h"
@@ -58,6 +62,28 @@ int64_t ClusterView::TotalOfType(int type) const {
     if (node.type == type && node.up) n += node.gpus;
   }
   return n;
+}
+
+Result<ClusterView> ClusterView::Of(const Cluster& cluster, const GpuCatalog& catalog) {
+  ClusterView v;
+  for (const auto& node : cluster.nodes) {
+    auto it = std::find(v.types.begin(), v.types.end(), node.gpu);
+    if (it == v.types.end()) {
+      const GpuType* g = catalog.Find(node.gpu);
+      if (g == nullptr) {
+        return NotFound(fmt::format("unknown GPU type '{}' (node '{}')", node.gpu, node.name),
+                        cluster.name);
+      }
+      v.types.push_back(node.gpu);
+      v.gpu_memory_bytes.push_back(g->memory_bytes);
+      v.gpus_per_node.push_back(0);
+      it = v.types.end() - 1;
+    }
+    const size_t t = static_cast<size_t>(it - v.types.begin());
+    v.gpus_per_node[t] = std::max(v.gpus_per_node[t], node.gpus);
+    v.nodes.push_back(NodeView{static_cast<int>(t), node.gpus, node.gpus, true});
+  }
+  return v;
 }
 
 int64_t ClusterView::FreeOfType(int type) const {

@@ -25,6 +25,9 @@
 
 namespace frenzy {
 
+struct Cluster;
+class GpuCatalog;
+
 // A node as policies see it.
 struct NodeView {
   int type = 0;      // index into ClusterView::types
@@ -92,9 +95,25 @@ struct ClusterView {
   std::vector<std::string> types;         // GPU type names, cluster order
   std::vector<int64_t> gpu_memory_bytes;  // per type
   std::vector<int64_t> gpus_per_node;     // per type (largest node)
-  std::vector<NodeView> nodes;
+  std::vector<NodeView> nodes;            // cluster order; all up and free
   int64_t TotalOfType(int type) const;
   int64_t FreeOfType(int type) const;
+  // The view of a cluster: its GPU types in order of first appearance (the order of every
+  // option table's types), each with its memory from `catalog`. kNotFound names a node whose
+  // GPU type the catalog lacks.
+  static Result<ClusterView> Of(const Cluster& cluster, const GpuCatalog& catalog);
+};
+
+// What a restart costs when nobody measured it: the checkpoint load of a run that starts again
+// (an assumption of the order of loading a multi-GB checkpoint; docs/simulator.md). The one
+// default: the simulator, the daemon and the CLI start from it, and the policies and the
+// runtime read the value in force from the snapshot (Snapshot::costs).
+inline constexpr double kDefaultRestartS = 60;
+
+// What the world charges for the decisions a policy prices, from one source: the simulator's
+// options or the daemon's.
+struct Costs {
+  double restart_s = kDefaultRestartS;  // a start after the first pays this without progress
 };
 
 // A read-only list of jobs: either a contiguous array of views or an array of pointers to
@@ -146,6 +165,7 @@ struct Snapshot {
   // Increases whenever the set of jobs or of usable GPUs changes (arrival, completion, crash,
   // failure, repair); policies may cache work done for an unchanged value.
   int64_t change_seq = 0;
+  Costs costs;
 };
 
 struct Decisions {

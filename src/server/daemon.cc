@@ -167,7 +167,6 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options, std::uniqu
     d->node_index_[n.name] = static_cast<int>(d->view_.nodes.size());
     d->view_.nodes.push_back(NodeView{static_cast<int>(t), n.gpus, n.gpus, true});
   }
-  d->runtime_opt_.restart_s = 60;
   RETURN_IF_ERROR(d->LoadStored());
   return d;
 }
@@ -990,6 +989,7 @@ Status Daemon::PrepareSchedule(double now, Pass& pass, int& changes) {
     s.cluster = &view_;
     s.jobs = pass.views;
     s.change_seq = passes_;
+    s.costs.restart_s = opt_.restart_s;
     std::vector<runtime::MemoryAction> actions =
         runtime::PlanMemoryActions(s, monitor_, runtime_opt_);
     for (const runtime::MemoryAction& a : actions) {
@@ -1101,6 +1101,7 @@ Result<int> Daemon::Tick() {
   s.cluster = &pass.view;
   s.jobs = pass.views;
   s.change_seq = seq;
+  s.costs.restart_s = opt_.restart_s;
   Decisions d = policy_->Schedule(s);
   std::lock_guard<std::mutex> lock(mu_);
   const double apply_start = now_s_();

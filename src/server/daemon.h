@@ -51,6 +51,8 @@ struct DaemonOptions {
   // depend on time and progress).
   double idle_pass_s = 5;
   double checkpoint_every_s = 5;  // see Checkpoint()
+  // What a restart costs here (checkpoint load), as the policy and the runtime price moves.
+  double restart_s = kDefaultRestartS;
   // A folder of config.json files (or folders holding one) the operator offers by name, beside
   // the zoo. API model names never reach any other file. "" : the zoo only.
   std::string models_dir;

@@ -6,22 +6,18 @@
 #include <cmath>
 #include <map>
 #include <queue>
-#include <random>
 #include <set>
 
 #include "model/zoo.h"
 #include "runtime/actions.h"
 #include "runtime/faults.h"
 #include "runtime/monitor.h"
+#include "sched/apply.h"
+#include "sim/metrics.h"
+#include "sim/world.h"
 
 namespace frenzy {
 namespace {
-
-// MARP's measured errors on published Megatron-LM runs (bench/RESULTS.md, "MARP against
-// published measurements", rows pub019-pub031: (predicted - measured) / measured). A job's real
-// peak is predicted / (1 + error).
-constexpr double kMeasuredMarpErrors[] = {-0.014, 0.025,  -0.001, -0.014, -0.014, -0.049, -0.030,
-                                          -0.081, -0.013, 0.020,  -0.019, -0.024, -0.059};
 
 enum class EventKind {
   kArrival,
@@ -49,8 +45,7 @@ struct Event {
 struct JobState {
   JobSpec spec;
   std::shared_ptr<const JobOptions> options;
-  double factor = 1;    // real peak / predicted
-  double drift = 0;     // growth of the real peak by the end of the job (fraction)
+  JobTruth truth;          // real peak / predicted, and its growth
   bool after_oom = false;  // the current (or next) run follows an out-of-memory crash
   runtime::RetryState retry;
   int64_t version = 0;  // bumped whenever the job starts or stops
@@ -58,16 +53,24 @@ struct JobState {
   JobRecord record;
 };
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  double idx = p * static_cast<double>(v.size() - 1);
-  size_t lo = static_cast<size_t>(std::floor(idx));
-  size_t hi = std::min(v.size() - 1, lo + 1);
-  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
+WorldOptions WorldOf(const SimOptions& o) {
+  WorldOptions w;
+  w.seed = o.seed;
+  w.memory_error_pct = o.memory_error_pct;
+  w.memory_bias_pct = o.memory_bias_pct;
+  w.memory_drift_pct = o.memory_drift_pct;
+  w.straggler_fraction = o.straggler_fraction;
+  w.straggler_speed = o.straggler_speed;
+  w.node_mtbf_s = o.node_mtbf_s;
+  w.job_crash_mtbf_s = o.job_crash_mtbf_s;
+  w.oom_after_s = o.oom_after_s;
+  return w;
 }
 
-class Engine {
+// The event loop. One handler per event kind; after every batch of simultaneous events, the
+// runtime's memory actions (policies with uses_runtime) and then the policy. Decisions reach
+// the world through ApplyDecisions (the engine is their DecisionTarget), as in the daemon.
+class Engine : private DecisionTarget {
  public:
   Engine(const Workload& w, const Cluster& c, const GpuCatalog& cat, Policy& p, const SimOptions& o,
          OptionCache& cache)
@@ -77,12 +80,8 @@ class Engine {
         policy_(p),
         opt_(o),
         cache_(cache),
-        rng_(o.seed),
-        // Separate streams, so that switching one model on leaves the others' draws unchanged.
-        rng_drift_(o.seed ^ 0x9e3779b97f4a7c15ULL),
-        rng_crash_(o.seed ^ 0xbf58476d1ce4e5b9ULL),
+        world_(WorldOf(o)),
         use_runtime_(p.uses_runtime()) {
-    runtime_opt_.restart_s = o.restart_s;
     runtime_opt_.max_ooms = o.max_ooms;
     runtime_opt_.act_horizon_s = 3 * o.report_interval_s;
     retry_opt_.backoff_s = o.retry_backoff_s;
@@ -93,33 +92,58 @@ class Engine {
 
  private:
   Status Prepare();
+  Status PrepareJob(size_t key, const WorkloadJob& wj, std::map<std::string, ModelSpec>& models);
   void Push(double t, EventKind k, int64_t job = -1, int64_t version = 0, int node = -1) {
     events_.push(Event{t, seq_++, k, job, version, node});
   }
   JobView* Active(int64_t key);
+  // A job event for the job's current run: its view, or nullptr when the event is stale.
+  JobView* Current(const Event& e);
   // `oom`: the run crashed out of memory (its waste, and the next run's restart pause, are
   // counted as out-of-memory waste).
   void StopRun(JobView& v, double now, bool graceful, bool oom = false);
-  Status Apply(const Decisions& d, double now);
   // `layout` < 0: the layout the job's memory factor allows (JobView::Layout).
+  // REQUIRES: `a` was checked (CheckAllocation or ApplyDecisions).
   Status StartRun(JobView& v, const Allocation& a, double now, int layout = -1);
-  // The real peak of the job on (option, layout) at `progress` (fraction).
-  double RealPeak(const JobState& js, const Plan& plan, double progress) const;
+  // The layout a start without one runs: the fastest the job's memory factor allows whose TP
+  // groups stay inside the nodes.
+  int ChooseLayout(const JobView& v, const Allocation& a) const;
   // The speed of a run on these nodes (stragglers slow the whole gang).
   double Speed(const Allocation& a) const;
-  // Runtime: a memory and speed report of a running job.
-  void OnReport(JobView& v, double now);
   // The queued and running jobs and the cluster as the policy and the runtime see them.
   Snapshot SnapshotAt(double now) const;
-  // Runtime: applies the memory actions for the running jobs; true when it acted.
-  Status RunMemoryActions(double now, bool& acted);
   void Cordon(int node, double now);
   void Hold(JobView& v);
   void Unhold(int64_t key);
   void Finish(int64_t key, JobOutcome outcome, double now);
   void Sample(double now);
+
+  // DecisionTarget: what a policy's stop and start do here.
+  const JobView* Find(int64_t key) const override;
+  Status Stop(const JobView& job, double now_s) override;
+  Status Start(const JobView& job, const Allocation& alloc, double now_s) override;
+
+  // Event handlers: each returns true when the policy should hear of the change.
+  bool Dispatch(const Event& e, double now);
+  bool OnArrival(const Event& e, double now);
+  bool OnFinish(const Event& e, double now);
+  bool OnOom(const Event& e, double now);
+  bool OnCrash(const Event& e, double now);
+  bool OnReport(const Event& e, double now);
+  bool OnStragglerFix(const Event& e, double now);
+  bool OnNodeFail(const Event& e, double now);
+  bool OnNodeRepair(const Event& e, double now);
+  // A running job's memory and speed report to the runtime.
+  void Report(JobView& v, double now);
+  // After a batch of events: the runtime's memory actions, then the policy. Sets `stop` when
+  // nothing can change any more (what is left can never run).
+  Status AfterBatch(double now, bool changed, bool round_now, bool& stop);
+  // Runtime: applies the memory actions for the running jobs; true when it acted.
+  Status RunMemoryActions(double now, bool& acted);
   // Asks the policy and applies its decisions; sets `acted` when it decided anything.
   Status Invoke(double now, bool& acted);
+  // The jobs' records and the metrics once the clock stopped at `now`.
+  SimResult Results(double now, double first_arrival);
 
   const Workload& w_;
   const Cluster& cluster_;
@@ -127,8 +151,7 @@ class Engine {
   Policy& policy_;
   const SimOptions& opt_;
   OptionCache& cache_;
-  std::mt19937_64 rng_;
-  std::mt19937_64 rng_drift_, rng_crash_;
+  World world_;
   const bool use_runtime_;
   runtime::RuntimeOptions runtime_opt_;
   runtime::RetryOptions retry_opt_;
@@ -150,30 +173,18 @@ class Engine {
   int64_t change_seq_ = 0;
   bool round_pending_ = false;
   int64_t done_ = 0;
+  int64_t arrived_ = 0;
+  double last_finish_ = 0;
   std::vector<double> overhead_ms_;
   std::vector<TimelinePoint> timeline_;
-  PolicyMetrics m_;
+  PolicyMetrics m_;  // the counters; the rest is ComputeMetrics'
   double busy_gpu_s_ = 0;
   int64_t running_ = 0;    // jobs running now
   int64_t busy_gpus_ = 0;  // GPUs allocated now
 };
 
 Status Engine::Prepare() {
-  for (const auto& node : cluster_.nodes) {
-    auto it = std::find(view_.types.begin(), view_.types.end(), node.gpu);
-    if (it == view_.types.end()) {
-      const GpuType* g = catalog_.Find(node.gpu);
-      if (g == nullptr) return NotFound("unknown GPU type '" + node.gpu + "'", cluster_.name);
-      view_.types.push_back(node.gpu);
-      view_.gpu_memory_bytes.push_back(g->memory_bytes);
-      view_.gpus_per_node.push_back(node.gpus);
-      it = view_.types.end() - 1;
-    }
-    int t = static_cast<int>(it - view_.types.begin());
-    view_.gpus_per_node[static_cast<size_t>(t)] =
-        std::max(view_.gpus_per_node[static_cast<size_t>(t)], node.gpus);
-    view_.nodes.push_back(NodeView{t, node.gpus, node.gpus, true});
-  }
+  ASSIGN_OR_RETURN(view_, ClusterView::Of(cluster_, catalog_));
   // Keys follow arrival order, so the active list (sorted by key) is in arrival order.
   std::vector<size_t> idx(w_.jobs.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
@@ -184,75 +195,61 @@ Status Engine::Prepare() {
   jobs_.resize(w_.jobs.size());
   views_.resize(w_.jobs.size());
   std::map<std::string, ModelSpec> models;
-  std::normal_distribution<double> normal(0.0, opt_.memory_error_pct.value_or(0) / 100.0);
-  std::uniform_int_distribution<size_t> pick(0, std::size(kMeasuredMarpErrors) - 1);
   for (size_t key = 0; key < idx.size(); ++key) {
-    const WorkloadJob& wj = w_.jobs[idx[key]];
     order_[idx[key]] = key;
-    std::string where = fmt::format("{}: job '{}'", w_.name, wj.id);
-    auto mit = models.find(wj.model);
-    if (mit == models.end()) {
-      auto spec = ResolveModel(wj.model);
-      if (!spec.ok()) {
-        return Status(spec.status().code(), spec.status().ToString(), where, "model");
-      }
-      mit = models.emplace(wj.model, *spec).first;
-    }
-    JobState& js = jobs_[key];
-    js.spec.model = mit->second;
-    js.spec.tokens = wj.tokens;
-    js.spec.global_batch = wj.global_batch;
-    js.spec.seq_len = wj.seq_len;
-    js.spec.precision = wj.precision;
-    auto opts = cache_.Get(wj.model, js.spec, policy_.options_kind());
-    if (!opts.ok()) {
-      return Status(opts.status().code(), opts.status().ToString(), where, "model");
-    }
-    js.options = *opts;
-    int requested = -1;
-    if (wj.requested_gpu && wj.requested_gpus) {
-      const GpuType* g = catalog_.Find(*wj.requested_gpu);
-      if (g == nullptr) {
-        return NotFound("unknown GPU type '" + *wj.requested_gpu + "'", where, "requested_gpu");
-      }
-      const auto& types = js.options->types;
-      auto t = std::find(types.begin(), types.end(), g->name);
-      if (t != types.end()) {
-        const RunOption* o =
-            js.options->Find(static_cast<int>(t - types.begin()), *wj.requested_gpus);
-        if (o != nullptr) requested = static_cast<int>(o - js.options->options.data());
-      }
-    }
-    requested_[key] = requested;
-    // The memory truth of this job (drawn for every job, in key order, whatever the policy).
-    double err = opt_.memory_error_pct ? normal(rng_) : kMeasuredMarpErrors[pick(rng_)];
-    js.factor = opt_.memory_error_pct ? std::max(0.5, 1.0 + err) : 1.0 / (1.0 + err);
-    js.record.id = wj.id;
-    js.record.model = wj.model;
-    js.record.submit_s = wj.submit_s;
-    js.factor *= 1.0 + opt_.memory_bias_pct / 100.0;
-    if (opt_.memory_drift_pct > 0) {
-      js.drift = std::uniform_real_distribution<double>(0.0, opt_.memory_drift_pct / 100.0)(
-          rng_drift_);
-    }
-    js.record.memory_factor = js.factor;
-    js.record.memory_drift = js.drift;
-    Push(wj.submit_s, EventKind::kArrival, static_cast<int64_t>(key));
+    RETURN_IF_ERROR(PrepareJob(key, w_.jobs[idx[key]], models));
   }
-  node_speed_.assign(view_.nodes.size(), 1.0);
+  node_speed_ = world_.DrawNodeSpeeds(view_.nodes.size());
   node_failed_.assign(view_.nodes.size(), 0);
-  if (opt_.straggler_fraction > 0) {
-    std::bernoulli_distribution slow(opt_.straggler_fraction);
-    for (double& sp : node_speed_) {
-      if (slow(rng_drift_)) sp = opt_.straggler_speed;
-    }
-  }
   if (opt_.node_mtbf_s > 0) {
-    std::exponential_distribution<double> fail(1.0 / opt_.node_mtbf_s);
     for (size_t n = 0; n < view_.nodes.size(); ++n) {
-      Push(fail(rng_), EventKind::kNodeFail, -1, 0, static_cast<int>(n));
+      Push(world_.NodeFailureAfter(), EventKind::kNodeFail, -1, 0, static_cast<int>(n));
     }
   }
+  return Status::Ok();
+}
+
+Status Engine::PrepareJob(size_t key, const WorkloadJob& wj,
+                          std::map<std::string, ModelSpec>& models) {
+  std::string where = fmt::format("{}: job '{}'", w_.name, wj.id);
+  auto mit = models.find(wj.model);
+  if (mit == models.end()) {
+    auto spec = ResolveModel(wj.model);
+    if (!spec.ok()) return Status(spec.status().code(), spec.status().ToString(), where, "model");
+    mit = models.emplace(wj.model, *spec).first;
+  }
+  JobState& js = jobs_[key];
+  js.spec.model = mit->second;
+  js.spec.tokens = wj.tokens;
+  js.spec.global_batch = wj.global_batch;
+  js.spec.seq_len = wj.seq_len;
+  js.spec.precision = wj.precision;
+  auto opts = cache_.Get(wj.model, js.spec, policy_.options_kind());
+  if (!opts.ok()) return Status(opts.status().code(), opts.status().ToString(), where, "model");
+  js.options = *opts;
+  int requested = -1;
+  if (wj.requested_gpu && wj.requested_gpus) {
+    const GpuType* g = catalog_.Find(*wj.requested_gpu);
+    if (g == nullptr) {
+      return NotFound("unknown GPU type '" + *wj.requested_gpu + "'", where, "requested_gpu");
+    }
+    const auto& types = js.options->types;
+    auto t = std::find(types.begin(), types.end(), g->name);
+    if (t != types.end()) {
+      const RunOption* o =
+          js.options->Find(static_cast<int>(t - types.begin()), *wj.requested_gpus);
+      if (o != nullptr) requested = static_cast<int>(o - js.options->options.data());
+    }
+  }
+  requested_[key] = requested;
+  // The memory truth of this job (drawn for every job, in key order, whatever the policy).
+  js.truth = world_.DrawJob();
+  js.record.id = wj.id;
+  js.record.model = wj.model;
+  js.record.submit_s = wj.submit_s;
+  js.record.memory_factor = js.truth.factor;
+  js.record.memory_drift = js.truth.drift;
+  Push(wj.submit_s, EventKind::kArrival, static_cast<int64_t>(key));
   return Status::Ok();
 }
 
@@ -261,6 +258,11 @@ JobView* Engine::Active(int64_t key) {
                              [](const JobView* v, int64_t k) { return v->key < k; });
   if (it == active_.end() || (*it)->key != key) return nullptr;
   return *it;
+}
+
+JobView* Engine::Current(const Event& e) {
+  if (e.version != jobs_[static_cast<size_t>(e.job)].version) return nullptr;
+  return Active(e.job);
 }
 
 // Ends the current run. Graceful (the policy stopped it): a checkpoint is written at the stop.
@@ -304,52 +306,35 @@ void Engine::StopRun(JobView& v, double now, bool graceful, bool oom) {
   ++js.version;
 }
 
-double Engine::RealPeak(const JobState& js, const Plan& plan, double progress) const {
-  return static_cast<double>(plan.device_bytes) * js.factor * (1.0 + js.drift * progress);
-}
-
 double Engine::Speed(const Allocation& a) const {
   double speed = 1;
   for (const auto& [n, g] : a.placement) speed = std::min(speed, node_speed_[static_cast<size_t>(n)]);
   return speed;
 }
 
+int Engine::ChooseLayout(const JobView& v, const Allocation& a) const {
+  const RunOption& o = v.option(a.option);
+  int layout = std::max(0, v.Layout(a.option, view_));
+  auto keeps_groups = [&](int k) {
+    int64_t tp = v.PlanOf(a.option, k).tp;
+    return std::all_of(a.placement.begin(), a.placement.end(),
+                       [&](const auto& np) { return np.second % tp == 0; });
+  };
+  while (layout > 0 && !keeps_groups(layout) && static_cast<size_t>(layout) < o.leaner.size()) {
+    ++layout;
+  }
+  return layout;
+}
+
 Status Engine::StartRun(JobView& v, const Allocation& a, double now, int layout) {
   JobState& js = jobs_[static_cast<size_t>(v.key)];
-  auto bad = [&](const std::string& why) {
-    return Status(StatusCode::kInternal,
-                  fmt::format("policy '{}' made an invalid decision for job '{}' at t={:.0f} s: {}",
-                              policy_.name(), v.id, now, why));
-  };
-  if (a.option < 0 || static_cast<size_t>(a.option) >= v.options->options.size()) {
-    return bad("no such option");
-  }
   const RunOption& o = v.option(a.option);
-  int64_t sum = 0;
-  for (const auto& [n, g] : a.placement) {
-    if (n < 0 || static_cast<size_t>(n) >= view_.nodes.size()) return bad("no such node");
-    const NodeView& node = view_.nodes[static_cast<size_t>(n)];
-    if (node.type != o.type) return bad("node of another GPU type");
-    if (!node.up) return bad("node is down");
-    if (g < 1 || g > node.free)
-      return bad(fmt::format("node {} has {} free GPUs, not {}", n, node.free, g));
-    sum += g;
+  if (layout < 0) layout = ChooseLayout(v, a);
+  if (static_cast<size_t>(layout) > o.leaner.size()) {
+    return Status(StatusCode::kInternal,
+                  fmt::format("job '{}' started on layout {} of an option with {}", v.id, layout,
+                              o.leaner.size() + 1));
   }
-  if (sum != o.gpus) return bad(fmt::format("placement has {} GPUs, the option {}", sum, o.gpus));
-  if (layout < 0) {
-    // The fastest layout the job's memory factor allows whose TP groups stay inside the nodes.
-    layout = std::max(0, v.Layout(a.option, view_));
-    auto keeps_groups = [&](int k) {
-      int64_t tp = v.PlanOf(a.option, k).tp;
-      return std::all_of(a.placement.begin(), a.placement.end(),
-                         [&](const auto& np) { return np.second % tp == 0; });
-    };
-    while (layout > 0 && !keeps_groups(layout) &&
-           static_cast<size_t>(layout) < o.leaner.size()) {
-      ++layout;
-    }
-  }
-  if (static_cast<size_t>(layout) > o.leaner.size()) return bad("no such layout");
   const Plan& plan = v.PlanOf(a.option, layout);
   for (const auto& [n, g] : a.placement) view_.nodes[static_cast<size_t>(n)].free -= g;
   bool restart = v.first_start_s >= 0;
@@ -368,56 +353,39 @@ Status Engine::StartRun(JobView& v, const Allocation& a, double now, int layout)
   js.record.gpus = o.gpus;
   js.record.restarts = v.restarts;
   if (js.record.first_start_s < 0) js.record.first_start_s = now;
-  const double capacity = static_cast<double>(view_.gpu_memory_bytes[static_cast<size_t>(o.type)]);
-  const double p0 = v.total_tokens > 0 ? v.done_tokens / v.total_tokens : 0.0;
-  const double left = std::max(0.0, v.total_tokens - v.done_tokens);
   // When the run ends: finished, out of memory (at once, or when drift crosses the GPU's
   // memory), or crashed for another reason, whichever comes first.
-  double end = v.progress_since_s + left / v.rate_tokens_per_s;
-  EventKind how = EventKind::kFinish;
-  if (RealPeak(js, plan, p0) > capacity) {
-    end = v.progress_since_s + opt_.oom_after_s;
-    how = EventKind::kOom;
-  } else if (js.drift > 0 && RealPeak(js, plan, 1.0) > capacity) {
-    double p_cross = (capacity / RealPeak(js, plan, 0.0) - 1.0) / js.drift;
-    double t = v.progress_since_s + (p_cross * v.total_tokens - v.done_tokens) / v.rate_tokens_per_s;
-    if (t < end) {
-      end = std::max(now, t);
-      how = EventKind::kOom;
-    }
-  }
-  if (opt_.job_crash_mtbf_s > 0) {
-    double t = now + std::exponential_distribution<double>(1.0 / opt_.job_crash_mtbf_s)(rng_crash_);
-    if (t < end) {
-      end = t;
-      how = EventKind::kCrash;
-    }
-  }
-  Push(end, how, v.key, js.version);
+  RunShape shape;
+  shape.now_s = now;
+  shape.progress_since_s = v.progress_since_s;
+  shape.rate = v.rate_tokens_per_s;
+  shape.done = v.done_tokens;
+  shape.total = v.total_tokens;
+  shape.predicted_bytes = plan.device_bytes;
+  shape.capacity_bytes = view_.gpu_memory_bytes[static_cast<size_t>(o.type)];
+  RunEnd end = world_.EndOf(js.truth, shape);
+  EventKind how = end.kind == RunEndKind::kOom     ? EventKind::kOom
+                  : end.kind == RunEndKind::kCrash ? EventKind::kCrash
+                                                   : EventKind::kFinish;
+  Push(end.t_s, how, v.key, js.version);
   if (use_runtime_) Push(now + opt_.report_interval_s, EventKind::kReport, v.key, js.version);
   return Status::Ok();
 }
 
-Status Engine::Apply(const Decisions& d, double now) {
-  for (int64_t key : d.stop) {
-    JobView* v = Active(key);
-    if (v == nullptr || !v->running) {
-      return Status(
-          StatusCode::kInternal,
-          fmt::format("policy '{}' stopped job key {} which is not running", policy_.name(), key));
-    }
-    StopRun(*v, now, /*graceful=*/true);
-  }
-  for (const auto& [key, alloc] : d.start) {
-    JobView* v = Active(key);
-    if (v == nullptr) {
-      return Status(StatusCode::kInternal,
-                    fmt::format("policy '{}' started unknown job key {}", policy_.name(), key));
-    }
-    if (v->running) StopRun(*v, now, /*graceful=*/true);  // a move
-    RETURN_IF_ERROR(StartRun(*v, alloc, now));
-  }
+const JobView* Engine::Find(int64_t key) const {
+  auto it = std::lower_bound(active_.begin(), active_.end(), key,
+                             [](const JobView* v, int64_t k) { return v->key < k; });
+  if (it == active_.end() || (*it)->key != key) return nullptr;
+  return *it;
+}
+
+Status Engine::Stop(const JobView& job, double now_s) {
+  StopRun(*Active(job.key), now_s, /*graceful=*/true);
   return Status::Ok();
+}
+
+Status Engine::Start(const JobView& job, const Allocation& alloc, double now_s) {
+  return StartRun(*Active(job.key), alloc, now_s);
 }
 
 void Engine::Finish(int64_t key, JobOutcome outcome, double now) {
@@ -454,7 +422,7 @@ void Engine::Unhold(int64_t key) {
   ++change_seq_;
 }
 
-void Engine::OnReport(JobView& v, double now) {
+void Engine::Report(JobView& v, double now) {
   if (now < v.progress_since_s || v.total_tokens <= 0) return;  // still loading its checkpoint
   JobState& js = jobs_[static_cast<size_t>(v.key)];
   const Plan& plan = v.PlanOf(v.alloc.option, v.layout);
@@ -464,7 +432,7 @@ void Engine::OnReport(JobView& v, double now) {
   runtime::MemoryReport r;
   r.t_s = now;
   r.progress = progress;
-  r.peak_bytes = static_cast<int64_t>(RealPeak(js, plan, progress));
+  r.peak_bytes = static_cast<int64_t>(js.truth.RealPeak(plan.device_bytes, progress));
   r.predicted_bytes = plan.device_bytes;
   r.capacity_bytes = capacity;
   monitor_.Report(v.key, r);
@@ -507,6 +475,7 @@ Snapshot Engine::SnapshotAt(double now) const {
   s.cluster = &view_;
   s.jobs = std::span<const JobView* const>(active_.data(), active_.size());
   s.change_seq = change_seq_;
+  s.costs.restart_s = opt_.restart_s;
   return s;
 }
 
@@ -522,18 +491,16 @@ Status Engine::RunMemoryActions(double now, bool& acted) {
     ++js.record.memory_actions;
     js.record.note = a.why;
     StopRun(*v, now, /*graceful=*/true);
-    switch (a.kind) {
-      case runtime::ActionKind::kReplan:
-        ++m_.memory_replans;
-        RETURN_IF_ERROR(StartRun(*v, a.alloc, now, a.layout));
-        break;
-      case runtime::ActionKind::kMove:
-        ++m_.memory_moves;
-        RETURN_IF_ERROR(StartRun(*v, a.alloc, now, a.layout));
-        break;
-      case runtime::ActionKind::kRequeue:
-        ++m_.memory_requeues;
-        break;
+    if (a.kind == runtime::ActionKind::kRequeue) {
+      ++m_.memory_requeues;
+    } else {
+      ++(a.kind == runtime::ActionKind::kReplan ? m_.memory_replans : m_.memory_moves);
+      if (std::string why = CheckAllocation(*v, a.alloc, view_); !why.empty()) {
+        return Status(StatusCode::kInternal,
+                      fmt::format("the runtime's {} of job '{}' at t={:.0f} s is invalid: {}",
+                                  runtime::ActionKindName(a.kind), v->id, now, why));
+      }
+      RETURN_IF_ERROR(StartRun(*v, a.alloc, now, a.layout));
     }
     ++change_seq_;
     acted = true;
@@ -561,22 +528,229 @@ Status Engine::Invoke(double now, bool& acted) {
   double t1 = opt_.wall_now_s ? opt_.wall_now_s() : 0.0;
   overhead_ms_.push_back((t1 - t0) * 1e3);
   acted = !d.stop.empty() || !d.start.empty();
-  return Apply(d, now);
+  return ApplyDecisions(d, view_, policy_.name(), now, *this).status();
+}
+
+bool Engine::Dispatch(const Event& e, double now) {
+  switch (e.kind) {
+    case EventKind::kArrival:
+      return OnArrival(e, now);
+    case EventKind::kFinish:
+      return OnFinish(e, now);
+    case EventKind::kOom:
+      return OnOom(e, now);
+    case EventKind::kCrash:
+      return OnCrash(e, now);
+    case EventKind::kRetry:
+      Unhold(e.job);
+      return true;
+    case EventKind::kReport:
+      return OnReport(e, now);
+    case EventKind::kStragglerFix:
+      return OnStragglerFix(e, now);
+    case EventKind::kRound:
+      round_pending_ = false;
+      return false;  // the caller asks the policy (round_now)
+    case EventKind::kNodeFail:
+      return OnNodeFail(e, now);
+    case EventKind::kNodeRepair:
+      return OnNodeRepair(e, now);
+  }
+  return false;
+}
+
+bool Engine::OnArrival(const Event& e, double now) {
+  JobState& js = jobs_[static_cast<size_t>(e.job)];
+  JobView v;
+  v.key = e.job;
+  v.id = js.record.id;
+  v.submit_s = js.record.submit_s;
+  v.options = js.options.get();
+  v.total_tokens = js.spec.tokens;
+  if (policy_.uses_profiled_memory()) v.memory_factor = js.truth.factor;
+  if (use_runtime_) {
+    monitor_.Track(e.job, js.record.model);  // the class: the workload's model
+    v.memory_factor = monitor_.Factor(e.job);
+  }
+  v.requested_option = requested_[static_cast<size_t>(e.job)];
+  JobView* slot = &views_[static_cast<size_t>(e.job)];
+  *slot = std::move(v);
+  auto pos = std::lower_bound(active_.begin(), active_.end(), e.job,
+                              [](const JobView* a, int64_t k) { return a->key < k; });
+  active_.insert(pos, slot);
+  ++arrived_;
+  ++change_seq_;
+  if (js.options->options.empty()) {
+    Finish(e.job, JobOutcome::kImpossible, now);
+    return true;
+  }
+  if (policy_.round_s() > 0 && !round_pending_) {
+    Push(now, EventKind::kRound);
+    round_pending_ = true;
+  }
+  return true;
+}
+
+bool Engine::OnFinish(const Event& e, double now) {
+  if (Current(e) == nullptr) return false;
+  Finish(e.job, JobOutcome::kFinished, now);
+  last_finish_ = std::max(last_finish_, now);
+  return true;
+}
+
+bool Engine::OnOom(const Event& e, double now) {
+  JobView* v = Current(e);
+  if (v == nullptr) return false;
+  JobState& js = jobs_[static_cast<size_t>(e.job)];
+  const int option = v->alloc.option;
+  if (use_runtime_) {
+    // The runtime learns a lower bound from the crash and plans a safer layout; the one that
+    // crashed no longer fits the job's factor.
+    const Plan& plan = v->PlanOf(option, v->layout);
+    monitor_.ReportOom(e.job, plan.device_bytes,
+                       view_.gpu_memory_bytes[static_cast<size_t>(v->option(option).type)]);
+    runtime::OomRecovery rec = runtime::RecoverFromOom(*v, monitor_, view_, runtime_opt_);
+    StopRun(*v, now, /*graceful=*/false, /*oom=*/true);
+    ++v->ooms;
+    ++m_.oom_events;
+    ++change_seq_;
+    v->memory_factor = rec.factor;
+    js.record.note = rec.message;
+    if (rec.give_up) Finish(e.job, JobOutcome::kGivenUp, now);
+    return true;
+  }
+  // The crashed run is lost (StopRun counts it: no checkpoint was reached).
+  StopRun(*v, now, /*graceful=*/false, /*oom=*/true);
+  v->failed_options.push_back(option);
+  ++v->ooms;
+  ++m_.oom_events;
+  ++change_seq_;
+  if (v->ooms >= opt_.max_ooms) {
+    js.record.note = fmt::format("given up after {} out-of-memory crashes", v->ooms);
+    Finish(e.job, JobOutcome::kGivenUp, now);
+  }
+  return true;
+}
+
+bool Engine::OnCrash(const Event& e, double now) {
+  JobView* v = Current(e);
+  if (v == nullptr) return false;
+  JobState& js = jobs_[static_cast<size_t>(e.job)];
+  const RunOption& o = v->option(v->alloc.option);
+  std::string log = fmt::format("run on {} x {} exited with an error after {:.0f} s", o.gpus,
+                                view_.types[static_cast<size_t>(o.type)], now - v->run_start_s);
+  StopRun(*v, now, /*graceful=*/false);
+  ++js.record.crashes;
+  ++m_.crashes;
+  ++change_seq_;
+  runtime::RetryDecision d = runtime::OnCrash(js.retry, js.checkpoint_tokens, log, retry_opt_);
+  js.record.note = d.message;
+  if (!d.retry) {
+    Finish(e.job, JobOutcome::kFailed, now);
+  } else {
+    Hold(*v);
+    Push(now + d.delay_s, EventKind::kRetry, e.job, js.version);
+  }
+  return true;
+}
+
+bool Engine::OnReport(const Event& e, double now) {
+  JobView* v = Current(e);
+  if (v == nullptr || !v->running) return false;
+  Report(*v, now);
+  if (v->running) Push(now + opt_.report_interval_s, EventKind::kReport, e.job, e.version);
+  return false;  // what the runtime does with it is decided after the batch (reported_)
+}
+
+bool Engine::OnStragglerFix(const Event& e, double /*now*/) {
+  NodeView& node = view_.nodes[static_cast<size_t>(e.node)];
+  node_speed_[static_cast<size_t>(e.node)] = 1.0;
+  stragglers_.Clear(e.node);
+  if (!node_failed_[static_cast<size_t>(e.node)]) {
+    int64_t used = 0;
+    for (const JobView* v : active_) {
+      if (!v->running) continue;
+      for (const auto& [n, g] : v->alloc.placement) {
+        if (n == e.node) used += g;
+      }
+    }
+    node.up = true;
+    node.free = node.gpus - used;
+  }
+  ++change_seq_;
+  return true;
+}
+
+bool Engine::OnNodeFail(const Event& e, double now) {
+  NodeView& node = view_.nodes[static_cast<size_t>(e.node)];
+  node.up = false;
+  node_failed_[static_cast<size_t>(e.node)] = 1;
+  ++m_.node_failures;
+  for (size_t i = 0; i < active_.size(); ++i) {
+    JobView& v = *active_[i];
+    if (!v.running) continue;
+    bool on = std::any_of(v.alloc.placement.begin(), v.alloc.placement.end(),
+                          [&](const auto& p) { return p.first == e.node; });
+    if (!on) continue;
+    StopRun(v, now, /*graceful=*/false);
+    ++jobs_[static_cast<size_t>(v.key)].record.failures;
+  }
+  node.free = 0;
+  Push(now + opt_.node_repair_s, EventKind::kNodeRepair, -1, 0, e.node);
+  ++change_seq_;
+  return true;
+}
+
+bool Engine::OnNodeRepair(const Event& e, double now) {
+  NodeView& node = view_.nodes[static_cast<size_t>(e.node)];
+  node_failed_[static_cast<size_t>(e.node)] = 0;
+  // A node still declared slow stays cordoned until its straggler repair.
+  node.up = !stragglers_.IsSlow(e.node);
+  node.free = node.up ? node.gpus : 0;
+  Push(now + world_.NodeFailureAfter(), EventKind::kNodeFail, -1, 0, e.node);
+  ++change_seq_;
+  return true;
+}
+
+Status Engine::AfterBatch(double now, bool changed, bool round_now, bool& stop) {
+  if (reported_) {
+    reported_ = false;
+    bool acted = false;
+    RETURN_IF_ERROR(RunMemoryActions(now, acted));
+    changed = changed || acted;
+  }
+  const int64_t total = static_cast<int64_t>(jobs_.size());
+  bool call = (changed && policy_.event_driven()) || round_now;
+  if (call && !active_.empty()) {
+    bool acted = false;
+    RETURN_IF_ERROR(Invoke(now, acted));
+    // Nothing runs, nothing more arrives or gets repaired, the policy starts nothing: what is
+    // left can never run. (With every node up, a failure can only take GPUs away: waiting
+    // changes nothing.)
+    bool all_up = std::all_of(view_.nodes.begin(), view_.nodes.end(),
+                              [](const NodeView& n) { return n.up; });
+    if (!acted && arrived_ == total && running_ == 0 && held_.empty() && all_up) {
+      stop = true;
+      return Status::Ok();
+    }
+  }
+  const double round = policy_.round_s();
+  if (round > 0 && !round_pending_ && !active_.empty()) {
+    Push(now + round, EventKind::kRound);
+    round_pending_ = true;
+  }
+  return Status::Ok();
 }
 
 Result<SimResult> Engine::Run() {
   double wall0 = opt_.wall_now_s ? opt_.wall_now_s() : 0.0;
   RETURN_IF_ERROR(Prepare());
-  const bool profiled = policy_.uses_profiled_memory();
-  const double round = policy_.round_s();
   double now = 0;
   double first_arrival = w_.jobs.empty() ? 0 : std::numeric_limits<double>::infinity();
   for (const auto& j : w_.jobs) first_arrival = std::min(first_arrival, j.submit_s);
-  double last_finish = first_arrival;
-  int64_t total = static_cast<int64_t>(jobs_.size());
-  int64_t arrived = 0;
+  last_finish_ = first_arrival;
+  const int64_t total = static_cast<int64_t>(jobs_.size());
   int64_t next_progress = 0;
-
   while (!events_.empty()) {
     now = events_.top().t;
     if (now > opt_.max_time_s) break;
@@ -585,204 +759,25 @@ Result<SimResult> Engine::Run() {
       Event e = events_.top();
       events_.pop();
       ++m_.events;
-      switch (e.kind) {
-        case EventKind::kArrival: {
-          JobState& js = jobs_[static_cast<size_t>(e.job)];
-          JobView v;
-          v.key = e.job;
-          v.id = js.record.id;
-          v.submit_s = js.record.submit_s;
-          v.options = js.options.get();
-          v.total_tokens = js.spec.tokens;
-          if (profiled) v.memory_factor = js.factor;
-          if (use_runtime_) {
-            monitor_.Track(e.job, js.record.model);  // the class: the workload's model
-            v.memory_factor = monitor_.Factor(e.job);
-          }
-          v.requested_option = requested_[static_cast<size_t>(e.job)];
-          JobView* slot = &views_[static_cast<size_t>(e.job)];
-          *slot = std::move(v);
-          auto pos = std::lower_bound(active_.begin(), active_.end(), e.job,
-                                      [](const JobView* a, int64_t k) { return a->key < k; });
-          active_.insert(pos, slot);
-          ++arrived;
-          ++change_seq_;
-          changed = true;
-          if (js.options->options.empty()) {
-            Finish(e.job, JobOutcome::kImpossible, now);
-            break;
-          }
-          if (round > 0 && !round_pending_) {
-            Push(now, EventKind::kRound);
-            round_pending_ = true;
-          }
-          break;
-        }
-        case EventKind::kFinish: {
-          JobState& js = jobs_[static_cast<size_t>(e.job)];
-          if (e.version != js.version) break;
-          Finish(e.job, JobOutcome::kFinished, now);
-          last_finish = std::max(last_finish, now);
-          changed = true;
-          break;
-        }
-        case EventKind::kOom: {
-          JobState& js = jobs_[static_cast<size_t>(e.job)];
-          if (e.version != js.version) break;
-          JobView* v = Active(e.job);
-          int option = v->alloc.option;
-          if (use_runtime_) {
-            // The runtime learns a lower bound from the crash and plans a safer layout; the
-            // one that crashed no longer fits the job's factor.
-            const Plan& plan = v->PlanOf(option, v->layout);
-            monitor_.ReportOom(e.job, plan.device_bytes,
-                               view_.gpu_memory_bytes[static_cast<size_t>(v->option(option).type)]);
-            runtime::OomRecovery rec = runtime::RecoverFromOom(*v, monitor_, view_, runtime_opt_);
-            StopRun(*v, now, /*graceful=*/false, /*oom=*/true);
-            ++v->ooms;
-            ++m_.oom_events;
-            ++change_seq_;
-            changed = true;
-            v->memory_factor = rec.factor;
-            js.record.note = rec.message;
-            if (rec.give_up) Finish(e.job, JobOutcome::kGivenUp, now);
-            break;
-          }
-          // The crashed run is lost (StopRun counts it: no checkpoint was reached).
-          StopRun(*v, now, /*graceful=*/false, /*oom=*/true);
-          v->failed_options.push_back(option);
-          ++v->ooms;
-          ++m_.oom_events;
-          ++change_seq_;
-          changed = true;
-          if (v->ooms >= opt_.max_ooms) {
-            js.record.note = fmt::format("given up after {} out-of-memory crashes", v->ooms);
-            Finish(e.job, JobOutcome::kGivenUp, now);
-          }
-          break;
-        }
-        case EventKind::kCrash: {
-          JobState& js = jobs_[static_cast<size_t>(e.job)];
-          if (e.version != js.version) break;
-          JobView* v = Active(e.job);
-          const RunOption& o = v->option(v->alloc.option);
-          std::string log = fmt::format("run on {} x {} exited with an error after {:.0f} s", o.gpus,
-                                        view_.types[static_cast<size_t>(o.type)],
-                                        now - v->run_start_s);
-          StopRun(*v, now, /*graceful=*/false);
-          ++js.record.crashes;
-          ++m_.crashes;
-          ++change_seq_;
-          changed = true;
-          runtime::RetryDecision d = runtime::OnCrash(js.retry, js.checkpoint_tokens, log, retry_opt_);
-          js.record.note = d.message;
-          if (!d.retry) {
-            Finish(e.job, JobOutcome::kFailed, now);
-          } else {
-            Hold(*v);
-            Push(now + d.delay_s, EventKind::kRetry, e.job, js.version);
-          }
-          break;
-        }
-        case EventKind::kRetry:
-          Unhold(e.job);
-          changed = true;
-          break;
-        case EventKind::kReport: {
-          JobState& js = jobs_[static_cast<size_t>(e.job)];
-          if (e.version != js.version) break;
-          JobView* v = Active(e.job);
-          if (v == nullptr || !v->running) break;
-          OnReport(*v, now);
-          if (v->running) Push(now + opt_.report_interval_s, EventKind::kReport, e.job, js.version);
-          break;
-        }
-        case EventKind::kStragglerFix: {
-          NodeView& node = view_.nodes[static_cast<size_t>(e.node)];
-          node_speed_[static_cast<size_t>(e.node)] = 1.0;
-          stragglers_.Clear(e.node);
-          if (!node_failed_[static_cast<size_t>(e.node)]) {
-            int64_t used = 0;
-            for (const JobView* v : active_) {
-              if (!v->running) continue;
-              for (const auto& [n, g] : v->alloc.placement) {
-                if (n == e.node) used += g;
-              }
-            }
-            node.up = true;
-            node.free = node.gpus - used;
-          }
-          ++change_seq_;
-          changed = true;
-          break;
-        }
-        case EventKind::kRound:
-          round_pending_ = false;
-          round_now = true;
-          break;
-        case EventKind::kNodeFail: {
-          NodeView& node = view_.nodes[static_cast<size_t>(e.node)];
-          node.up = false;
-          node_failed_[static_cast<size_t>(e.node)] = 1;
-          ++m_.node_failures;
-          for (size_t i = 0; i < active_.size(); ++i) {
-            JobView& v = *active_[i];
-            if (!v.running) continue;
-            bool on = std::any_of(v.alloc.placement.begin(), v.alloc.placement.end(),
-                                  [&](const auto& p) { return p.first == e.node; });
-            if (!on) continue;
-            StopRun(v, now, /*graceful=*/false);
-            ++jobs_[static_cast<size_t>(v.key)].record.failures;
-          }
-          node.free = 0;
-          Push(now + opt_.node_repair_s, EventKind::kNodeRepair, -1, 0, e.node);
-          ++change_seq_;
-          changed = true;
-          break;
-        }
-        case EventKind::kNodeRepair: {
-          NodeView& node = view_.nodes[static_cast<size_t>(e.node)];
-          node_failed_[static_cast<size_t>(e.node)] = 0;
-          // A node still declared slow stays cordoned until its straggler repair.
-          node.up = !stragglers_.IsSlow(e.node);
-          node.free = node.up ? node.gpus : 0;
-          std::exponential_distribution<double> fail(1.0 / opt_.node_mtbf_s);
-          Push(now + fail(rng_), EventKind::kNodeFail, -1, 0, e.node);
-          ++change_seq_;
-          changed = true;
-          break;
-        }
-      }
+      round_now = round_now || e.kind == EventKind::kRound;
+      changed = Dispatch(e, now) || changed;
     }
-    if (reported_) {
-      reported_ = false;
-      bool acted = false;
-      RETURN_IF_ERROR(RunMemoryActions(now, acted));
-      changed = changed || acted;
-    }
-    bool call = (changed && policy_.event_driven()) || round_now;
-    if (call && !active_.empty()) {
-      bool acted = false;
-      RETURN_IF_ERROR(Invoke(now, acted));
-      // Nothing runs, nothing more arrives or gets repaired, the policy starts nothing: what
-      // is left can never run.
-      // (With every node up, a failure can only take GPUs away: waiting changes nothing.)
-      bool all_up = std::all_of(view_.nodes.begin(), view_.nodes.end(),
-                                [](const NodeView& n) { return n.up; });
-      bool stuck = !acted && arrived == total && running_ == 0 && held_.empty() && all_up;
-      if (stuck) break;
-    }
-    if (round > 0 && !round_pending_ && !active_.empty()) {
-      Push(now + round, EventKind::kRound);
-      round_pending_ = true;
-    }
+    bool stop = false;
+    RETURN_IF_ERROR(AfterBatch(now, changed, round_now, stop));
+    if (stop) break;
     Sample(now);
     if (opt_.progress && done_ >= next_progress) {
       opt_.progress(static_cast<double>(done_) / static_cast<double>(std::max<int64_t>(1, total)));
       next_progress = done_ + std::max<int64_t>(1, total / 200);
     }
-    if (active_.empty() && held_.empty() && arrived == total) break;
+    if (active_.empty() && held_.empty() && arrived_ == total) break;
   }
+  SimResult r = Results(now, first_arrival);
+  r.metrics.sim_wall_s = opt_.wall_now_s ? opt_.wall_now_s() - wall0 : 0.0;
+  return r;
+}
+
+SimResult Engine::Results(double now, double first_arrival) {
   // Whatever is still active (or held after a crash) did not finish.
   for (int64_t key : held_) {
     JobState& js = jobs_[static_cast<size_t>(key)];
@@ -795,77 +790,54 @@ Result<SimResult> Engine::Run() {
     js.record.outcome = JobOutcome::kUnfinished;
     js.record.ooms = v->ooms;
   }
-
   SimResult r;
-  PolicyMetrics& m = m_;
-  m.policy = std::string(policy_.name());
-  m.jobs = total;
-  std::vector<double> jct;
-  double queue_sum = 0;
-  int64_t started = 0;
-  double gpu_s = 0, wasted = 0, oom_wasted = 0;
   r.jobs.reserve(jobs_.size());
-  for (size_t i = 0; i < w_.jobs.size(); ++i) {
-    const JobRecord& rec = jobs_[order_[i]].record;
-    r.jobs.push_back(rec);
-    if (rec.outcome == JobOutcome::kFinished) {
-      ++m.finished;
-      jct.push_back(rec.jct_s());
-    } else if (rec.outcome == JobOutcome::kGivenUp) {
-      ++m.given_up;
-    } else if (rec.outcome == JobOutcome::kImpossible) {
-      ++m.impossible;
-    } else if (rec.outcome == JobOutcome::kFailed) {
-      ++m.failed;
-    } else {
-      ++m.unfinished;
-    }
-    if (rec.first_start_s >= 0) {
-      ++started;
-      queue_sum += rec.first_start_s - rec.submit_s;
-    }
-    gpu_s += rec.gpu_s;
-    wasted += rec.wasted_gpu_s;
-    oom_wasted += rec.oom_wasted_gpu_s;
-    m.restarts += rec.restarts;
-  }
-  if (!jct.empty()) {
-    double sum = 0;
-    for (double j : jct) sum += j;
-    m.avg_jct_s = sum / static_cast<double>(jct.size());
-    m.p50_jct_s = Percentile(jct, 0.50);
-    m.p95_jct_s = Percentile(jct, 0.95);
-    m.p99_jct_s = Percentile(jct, 0.99);
-  }
-  m.makespan_s = std::max(0.0, (m.finished > 0 ? last_finish : now) - first_arrival);
-  m.avg_queue_s = started > 0 ? queue_sum / static_cast<double>(started) : 0;
-  double capacity = static_cast<double>(cluster_.total_gpus()) * m.makespan_s;
-  m.gpu_util = capacity > 0 ? gpu_s / capacity : 0;
-  m.gpu_util_useful = capacity > 0 ? (gpu_s - wasted) / capacity : 0;
-  m.gpu_hours = gpu_s / 3600;
-  m.wasted_gpu_hours = wasted / 3600;
-  m.oom_wasted_gpu_hours = oom_wasted / 3600;
-  m.sched_calls = static_cast<int64_t>(overhead_ms_.size());
-  if (!overhead_ms_.empty()) {
-    for (double x : overhead_ms_) {
-      m.sched_overhead_ms_total += x;
-      m.sched_overhead_ms_max = std::max(m.sched_overhead_ms_max, x);
-    }
-    m.sched_overhead_ms_mean = m.sched_overhead_ms_total / static_cast<double>(m.sched_calls);
-    m.sched_overhead_ms_p99 = Percentile(overhead_ms_, 0.99);
-  }
-  // Thin the timeline to about 4,000 points (keeping the last).
-  size_t step = std::max<size_t>(1, timeline_.size() / 4000);
-  for (size_t i = 0; i < timeline_.size(); i += step) r.timeline.push_back(timeline_[i]);
-  if (!timeline_.empty() && (timeline_.size() - 1) % step != 0) {
-    r.timeline.push_back(timeline_.back());
-  }
-  m.sim_wall_s = opt_.wall_now_s ? opt_.wall_now_s() - wall0 : 0.0;
-  r.metrics = m;
+  for (size_t i = 0; i < w_.jobs.size(); ++i) r.jobs.push_back(jobs_[order_[i]].record);
+  PolicyMetrics counts = m_;
+  counts.policy = std::string(policy_.name());
+  RunTotals totals;
+  totals.first_arrival_s = first_arrival;
+  totals.last_finish_s = last_finish_;
+  totals.end_s = now;
+  totals.cluster_gpus = cluster_.total_gpus();
+  r.metrics = ComputeMetrics(counts, r.jobs, overhead_ms_, totals);
+  r.timeline = ThinTimeline(timeline_);
   return r;
 }
 
 }  // namespace
+
+Status SimOptions::Validate() const {
+  auto bad = [](const char* field, const char* why) { return InvalidArgument(why, {}, field); };
+  if (memory_error_pct && !(*memory_error_pct >= 0 && *memory_error_pct < 50)) {
+    return bad("memory_error_pct", "must be in [0, 50) percent");
+  }
+  if (!(memory_margin >= 0)) return bad("memory_margin", "must be >= 0");
+  if (!(restart_s >= 0)) return bad("restart_s", "must be >= 0");
+  if (!(checkpoint_interval_s > 0)) return bad("checkpoint_interval_s", "must be > 0");
+  if (!(oom_after_s >= 0)) return bad("oom_after_s", "must be >= 0");
+  if (max_ooms < 1) return bad("max_ooms", "must be at least 1");
+  if (!(node_mtbf_s >= 0)) return bad("node_mtbf_s", "must be >= 0 (0: no failures)");
+  if (!(node_repair_s >= 0)) return bad("node_repair_s", "must be >= 0");
+  if (!(memory_drift_pct >= 0 && memory_drift_pct <= 100)) {
+    return bad("memory_drift_pct", "must be in [0, 100] percent");
+  }
+  if (!(memory_bias_pct > -50 && memory_bias_pct <= 100)) {
+    return bad("memory_bias_pct", "must be in (-50, 100] percent");
+  }
+  if (!(report_interval_s > 0)) return bad("report_interval_s", "must be > 0");
+  if (!(job_crash_mtbf_s >= 0)) return bad("job_crash_mtbf_s", "must be >= 0 (0: no crashes)");
+  if (!(straggler_fraction >= 0 && straggler_fraction <= 1)) {
+    return bad("straggler_fraction", "must be in [0, 1]");
+  }
+  if (!(straggler_speed > 0 && straggler_speed <= 1)) {
+    return bad("straggler_speed", "must be in (0, 1]");
+  }
+  if (!(retry_backoff_s >= 0)) return bad("retry_backoff_s", "must be >= 0");
+  if (max_crashes < 1) return bad("max_crashes", "must be at least 1");
+  if (std::isnan(max_time_s)) return bad("max_time_s", "must be a number");
+  return Status::Ok();
+}
 
 const char* JobOutcomeName(JobOutcome o) {
   switch (o) {
@@ -886,8 +858,10 @@ const char* JobOutcomeName(JobOutcome o) {
 Result<SimResult> Simulate(const Workload& workload, const Cluster& cluster,
                            const GpuCatalog& catalog, Policy& policy, const SimOptions& options,
                            OptionCache& cache) {
+  RETURN_IF_ERROR(options.Validate());
   Engine e(workload, cluster, catalog, policy, options, cache);
   return e.Run();
 }
 
 }  // namespace frenzy
+

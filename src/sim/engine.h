@@ -26,8 +26,10 @@
 // (src/runtime) every `report_interval_s` and applies what it decides: memory factors, re-plans,
 // moves and requeues before an out-of-memory crash, recovery after one, slow nodes avoided.
 //
-// The engine never contains policy logic; it validates decisions and reports a policy's invalid
-// decision as an Internal error.
+// The engine never contains policy logic: it applies decisions through ApplyDecisions
+// (sched/apply.h, as the daemon does), which reports a policy's invalid decision as an Internal
+// error. The world's truths (memory, stragglers, failures, crashes) come from sim/world.h, the
+// metrics from sim/metrics.h.
 #ifndef FRENZY_SIM_ENGINE_H_
 #define FRENZY_SIM_ENGINE_H_
 
@@ -51,7 +53,7 @@ struct SimOptions {
   uint64_t seed = 1;
   std::optional<double> memory_error_pct;  // std. deviation, %; unset: measured distribution
   double memory_margin = 0.10;             // MARP margin for the kMarp option tables
-  double restart_s = 60;                   // paid by every restart
+  double restart_s = kDefaultRestartS;     // paid by every restart (sched/policy.h)
   double checkpoint_interval_s = 1800;     // of progress between checkpoints
   double oom_after_s = 30;                 // into a run, when an OOM crash happens
   int max_ooms = 5;                        // crashes before a job is given up
@@ -78,6 +80,8 @@ struct SimOptions {
   std::function<double()> wall_now_s;
   // Called now and then with the fraction of jobs done (for a progress bar).
   std::function<void(double)> progress;
+  // kInvalidArgument naming the first field out of its range (Simulate checks first).
+  Status Validate() const;
 };
 
 // kImpossible: no option at all (the model cannot run on any GPU type and count of the cluster

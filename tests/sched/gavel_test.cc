@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "sched/apply.h"
 #include "sched/placement.h"
 #include "sched_fixtures.h"
 
@@ -39,48 +40,17 @@ JobView MakeJob(int64_t key, const JobOptions* table, int64_t requested_gpus) {
   return j;
 }
 
-// What the engine does with decisions (minus its validation and its clock).
+// The decisions applied as the engine and the daemon apply them (sched/apply.h), minus the
+// clock: a policy's invalid decision fails the test.
 void Apply(const Decisions& d, double now_s, ClusterView& c, std::vector<JobView>& jobs) {
-  auto find = [&](int64_t key) -> JobView& {
-    for (auto& j : jobs) {
-      if (j.key == key) return j;
-    }
-    ADD_FAILURE() << "unknown job " << key;
-    return jobs.front();
-  };
-  auto release = [&](JobView& j) {
-    for (const auto& [n, g] : j.alloc.placement) c.nodes[static_cast<size_t>(n)].free += g;
-    j.running = false;
-    j.alloc = Allocation{};
-  };
-  for (int64_t key : d.stop) {
-    JobView& j = find(key);
-    ASSERT_TRUE(j.running) << "stopping a job that does not run";
-    release(j);
-    ++j.restarts;
-  }
-  for (const auto& [key, alloc] : d.start) {
-    JobView& j = find(key);
-    if (j.running) release(j);
-    int64_t sum = 0;
-    for (const auto& [n, g] : alloc.placement) {
-      NodeView& node = c.nodes[static_cast<size_t>(n)];
-      ASSERT_EQ(node.type, j.option(alloc.option).type);
-      ASSERT_LE(g, node.free);
-      node.free -= g;
-      sum += g;
-    }
-    ASSERT_EQ(sum, j.option(alloc.option).gpus);
-    j.running = true;
-    j.alloc = alloc;
-    j.run_start_s = now_s;
-    j.progress_since_s = now_s;
-    if (j.first_start_s < 0) j.first_start_s = now_s;
-  }
+  ViewsTarget target(c, jobs);
+  const ClusterView snapshot = c;
+  auto applied = ApplyDecisions(d, snapshot, "gavel", now_s, target);
+  ASSERT_TRUE(applied.ok()) << applied.status().ToString();
 }
 
 Snapshot Snap(double now_s, const ClusterView& c, const std::vector<JobView>& jobs, int64_t seq) {
-  return Snapshot{now_s, &c, std::span<const JobView>(jobs), seq};
+  return Snapshot{now_s, &c, std::span<const JobView>(jobs), seq, Costs{}};
 }
 
 int TypeOf(const JobView& j) { return j.running ? j.option(j.alloc.option).type : -1; }

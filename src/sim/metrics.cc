@@ -1,0 +1,89 @@
+#include "sim/metrics.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace frenzy {
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  double idx = p * static_cast<double>(v.size() - 1);
+  size_t lo = static_cast<size_t>(std::floor(idx));
+  size_t hi = std::min(v.size() - 1, lo + 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
+}
+
+PolicyMetrics ComputeMetrics(PolicyMetrics m, const std::vector<JobRecord>& jobs,
+                             const std::vector<double>& overhead_ms, const RunTotals& t) {
+  m.jobs = static_cast<int64_t>(jobs.size());
+  std::vector<double> jct;
+  double queue_sum = 0;
+  int64_t started = 0;
+  double gpu_s = 0, wasted = 0, oom_wasted = 0;
+  for (const JobRecord& rec : jobs) {
+    switch (rec.outcome) {
+      case JobOutcome::kFinished:
+        ++m.finished;
+        jct.push_back(rec.jct_s());
+        break;
+      case JobOutcome::kGivenUp:
+        ++m.given_up;
+        break;
+      case JobOutcome::kImpossible:
+        ++m.impossible;
+        break;
+      case JobOutcome::kFailed:
+        ++m.failed;
+        break;
+      case JobOutcome::kUnfinished:
+        ++m.unfinished;
+        break;
+    }
+    if (rec.first_start_s >= 0) {
+      ++started;
+      queue_sum += rec.first_start_s - rec.submit_s;
+    }
+    gpu_s += rec.gpu_s;
+    wasted += rec.wasted_gpu_s;
+    oom_wasted += rec.oom_wasted_gpu_s;
+    m.restarts += rec.restarts;
+  }
+  if (!jct.empty()) {
+    double sum = 0;
+    for (double j : jct) sum += j;
+    m.avg_jct_s = sum / static_cast<double>(jct.size());
+    m.p50_jct_s = Percentile(jct, 0.50);
+    m.p95_jct_s = Percentile(jct, 0.95);
+    m.p99_jct_s = Percentile(jct, 0.99);
+  }
+  m.makespan_s = std::max(0.0, (m.finished > 0 ? t.last_finish_s : t.end_s) - t.first_arrival_s);
+  m.avg_queue_s = started > 0 ? queue_sum / static_cast<double>(started) : 0;
+  double capacity = static_cast<double>(t.cluster_gpus) * m.makespan_s;
+  m.gpu_util = capacity > 0 ? gpu_s / capacity : 0;
+  m.gpu_util_useful = capacity > 0 ? (gpu_s - wasted) / capacity : 0;
+  m.gpu_hours = gpu_s / 3600;
+  m.wasted_gpu_hours = wasted / 3600;
+  m.oom_wasted_gpu_hours = oom_wasted / 3600;
+  m.sched_calls = static_cast<int64_t>(overhead_ms.size());
+  if (!overhead_ms.empty()) {
+    for (double x : overhead_ms) {
+      m.sched_overhead_ms_total += x;
+      m.sched_overhead_ms_max = std::max(m.sched_overhead_ms_max, x);
+    }
+    m.sched_overhead_ms_mean = m.sched_overhead_ms_total / static_cast<double>(m.sched_calls);
+    m.sched_overhead_ms_p99 = Percentile(overhead_ms, 0.99);
+  }
+  return m;
+}
+
+std::vector<TimelinePoint> ThinTimeline(const std::vector<TimelinePoint>& timeline,
+                                        size_t points) {
+  std::vector<TimelinePoint> out;
+  size_t step = std::max<size_t>(1, timeline.size() / points);
+  for (size_t i = 0; i < timeline.size(); i += step) out.push_back(timeline[i]);
+  if (!timeline.empty() && (timeline.size() - 1) % step != 0) out.push_back(timeline.back());
+  return out;
+}
+
+}  // namespace frenzy
