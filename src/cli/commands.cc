@@ -13,6 +13,7 @@
 #include "memory/memory_json.h"
 #include "memory/memory_model.h"
 #include "perf/perf_model.h"
+#include "planner/explain.h"
 #include "planner/planner.h"
 #include "model/model_json.h"
 #include "model/param_count.h"
@@ -482,7 +483,8 @@ void RunPlan(const PlanOptions& o) {
     for (const auto& p : r->pareto) j["pareto"].push_back(PlanToJson(p));
     j["layouts_considered"] = r->layouts_considered;
     j["layouts_fitting"] = r->layouts_fitting;
-    j["explanation"] = r->explanation;
+    j["explanation"] = ExplainPlan(*r, popt);
+    j["infeasible"] = InfeasibleOrNull(*r);  // the typed reasons behind the explanation
     PrintJson(j);
   } else {
     fmt::print("{} on {}: {} layouts considered, {} fit\n", spec->name, cluster->name,
@@ -504,7 +506,7 @@ void RunPlan(const PlanOptions& o) {
                    p.pareto ? "yes" : "");
       }
     }
-    fmt::print("  {}\n", r->explanation);
+    fmt::print("  {}\n", ExplainPlan(*r, popt));
   }
   if (r->plans.empty()) g_exit_code = 3;  // an answer, not an error: nothing fits
 }

@@ -4,10 +4,14 @@
 #include <cmath>
 #include <limits>
 
-#include <fmt/core.h>
-
 #include "memory/memory_model.h"
 #include "perf/perf_model.h"
+
+// The pipeline of PlanJob, one function per stage: the layouts of a GPU type are enumerated
+// (EnumerateLayouts), each is fitted into memory with the least recomputation that fits
+// (FitLayout), the ones that fit are scored (ScorePlan: speed, time and cost; MeetsGoals:
+// deadline and budget), and what remains is ranked (ParetoSet, TopByObjective). When nothing
+// remains, Diagnose says why, and WhatWouldFit plans the job on a bigger hypothetical cluster.
 
 namespace frenzy {
 namespace {
@@ -27,15 +31,350 @@ std::vector<int64_t> PinnedOr(const std::optional<int64_t>& pin, std::vector<int
   return all;
 }
 
-std::string Duration(double s) {
-  if (s < 3600) return fmt::format("{:.0f} min", s / 60);
-  if (s < 86400 * 2) return fmt::format("{:.1f} h", s / 3600);
-  return fmt::format("{:.1f} days", s / 86400);
+Status ValidateJob(const JobSpec& job) {
+  if (!(job.tokens > 0)) return InvalidArgument("must be positive", {}, "tokens");
+  if (job.global_batch < 1) return InvalidArgument("must be at least 1", {}, "global_batch");
+  if (job.seq_len < 1) return InvalidArgument("must be at least 1", {}, "seq_len");
+  return Status::Ok();
 }
 
-std::string Gib(int64_t b) { return fmt::format("{:.0f}", static_cast<double>(b) / (1 << 30)); }
+// The cluster's GPU types the job may use: all of them, or the pinned one.
+Result<std::vector<TypeInfo>> TypesFor(const JobSpec& job, const Cluster& cluster,
+                                       const GpuCatalog& catalog) {
+  std::vector<TypeInfo> types = ClusterGpuTypes(cluster, catalog);
+  if (!job.gpu) return types;
+  const GpuType* pinned = catalog.Find(*job.gpu);
+  if (pinned == nullptr) return NotFound("unknown GPU type '" + *job.gpu + "'", {}, "gpu");
+  std::erase_if(types, [&](const TypeInfo& t) { return t.gpu != pinned; });
+  if (types.empty()) {
+    return InvalidArgument("the cluster has no " + pinned->name + " GPUs", {}, "gpu");
+  }
+  return types;
+}
+
+// The training spec of the job on one GPU type (micro-batch and recomputation set per layout).
+TrainingSpec TrainingFor(const JobSpec& job, const GpuType& g) {
+  TrainingSpec t;
+  if (job.model.arch == ArchKind::kEncoder) t.head = HeadType::kMaskedLm;
+  t.seq_len = job.seq_len;
+  t.global_batch = job.global_batch;
+  t.framework = job.framework;
+  t.precision = job.precision;
+  if ((t.precision == Precision::kBf16 || t.precision == Precision::kBf16Pure) && !g.bf16_tflops) {
+    t.precision = Precision::kFp16;  // no bf16 tensor cores (V100, T4): fp16 mixed precision
+  }
+  return t;
+}
+
+// The values of each dimension tried on one GPU type; a pin is the only value of its dimension.
+// DP is not here: its values depend on TP x PP x CP.
+struct Candidates {
+  std::vector<int64_t> tps, pps, cps, mbs, zeros;
+  std::vector<Recompute> rcs;  // least recomputation first
+};
+
+Candidates CandidatesFor(const JobSpec& job, const TypeInfo& ti) {
+  Candidates c;
+  c.tps = PinnedOr(job.tp, Divisors(ti.gpus_per_node, ti.gpus_per_node));
+  c.pps = PinnedOr(job.pp, Divisors(job.model.num_layers, ti.count));
+  c.cps = PinnedOr(
+      job.cp, job.seq_len >= 16384 ? std::vector<int64_t>{1, 2, 4, 8} : std::vector<int64_t>{1});
+  c.mbs = PinnedOr(job.micro_batch, {1, 2, 4, 8});
+  if (job.zero) {
+    c.zeros = {*job.zero};
+  } else if (job.framework == Framework::kDeepSpeed || job.framework == Framework::kFsdp) {
+    c.zeros = {0, 1, 2, 3};
+  } else {
+    c.zeros = {0};
+  }
+  // With fused (flash) attention, which the planner assumes, selective recomputation has
+  // nothing left to drop (the attention core keeps no s x s tensors), so the choice is
+  // between keeping everything and recomputing whole layers.
+  c.rcs = {Recompute::kNone, Recompute::kFull};
+  if (job.recompute) c.rcs = {*job.recompute};
+  return c;
+}
+
+// One layout short of its recomputation: the parallel plan, micro-batch and GPU count.
+struct Layout {
+  ParallelPlan p;
+  int64_t micro_batch = 1;
+  int64_t gpus = 0;
+};
+
+// Calls visit(layout) for every layout of one GPU type, in a fixed order (TP, PP, CP, DP, ZeRO,
+// micro-batch, outermost first). visit returns whether the layout fits; micro-batches are
+// tried smallest first, and once one does not fit the larger ones (which need more memory)
+// are skipped, unless the micro-batch is pinned.
+template <typename Visit>
+void EnumerateLayouts(const JobSpec& job, const TypeInfo& ti, const Candidates& c, Visit visit) {
+  for (int64_t tp : c.tps) {
+    for (int64_t pp : c.pps) {
+      for (int64_t cp : c.cps) {
+        int64_t max_dp = ti.count / (tp * pp * cp);
+        if (max_dp < 1) continue;
+        for (int64_t dp : PinnedOr(job.dp, Divisors(job.global_batch, max_dp))) {
+          int64_t n = tp * pp * cp * dp;
+          if (n > ti.count || (job.gpus && n != *job.gpus)) continue;
+          for (int64_t zero : c.zeros) {
+            for (int64_t mb : c.mbs) {
+              if (job.global_batch % (mb * dp) != 0) continue;
+              Layout l;
+              l.p.tp = tp;
+              l.p.pp = pp;
+              l.p.cp = cp;
+              l.p.dp = dp;
+              l.p.zero = static_cast<int>(zero);
+              l.p.sequence_parallel = tp > 1 && job.framework == Framework::kMegatron;
+              l.p.distributed_optimizer = dp > 1 && job.framework == Framework::kMegatron;
+              l.micro_batch = mb;
+              l.gpus = n;
+              if (!visit(l) && !job.micro_batch) break;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// A plan's layout and memory; speed, time and cost are ScorePlan's.
+Plan MakePlan(const GpuType& g, const Layout& l, Recompute rc, const MemoryEstimate& mem) {
+  Plan plan;
+  plan.gpu = g.name;
+  plan.gpus = l.gpus;
+  plan.tp = l.p.tp;
+  plan.pp = l.p.pp;
+  plan.dp = l.p.dp;
+  plan.cp = l.p.cp;
+  plan.micro_batch = l.micro_batch;
+  plan.zero = l.p.zero;
+  plan.distributed_optimizer = l.p.distributed_optimizer;
+  plan.recompute = rc;
+  plan.peak_bytes = mem.peak_bytes;
+  plan.device_bytes = mem.device_bytes;
+  plan.gpu_memory_bytes = g.memory_bytes;
+  return plan;
+}
+
+// Adds speed, time to train the job's tokens and cost (GPU-hours x the catalog price).
+void ScorePlan(const JobSpec& job, const GpuType& g, const PerfEstimate& perf, Plan* plan) {
+  plan->iteration_s = perf.iteration_s;
+  plan->tokens_per_s = perf.tokens_per_s;
+  plan->mfu = perf.mfu;
+  plan->total_s = job.tokens / perf.tokens_per_s;
+  if (g.price_per_hour) {
+    plan->cost = plan->total_s / 3600.0 * static_cast<double>(plan->gpus) * *g.price_per_hour;
+  }
+}
+
+bool MeetsGoals(const JobSpec& job, const Plan& plan) {
+  bool late = job.deadline_s && plan.total_s > *job.deadline_s;
+  bool dear = job.budget && plan.cost && *plan.cost > *job.budget;
+  return !late && !dear;
+}
+
+// What the search over every layout of every GPU type found.
+struct Search {
+  std::vector<Plan> meeting_goals;  // fit in memory and meet the deadline and budget
+  int64_t considered = 0;
+  int64_t fitting = 0;
+  std::vector<Plan> least_per_type;  // per GPU type, the layout needing the least memory
+  std::optional<LayoutError> first_error;
+};
+
+// The search of one GPU type: each of its layouts fitted and scored into a Search.
+class TypeSearch {
+ public:
+  TypeSearch(const JobSpec& job, const TypeInfo& ti, const PlannerOptions& opt, Search* s)
+      : job_(job),
+        ti_(ti),
+        t_(TrainingFor(job, *ti.gpu)),
+        net_{ti.gpus_per_node, ti.network_gbs},
+        usable_bytes_(static_cast<int64_t>(static_cast<double>(ti.gpu->memory_bytes) /
+                                           (1.0 + opt.memory_margin))),
+        s_(s) {}
+
+  // Fits one layout with the least recomputation whose memory fits (less recomputation is
+  // faster: the first that fits is the one to keep); returns whether one did.
+  bool FitLayout(const Layout& l, const std::vector<Recompute>& rcs) {
+    const GpuType& g = *ti_.gpu;
+    t_.micro_batch = l.micro_batch;
+    for (Recompute rc : rcs) {
+      t_.recompute = rc;
+      auto mem = PredictMemory(job_.model, t_, l.p, StageDetail::kWorst);
+      ++s_->considered;
+      if (!mem.ok()) {  // the layout itself is impossible
+        if (!s_->first_error) {
+          s_->first_error = LayoutError{mem.status().field(), mem.status().message()};
+        }
+        return false;
+      }
+      if (mem->device_bytes < least_device_) {
+        least_device_ = mem->device_bytes;
+        least_ = MakePlan(g, l, rc, *mem);
+      }
+      if (mem->device_bytes > usable_bytes_) continue;
+      auto perf = PredictPerf(job_.model, t_, l.p, g, net_);
+      if (!perf.ok()) return false;
+      Plan plan = MakePlan(g, l, rc, *mem);
+      ScorePlan(job_, g, *perf, &plan);
+      ++s_->fitting;
+      if (MeetsGoals(job_, plan)) s_->meeting_goals.push_back(plan);
+      return true;
+    }
+    return false;
+  }
+
+  // The layout of this type needing the least device memory, if any layout was possible.
+  std::optional<Plan> Least() const {
+    return least_.gpus > 0 ? std::optional<Plan>(least_) : std::nullopt;
+  }
+
+ private:
+  const JobSpec& job_;
+  const TypeInfo& ti_;
+  TrainingSpec t_;  // micro-batch and recomputation set per layout
+  Network net_;
+  int64_t usable_bytes_;  // GPU memory less the margin
+  Search* s_;
+  Plan least_;
+  int64_t least_device_ = std::numeric_limits<int64_t>::max();
+};
+
+Search SearchLayouts(const JobSpec& job, const std::vector<TypeInfo>& types,
+                     const PlannerOptions& opt) {
+  Search s;
+  s.meeting_goals.reserve(4096);
+  for (const TypeInfo& ti : types) {
+    TypeSearch ts(job, ti, opt, &s);
+    Candidates c = CandidatesFor(job, ti);
+    EnumerateLayouts(job, ti, c, [&](const Layout& l) { return ts.FitLayout(l, c.rcs); });
+    if (auto least = ts.Least()) s.least_per_type.push_back(*least);
+  }
+  return s;
+}
+
+// Indices of `plans` by GPUs, then time. Indices are sorted, not the plans themselves (a
+// planner call sees thousands of fitting layouts).
+std::vector<size_t> ByGpusThenTime(const std::vector<Plan>& plans) {
+  std::vector<size_t> order(plans.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const Plan& x = plans[a];
+    const Plan& y = plans[b];
+    return x.gpus != y.gpus ? x.gpus < y.gpus : x.total_s < y.total_s;
+  });
+  return order;
+}
+
+// The Pareto set over (gpus, time): walking `order` (ByGpusThenTime), the strictly faster
+// ones. Marks them in `plans`.
+std::vector<Plan> ParetoSet(std::vector<Plan>& plans, const std::vector<size_t>& order) {
+  std::vector<Plan> pareto;
+  double best_time = std::numeric_limits<double>::infinity();
+  for (size_t i : order) {
+    if (plans[i].total_s < best_time) {
+      best_time = plans[i].total_s;
+      plans[i].pareto = true;
+      pareto.push_back(plans[i]);
+    }
+  }
+  return pareto;
+}
+
+double ObjectiveScore(const Plan& pl, Objective objective) {
+  double cost = pl.cost.value_or(std::numeric_limits<double>::infinity());
+  switch (objective) {
+    case Objective::kTime:
+      return pl.total_s;
+    case Objective::kCost:
+      return cost;
+    case Objective::kMix:
+      // Geometric mean of time and cost: a plan twice as fast at twice the cost ties.
+      return std::sqrt(pl.total_s * cost);
+  }
+  return pl.total_s;
+}
+
+// The best `top` plans by the objective, fewer GPUs first on ties; `order` is ByGpusThenTime.
+std::vector<Plan> TopByObjective(const std::vector<Plan>& plans, std::vector<size_t> order,
+                                 const PlannerOptions& opt) {
+  size_t top = std::min(order.size(), static_cast<size_t>(std::max<int64_t>(0, opt.top)));
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(top), order.end(),
+                    [&](size_t a, size_t b) {
+                      double sa = ObjectiveScore(plans[a], opt.objective);
+                      double sb = ObjectiveScore(plans[b], opt.objective);
+                      if (sa != sb) return sa < sb;
+                      return plans[a].gpus < plans[b].gpus;
+                    });
+  std::vector<Plan> out;
+  for (size_t k = 0; k < top; ++k) out.push_back(plans[order[k]]);
+  return out;
+}
+
+// The fewest GPUs of the largest-memory type (the first of equals) that hold the job, found by
+// planning on that type's nodes multiplied, doubling up to 4,096 GPUs.
+std::optional<WouldFit> WhatWouldFit(const JobSpec& job, const std::vector<TypeInfo>& types,
+                                     const GpuCatalog& catalog, const PlannerOptions& opt) {
+  const TypeInfo* biggest = &types[0];
+  for (const auto& ti : types) {
+    if (ti.gpu->memory_bytes > biggest->gpu->memory_bytes) biggest = &ti;
+  }
+  JobSpec pinned = job;
+  pinned.gpu = biggest->gpu->name;
+  for (int64_t factor = 2; biggest->count * factor <= 4096; factor *= 2) {
+    Cluster bigger;
+    bigger.name = "hypothetical";
+    int64_t nodes = (biggest->count * factor + biggest->gpus_per_node - 1) / biggest->gpus_per_node;
+    for (int64_t i = 0; i < nodes; ++i) {
+      bigger.nodes.push_back({"n" + std::to_string(i), biggest->gpu->name, biggest->gpus_per_node,
+                              biggest->network_gbs});
+    }
+    // Only the Pareto front is needed: no ranking, and no diagnosis of the bigger cluster.
+    Search s = SearchLayouts(pinned, ClusterGpuTypes(bigger, catalog), opt);
+    std::vector<Plan> pareto = ParetoSet(s.meeting_goals, ByGpusThenTime(s.meeting_goals));
+    if (!pareto.empty()) return WouldFit{pareto.front(), biggest->count};
+  }
+  return std::nullopt;
+}
+
+// Why the search found no plan meeting the goals, and what would fit.
+Infeasible Diagnose(const JobSpec& job, const std::vector<TypeInfo>& types,
+                    const GpuCatalog& catalog, const PlannerOptions& opt, const Search& s) {
+  Infeasible why;
+  if (s.fitting > 0) {
+    why.kind = InfeasibleKind::kGoalsUnmet;
+    return why;
+  }
+  if (s.least_per_type.empty()) {
+    why.kind = InfeasibleKind::kNoLayout;
+    why.error = s.first_error;
+    return why;
+  }
+  why.kind = InfeasibleKind::kTooLittleMemory;
+  for (const Plan& l : s.least_per_type) {
+    why.shortfalls.push_back(
+        {l.gpu, l.gpu_memory_bytes,
+         static_cast<int64_t>(static_cast<double>(l.device_bytes) * (1.0 + opt.memory_margin)), l});
+  }
+  if (!job.gpus) why.would_fit = WhatWouldFit(job, types, catalog, opt);
+  return why;
+}
 
 }  // namespace
+
+const char* InfeasibleKindName(InfeasibleKind k) {
+  switch (k) {
+    case InfeasibleKind::kGoalsUnmet:
+      return "goals_unmet";
+    case InfeasibleKind::kNoLayout:
+      return "no_layout";
+    case InfeasibleKind::kTooLittleMemory:
+      return "too_little_memory";
+  }
+  return "unknown";
+}
 
 std::vector<ClusterGpuType> ClusterGpuTypes(const Cluster& c, const GpuCatalog& cat) {
   std::vector<ClusterGpuType> out;
@@ -57,261 +396,19 @@ std::vector<ClusterGpuType> ClusterGpuTypes(const Cluster& c, const GpuCatalog& 
 
 Result<PlanResult> PlanJob(const JobSpec& job, const Cluster& cluster, const GpuCatalog& catalog,
                            const PlannerOptions& opt) {
-  if (!(job.tokens > 0)) return InvalidArgument("must be positive", {}, "tokens");
-  if (job.global_batch < 1) return InvalidArgument("must be at least 1", {}, "global_batch");
-  if (job.seq_len < 1) return InvalidArgument("must be at least 1", {}, "seq_len");
-  std::vector<TypeInfo> types = ClusterGpuTypes(cluster, catalog);
-  if (job.gpu) {
-    const GpuType* pinned = catalog.Find(*job.gpu);
-    if (pinned == nullptr) return NotFound("unknown GPU type '" + *job.gpu + "'", {}, "gpu");
-    std::erase_if(types, [&](const TypeInfo& t) { return t.gpu != pinned; });
-    if (types.empty()) {
-      return InvalidArgument("the cluster has no " + pinned->name + " GPUs", {}, "gpu");
-    }
-  }
-  const ModelSpec& m = job.model;
+  RETURN_IF_ERROR(ValidateJob(job));
+  ASSIGN_OR_RETURN(std::vector<TypeInfo> types, TypesFor(job, cluster, catalog));
+  Search s = SearchLayouts(job, types, opt);
   PlanResult result;
-  std::vector<Plan> fitting;
-  fitting.reserve(4096);
-  // Best effort when nothing fits: per GPU type, the layout needing the least memory per GPU.
-  int64_t least_device = std::numeric_limits<int64_t>::max();
-  Plan least;
-  std::vector<Plan> least_per_type;
-  std::string first_error;  // why layouts were impossible, when all were
-
-  for (const TypeInfo& ti : types) {
-    const GpuType& g = *ti.gpu;
-    least_device = std::numeric_limits<int64_t>::max();
-    least = Plan{};
-    TrainingSpec t;
-    if (m.arch == ArchKind::kEncoder) t.head = HeadType::kMaskedLm;
-    t.seq_len = job.seq_len;
-    t.global_batch = job.global_batch;
-    t.framework = job.framework;
-    t.precision = job.precision;
-    if ((t.precision == Precision::kBf16 || t.precision == Precision::kBf16Pure) &&
-        !g.bf16_tflops) {
-      t.precision = Precision::kFp16;  // no bf16 tensor cores (V100, T4): fp16 mixed precision
-    }
-    Network net{ti.gpus_per_node, ti.network_gbs};
-    const int64_t usable = static_cast<int64_t>(static_cast<double>(g.memory_bytes) /
-                                                (1.0 + opt.memory_margin));
-    auto tps = PinnedOr(job.tp, Divisors(ti.gpus_per_node, ti.gpus_per_node));
-    auto pps = PinnedOr(job.pp, Divisors(m.num_layers, ti.count));
-    auto cps = PinnedOr(job.cp, job.seq_len >= 16384 ? std::vector<int64_t>{1, 2, 4, 8}
-                                                     : std::vector<int64_t>{1});
-    auto mbs = PinnedOr(job.micro_batch, {1, 2, 4, 8});
-    std::vector<int64_t> zeros;
-    if (job.zero) {
-      zeros = {*job.zero};
-    } else if (job.framework == Framework::kDeepSpeed || job.framework == Framework::kFsdp) {
-      zeros = {0, 1, 2, 3};
-    } else {
-      zeros = {0};
-    }
-    // With fused (flash) attention, which the planner assumes, selective recomputation has
-    // nothing left to drop (the attention core keeps no s x s tensors), so the choice is
-    // between keeping everything and recomputing whole layers.
-    std::vector<Recompute> rcs = {Recompute::kNone, Recompute::kFull};
-    if (job.recompute) rcs = {*job.recompute};
-
-    for (int64_t tp : tps) {
-      for (int64_t pp : pps) {
-        for (int64_t cp : cps) {
-          int64_t max_dp = ti.count / (tp * pp * cp);
-          if (max_dp < 1) continue;
-          auto dps = PinnedOr(job.dp, Divisors(job.global_batch, max_dp));
-          for (int64_t dp : dps) {
-            int64_t n = tp * pp * cp * dp;
-            if (n > ti.count || (job.gpus && n != *job.gpus)) continue;
-            for (int64_t zero : zeros) {
-              for (int64_t mb : mbs) {
-                if (job.global_batch % (mb * dp) != 0) continue;
-                ParallelPlan p;
-                p.tp = tp;
-                p.pp = pp;
-                p.cp = cp;
-                p.dp = dp;
-                p.zero = static_cast<int>(zero);
-                p.sequence_parallel = tp > 1 && job.framework == Framework::kMegatron;
-                p.distributed_optimizer = dp > 1 && job.framework == Framework::kMegatron;
-                t.micro_batch = mb;
-                bool any_fit = false;
-                // Less recomputation is faster: the first that fits is the one to keep.
-                for (Recompute rc : rcs) {
-                  t.recompute = rc;
-                  auto mem = PredictMemory(m, t, p, StageDetail::kWorst);
-                  ++result.layouts_considered;
-                  if (!mem.ok()) {  // the layout itself is impossible
-                    if (first_error.empty()) {
-                      first_error = mem.status().field() + ": " + mem.status().message();
-                    }
-                    break;
-                  }
-                  auto make_plan = [&] {
-                    Plan plan;
-                    plan.gpu = g.name;
-                    plan.gpus = n;
-                    plan.tp = tp;
-                    plan.pp = pp;
-                    plan.dp = dp;
-                    plan.cp = cp;
-                    plan.micro_batch = mb;
-                    plan.zero = zero;
-                    plan.distributed_optimizer = p.distributed_optimizer;
-                    plan.recompute = rc;
-                    plan.peak_bytes = mem->peak_bytes;
-                    plan.device_bytes = mem->device_bytes;
-                    plan.gpu_memory_bytes = g.memory_bytes;
-                    return plan;
-                  };
-                  if (mem->device_bytes < least_device) {
-                    least_device = mem->device_bytes;
-                    least = make_plan();
-                  }
-                  if (mem->device_bytes > usable) continue;
-                  auto perf = PredictPerf(m, t, p, g, net);
-                  if (!perf.ok()) break;
-                  Plan plan = make_plan();
-                  plan.iteration_s = perf->iteration_s;
-                  plan.tokens_per_s = perf->tokens_per_s;
-                  plan.mfu = perf->mfu;
-                  plan.total_s = job.tokens / perf->tokens_per_s;
-                  if (g.price_per_hour) {
-                    plan.cost = plan.total_s / 3600.0 * static_cast<double>(n) * *g.price_per_hour;
-                  }
-                  ++result.layouts_fitting;
-                  bool late = job.deadline_s && plan.total_s > *job.deadline_s;
-                  bool dear = job.budget && plan.cost && *plan.cost > *job.budget;
-                  if (!late && !dear) fitting.push_back(plan);
-                  any_fit = true;
-                  break;
-                }
-                // Bigger micro-batches need more memory: stop once even full recompute fails.
-                if (!any_fit && !job.micro_batch) break;
-              }
-            }
-          }
-        }
-      }
-    }
-    if (least.gpus > 0) least_per_type.push_back(least);
-  }
-
-  if (fitting.empty()) {
-    if (result.layouts_fitting > 0) {
-      result.explanation = "plans fit in memory, but none meets the deadline or budget";
-    } else if (least_per_type.empty()) {
-      result.explanation = "no layout of this model is possible here" +
-                           (first_error.empty() ? std::string(" with these pins")
-                                                : " (" + first_error + ")");
-    } else {
-      result.explanation = "no plan fits this cluster:";
-      for (size_t i = 0; i < least_per_type.size(); ++i) {
-        const Plan& l = least_per_type[i];
-        result.explanation += fmt::format(
-            " {} ({} GiB): at least {} GiB per GPU even on {} of them (TP={} PP={} DP={}, {} "
-            "recomputation){}",
-            l.gpu, Gib(l.gpu_memory_bytes),
-            Gib(static_cast<int64_t>(static_cast<double>(l.device_bytes) *
-                                     (1.0 + opt.memory_margin))),
-            l.gpus, l.tp, l.pp, l.dp, RecomputeName(l.recompute),
-            i + 1 < least_per_type.size() ? ";" : ".");
-      }
-      // What would fit: the fewest GPUs of this cluster's largest-memory type that hold the
-      // job, found by planning on the same nodes multiplied (up to 4,096 GPUs).
-      const TypeInfo* biggest = &types[0];
-      for (const auto& ti : types) {
-        if (ti.gpu->memory_bytes > biggest->gpu->memory_bytes) biggest = &ti;
-      }
-      std::string would_fit;
-      if (!job.gpus) {
-        for (int64_t factor = 2; biggest->count * factor <= 4096 && would_fit.empty();
-             factor *= 2) {
-          Cluster bigger;
-          bigger.name = "hypothetical";
-          int64_t nodes = (biggest->count * factor + biggest->gpus_per_node - 1) /
-                          biggest->gpus_per_node;
-          for (int64_t i = 0; i < nodes; ++i) {
-            bigger.nodes.push_back({"n" + std::to_string(i), biggest->gpu->name,
-                                    biggest->gpus_per_node, biggest->network_gbs});
-          }
-          JobSpec pinned = job;
-          pinned.gpu = biggest->gpu->name;
-          PlannerOptions quick = opt;
-          quick.top = 1;
-          auto r = PlanJob(pinned, bigger, catalog, quick);
-          if (r.ok() && !r->pareto.empty()) {
-            const Plan& f = r->pareto.front();
-            would_fit = fmt::format(
-                " It would fit on {} x {} (TP={} PP={} DP={}, {} recomputation); this cluster has "
-                "{}.",
-                f.gpus, f.gpu, f.tp, f.pp, f.dp, RecomputeName(f.recompute), biggest->count);
-          }
-        }
-      }
-      result.explanation +=
-          would_fit.empty()
-              ? std::string(" More GPUs of a type (to shard further) or GPUs with more memory "
-                            "would fit it.")
-              : would_fit;
-    }
+  result.layouts_considered = s.considered;
+  result.layouts_fitting = s.fitting;
+  if (s.meeting_goals.empty()) {
+    result.infeasible = Diagnose(job, types, catalog, opt, s);
     return result;
   }
-
-  // Pareto set over (gpus, time): by GPUs then time, keep the strictly faster ones. Indices are
-  // sorted, not the plans themselves (a planner call sees thousands of fitting layouts).
-  std::vector<size_t> order(fitting.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const Plan& x = fitting[a];
-    const Plan& y = fitting[b];
-    return x.gpus != y.gpus ? x.gpus < y.gpus : x.total_s < y.total_s;
-  });
-  double best_time = std::numeric_limits<double>::infinity();
-  for (size_t i : order) {
-    if (fitting[i].total_s < best_time) {
-      best_time = fitting[i].total_s;
-      fitting[i].pareto = true;
-      result.pareto.push_back(fitting[i]);
-    }
-  }
-
-  auto score = [&](const Plan& pl) {
-    double cost = pl.cost.value_or(std::numeric_limits<double>::infinity());
-    switch (opt.objective) {
-      case Objective::kTime:
-        return pl.total_s;
-      case Objective::kCost:
-        return cost;
-      case Objective::kMix:
-        // Geometric mean of time and cost: a plan twice as fast at twice the cost ties.
-        return std::sqrt(pl.total_s * cost);
-    }
-    return pl.total_s;
-  };
-  size_t top = std::min(order.size(), static_cast<size_t>(std::max<int64_t>(0, opt.top)));
-  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(top), order.end(),
-                    [&](size_t a, size_t b) {
-                      double sa = score(fitting[a]), sb = score(fitting[b]);
-                      if (sa != sb) return sa < sb;
-                      return fitting[a].gpus < fitting[b].gpus;
-                    });
-  for (size_t k = 0; k < top; ++k) result.plans.push_back(fitting[order[k]]);
-  if (result.plans.empty()) {
-    result.explanation = "no plans requested (--top 0)";
-    return result;
-  }
-  const Plan& w = result.plans.front();
-  const char* why = opt.objective == Objective::kCost ? "cheapest"
-                    : opt.objective == Objective::kMix ? "best time x cost"
-                                                       : "fastest";
-  result.explanation = fmt::format(
-      "{} plan: {} x {} (TP {}, PP {}, DP {}{}, micro-batch {}, {} recomputation) trains in {} "
-      "at {:.0f}% MFU; {} of {} GiB per GPU",
-      why, w.gpus, w.gpu, w.tp, w.pp, w.dp, w.cp > 1 ? fmt::format(", CP {}", w.cp) : "",
-      w.micro_batch, RecomputeName(w.recompute), Duration(w.total_s), 100 * w.mfu,
-      Gib(w.device_bytes), Gib(w.gpu_memory_bytes));
+  std::vector<size_t> order = ByGpusThenTime(s.meeting_goals);
+  result.pareto = ParetoSet(s.meeting_goals, order);
+  result.plans = TopByObjective(s.meeting_goals, std::move(order), opt);
   return result;
 }
 

@@ -4,7 +4,9 @@
 // reaching the global batch), ZeRO / distributed optimizer, recomputation — keeps those whose
 // predicted per-GPU memory fits with a safety margin (MARP), predicts their speed (perf), and
 // ranks them by completion time, cost or a mix. It also returns the Pareto set over
-// (GPUs used, time). "No plan fits" is an answer that says what would fit.
+// (GPUs used, time). "No plan fits" is an answer, not an error: a typed `Infeasible` that says
+// why (no layout possible, goals unmet, too little memory per GPU type) and what would fit.
+// The planner writes no prose; planner/explain.h renders an outcome for the CLI and the API.
 //
 // Pure function of its inputs; the scheduler calls it for every job it sees.
 #ifndef FRENZY_PLANNER_PLANNER_H_
@@ -30,8 +32,8 @@ enum class Objective { kTime, kCost, kMix };
 // What a user submits. Every optional field is a pin the planner respects.
 struct JobSpec {
   ModelSpec model;
-  double tokens = 0;          // tokens to train on
-  int64_t global_batch = 0;   // sequences per iteration
+  double tokens = 0;         // tokens to train on
+  int64_t global_batch = 0;  // sequences per iteration
   int64_t seq_len = 2048;
   Precision precision = Precision::kBf16;
   Framework framework = Framework::kMegatron;
@@ -68,12 +70,54 @@ struct Plan {
   bool pareto = false;
 };
 
+// Why a job got no plan. In the order the planner tests them:
+enum class InfeasibleKind {
+  kGoalsUnmet,       // some layouts fit in memory, but none meets the deadline or budget
+  kNoLayout,         // the pins allow no layout, or every layout they allow is impossible
+  kTooLittleMemory,  // every possible layout needs more memory per GPU than the GPUs have
+};
+const char* InfeasibleKindName(InfeasibleKind k);  // "goals_unmet", "no_layout", ...
+
+// Why a layout is impossible (a MARP validation error), e.g. field "seq_len" with "the model's
+// learned position table holds 1024 positions; ...".
+struct LayoutError {
+  std::string field;
+  std::string message;
+};
+
+// One GPU type on which no layout fits: the layout that needs the least device memory per GPU.
+struct Shortfall {
+  std::string gpu;
+  int64_t gpu_memory_bytes = 0;
+  int64_t least_bytes = 0;  // that layout's device memory x (1 + margin), truncated: > GPU memory
+  Plan least;               // the layout and its memory fields; no speed, time or cost
+};
+
+// What would fit: the plan with the fewest GPUs of the cluster's largest-memory type that holds
+// the job, found by planning on a hypothetical cluster of that type's nodes multiplied.
+struct WouldFit {
+  Plan plan;                 // a full plan (speed, time, cost) on the hypothetical cluster
+  int64_t cluster_gpus = 0;  // GPUs of plan.gpu this cluster has
+};
+
+struct Infeasible {
+  InfeasibleKind kind = InfeasibleKind::kNoLayout;
+  // kNoLayout: the first impossible layout's error; absent when the pins allow no layout.
+  std::optional<LayoutError> error;
+  // kTooLittleMemory: one per GPU type on which some layout is possible, in cluster order.
+  std::vector<Shortfall> shortfalls;
+  // kTooLittleMemory: absent when the GPU count is pinned or nothing up to 4,096 GPUs fits.
+  std::optional<WouldFit> would_fit;
+};
+
+// Placed (pareto non-empty, infeasible absent) or Infeasible (plans and pareto empty,
+// infeasible set): exactly one. Placed with `top` 0 has an empty `plans`.
 struct PlanResult {
-  std::vector<Plan> plans;   // ranked, best first, at most `top`
-  std::vector<Plan> pareto;  // over (gpus, total_s), fewest GPUs first
-  int64_t layouts_considered = 0;
-  int64_t layouts_fitting = 0;
-  std::string explanation;   // why the winner won, or why nothing fits and what would
+  std::vector<Plan> plans;         // ranked, best first, at most `top`
+  std::vector<Plan> pareto;        // over (gpus, total_s), fewest GPUs first
+  int64_t layouts_considered = 0;  // memory predictions made (both outcomes)
+  int64_t layouts_fitting = 0;     // of those, fitting in memory, before deadline and budget
+  std::optional<Infeasible> infeasible;
 };
 
 // One GPU type of a cluster as the planner sees it: how many GPUs, the largest node (the TP

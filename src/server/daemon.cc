@@ -16,6 +16,7 @@
 #include "common/strings.h"
 #include "model/hf_config.h"
 #include "model/zoo.h"
+#include "planner/explain.h"
 #include "runtime/actions.h"
 
 namespace frenzy::server {
@@ -365,7 +366,7 @@ Result<json> Daemon::Submit(const json& body) {
     PlannerOptions po;
     po.memory_margin = opt_.memory_margin;
     auto planned = PlanJob(p.spec, cluster_, catalog_, po);
-    std::string why = planned.ok() ? planned->explanation : planned.status().message();
+    std::string why = planned.ok() ? ExplainPlan(*planned, po) : planned.status().message();
     return Status(StatusCode::kFailedPrecondition,
                   "no GPU type and count of this cluster can hold the job: " + why, {}, "model");
   }
@@ -624,7 +625,9 @@ Result<json> Daemon::Plan(const json& body) {
   ASSIGN_OR_RETURN(PlanResult r, PlanJob(p.spec, cluster_, catalog_, po));
   json plans = json::array();
   for (const auto& pl : r.plans) plans.push_back(PlanToJson(pl));
-  return json{{"plans", plans}, {"explanation", r.explanation}};
+  return json{{"plans", plans},
+              {"explanation", ExplainPlan(r, po)},
+              {"infeasible", InfeasibleOrNull(r)}};
 }
 
 std::string Daemon::Metrics() {

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -159,7 +160,16 @@ TEST(Cli, PerfJsonHasTheDocumentedFields) {
   EXPECT_EQ(j["gpus"], 8);
   EXPECT_GT(j["mfu"].get<double>(), 0.05);
   EXPECT_LT(j["mfu"].get<double>(), 1.0);
-  EXPECT_NEAR(j["tokens_per_s"].get<double>(), 8 * j["tokens_per_s_per_gpu"].get<double>(), 1e-6);
+  // Model FLOPs per token by PaLM's definition (Chowdhery et al. 2022, appendix B), by hand for
+  // Llama-2-7B at 4,096 tokens: 6 x the non-embedding parameters (6,738,415,616 less the
+  // 32,000 x 4,096 input embedding) + 12 x layers x hidden x sequence (12 x 32 x 4096 x 4096)
+  // = 39,644,061,696 + 6,442,450,944.
+  EXPECT_NEAR(j["model_flops_per_token"].get<double>(), 46086512640.0, 1.0);
+  // MFU is against the A100's dense BF16 peak, 312 TFLOPS (NVIDIA A100 datasheet).
+  EXPECT_NEAR(j["mfu"].get<double>(), j["tflops_per_gpu"].get<double>() / 312, 1e-9);
+  // An iteration trains the global batch: 64 sequences of 4,096 tokens.
+  EXPECT_NEAR(j["tokens_per_s"].get<double>() * j["iteration_s"].get<double>(), 64.0 * 4096,
+              1e-6);
   CliRun bad = Frenzy("perf --model gpt2 --gpu v100 --seq-len 1024");  // bf16 on a V100
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.out.find("precision"), std::string::npos) << bad.out;
@@ -172,20 +182,90 @@ TEST(Cli, PlanRanksFeasiblePlansAndExplains) {
   auto j = nlohmann::json::parse(r.out);
   ASSERT_FALSE(j["plans"].empty());
   EXPECT_LE(j["plans"].size(), 5u);
+  double previous_s = 0;
   for (const auto& p : j["plans"]) {
     for (const char* key : {"gpu", "gpus", "tp", "pp", "dp", "micro_batch", "zero", "recompute",
                             "peak_bytes", "iteration_s", "total_s", "cost"}) {
       EXPECT_TRUE(p.contains(key)) << key;
     }
-    EXPECT_LT(p["device_bytes"].get<int64_t>(), p["gpu_memory_bytes"].get<int64_t>());
+    // Fits with the default 10% margin, uses every GPU it names, reaches the global batch.
+    EXPECT_LE(p["device_bytes"].get<double>() * 1.1, p["gpu_memory_bytes"].get<double>());
+    EXPECT_EQ(p["tp"].get<int64_t>() * p["pp"].get<int64_t>() * p["dp"].get<int64_t>() *
+                  p["cp"].get<int64_t>(),
+              p["gpus"].get<int64_t>());
+    EXPECT_EQ(256 % (p["micro_batch"].get<int64_t>() * p["dp"].get<int64_t>()), 0);
+    // 2e10 tokens at 256 x 4,096 tokens per iteration: 19,073.5 iterations.
+    EXPECT_NEAR(p["total_s"].get<double>(), 2e10 / (256.0 * 4096) * p["iteration_s"].get<double>(),
+                1e-9 * p["total_s"].get<double>());
+    EXPECT_GE(p["total_s"].get<double>(), previous_s);  // ranked by time
+    previous_s = p["total_s"].get<double>();
   }
+  // The Pareto set: more GPUs only when strictly faster.
+  ASSERT_FALSE(j["pareto"].empty());
+  for (size_t i = 1; i < j["pareto"].size(); ++i) {
+    EXPECT_GT(j["pareto"][i]["gpus"].get<int64_t>(), j["pareto"][i - 1]["gpus"].get<int64_t>());
+    EXPECT_LT(j["pareto"][i]["total_s"].get<double>(),
+              j["pareto"][i - 1]["total_s"].get<double>());
+  }
+  EXPECT_TRUE(j["infeasible"].is_null());
   EXPECT_FALSE(j["explanation"].get<std::string>().empty());
   CliRun text = Frenzy("plan --model llama-2-7b --tokens 2e10 --global-batch 256 --cluster lab");
   EXPECT_EQ(text.exit_code, 0) << text.out;
-  EXPECT_NE(text.out.find("plan:"), std::string::npos) << text.out;
-  CliRun none = Frenzy("plan --model llama-3.1-405b --tokens 1e12 --global-batch 64 --cluster lab");
+  EXPECT_NE(text.out.find("fastest plan:"), std::string::npos) << text.out;
+}
+
+TEST(Cli, PlanSaysWhyNothingFits) {
+  // Llama-3.1-405B on the lab cluster (8 GPUs of each of three types): too little memory on
+  // every type. Mixed-precision Adam keeps at least 16 bytes per parameter (ZeRO, section
+  // 3.1): 16 x 405,853,388,800 / 8 GPUs, x 1.1 for the margin, per GPU at the least.
+  CliRun none =
+      Frenzy("plan --model llama-3.1-405b --tokens 1e12 --global-batch 64 --cluster lab --json");
   EXPECT_EQ(none.exit_code, 3) << none.out;  // an answer: nothing fits
-  EXPECT_NE(none.out.find("no plan fits"), std::string::npos) << none.out;
+  auto j = nlohmann::json::parse(none.out);
+  EXPECT_TRUE(j["plans"].empty());
+  EXPECT_EQ(j["layouts_fitting"], 0);
+  const auto& why = j["infeasible"];
+  ASSERT_TRUE(why.is_object()) << none.out;
+  EXPECT_EQ(why["kind"], "too_little_memory");
+  EXPECT_TRUE(why["error"].is_null());
+  const std::vector<std::pair<std::string, int64_t>> types = {
+      {"A100-80GB", 80}, {"V100-32GB", 32}, {"RTX-3090", 24}};
+  ASSERT_EQ(why["shortfalls"].size(), types.size());
+  for (size_t i = 0; i < types.size(); ++i) {
+    const auto& s = why["shortfalls"][i];
+    EXPECT_EQ(s["gpu"], types[i].first);
+    EXPECT_EQ(s["gpu_memory_bytes"].get<int64_t>(), types[i].second << 30);
+    EXPECT_GE(s["least_bytes"].get<double>(), 1.1 * 16 * 405853388800.0 / 8) << s["gpu"];
+    EXPECT_EQ(s["least_layout"]["gpus"], 8) << s["gpu"];
+  }
+  // What would fit: more A100-80GB (the largest memory), at least 16 x 405.85e9 x 1.1 / 80 GiB
+  // = 83.1 of them; the lab has 8.
+  ASSERT_TRUE(why["would_fit"].is_object()) << none.out;
+  EXPECT_EQ(why["would_fit"]["plan"]["gpu"], "A100-80GB");
+  EXPECT_GE(why["would_fit"]["plan"]["gpus"].get<int64_t>(), 84);
+  EXPECT_EQ(why["would_fit"]["cluster_gpus"], 8);
+  // The prose renders at the edge, in text and JSON alike.
+  CliRun text =
+      Frenzy("plan --model llama-3.1-405b --tokens 1e12 --global-batch 64 --cluster lab");
+  EXPECT_EQ(text.exit_code, 3) << text.out;
+  EXPECT_NE(text.out.find("no plan fits"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(j["explanation"].get<std::string>()), std::string::npos) << text.out;
+
+  // A deadline of 36 s (0.01 h) for 2e10 tokens needs 5.6e8 tokens/s; at the A100's peak
+  // (312 TFLOPS / (6 x 6.74e9 FLOPs per token) = 7,700 tokens/s per GPU) 24 GPUs make 1.9e5.
+  CliRun late = Frenzy("plan --model llama-2-7b --tokens 2e10 --global-batch 256 --cluster lab "
+                       "--deadline-hours 0.01 --json");
+  EXPECT_EQ(late.exit_code, 3) << late.out;
+  auto l = nlohmann::json::parse(late.out);
+  EXPECT_EQ(l["infeasible"]["kind"], "goals_unmet");
+  EXPECT_GT(l["layouts_fitting"].get<int64_t>(), 0);
+  // TP 3 divides neither Llama's 32 heads nor its FFN: no layout at all.
+  CliRun pins = Frenzy("plan --model llama-2-7b --tokens 2e10 --global-batch 256 --cluster lab "
+                       "--tp 3 --json");
+  EXPECT_EQ(pins.exit_code, 3) << pins.out;
+  auto p = nlohmann::json::parse(pins.out);
+  EXPECT_EQ(p["infeasible"]["kind"], "no_layout");
+  EXPECT_EQ(p["infeasible"]["error"]["field"], "tp");
 }
 
 TEST(Cli, HelpForEverySubcommand) {
