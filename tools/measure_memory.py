@@ -29,6 +29,21 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint as ckpt
+from torch.profiler import record_function
+
+# The phases of a step that the CPU measurement tells apart, in the order they run (MARP's
+# phases, src/memory/memory_model.h); the peak is attributed to the last one begun before it.
+# loss.backward() first runs the loss's own backward, which holds vocabulary-sized gradients
+# ("loss"); the logits' gradient being ready is where the model's backward begins ("backward").
+PHASES = ("forward", "loss", "backward", "optimizer")
+
+
+def mark_phase(name):
+    """A gradient hook that records a zero-length `phase:NAME` profiler event when it runs."""
+    def hook(grad):
+        with record_function("phase:" + name):
+            pass
+    return hook
 
 
 # ----------------------------------------------------------------------------------------------
@@ -271,7 +286,10 @@ class Decoder(nn.Module):
                 x = ckpt.checkpoint(blk, x, mask, rope, run)
             else:
                 x = blk(x, mask, rope, run)
-        return self.lm_head(self.norm(x))
+        logits = self.lm_head(self.norm(x))
+        if logits.requires_grad:
+            logits.register_hook(mark_phase("backward"))
+        return logits
 
 
 # ----------------------------------------------------------------------------------------------
@@ -356,7 +374,6 @@ def _measure(c, args):
 
     saved = {"bytes": 0}
     param_storages = {p.storage().data_ptr() for p in params}
-    from torch.profiler import record_function
 
     def step(count_saved=False):
         seen = set()
@@ -380,7 +397,7 @@ def _measure(c, args):
                 else:
                     logits = model(inputs, run)
                 loss = F.cross_entropy(logits.view(-1, V).float(), labels.view(-1))
-        with record_function("phase:backward"):
+        with record_function("phase:loss"):  # until the logits' gradient marks "backward"
             if scaler is not None:
                 scaler.scale(loss).backward()
             else:

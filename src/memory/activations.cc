@@ -68,166 +68,232 @@ int64_t EagerNormBackward(const ModelSpec& m, int64_t tokens, int64_t e) {
   return 3 * th * kF32;
 }
 
-LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
-                            bool moe_layer) {
-  ActivationShape sh = MakeActivationShape(t, p);
-  int64_t tokens = sh.b * sh.s;
-  int64_t e = sh.e;
-  int64_t ffn = moe_layer ? m.moe.ffn_hidden_size : m.ffn_hidden_size;
-  Widths w = LocalWidths(m, p, ffn);
-  int64_t norm_tokens = sh.sp ? tokens / sh.tp : tokens;
-  int64_t att = sh.b * w.heads * sh.s * sh.s;  // elements of one s x s score tensor set
-
-  using P = BackwardStep::Params;
+// The sizes one eager layer's account works with, on one rank and one micro-batch.
+struct EagerShape {
+  ActivationShape sh;
+  int64_t tokens = 0;       // b x s
+  int64_t e = 2;            // bytes per activation element
+  int64_t norm_tokens = 0;  // tokens of the norm/dropout regions (split by tp under SP)
+  int64_t att = 0;          // elements of one s x s score tensor set
+  Widths w;
   // Under torch.autocast (the HF Trainer's mixed precision) the weights and the residual
   // stream stay fp32: norms run in fp32 and every Linear keeps its own 16-bit cast of its
-  // input (activations are not cached, only weights), so a norm feeding q, k and v
-  // projections pays three casts.
-  const bool autocast = IsAutocast(t);
+  // input (activations are not cached, only weights).
+  bool autocast = false;
+};
+
+EagerShape MakeEagerShape(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
+                          bool moe_layer) {
+  EagerShape x;
+  x.sh = MakeActivationShape(t, p);
+  x.tokens = x.sh.b * x.sh.s;
+  x.e = x.sh.e;
+  x.w = LocalWidths(m, p, moe_layer ? m.moe.ffn_hidden_size : m.ffn_hidden_size);
+  x.norm_tokens = x.sh.sp ? x.tokens / x.sh.tp : x.tokens;
+  x.att = x.sh.b * x.w.heads * x.sh.s * x.sh.s;
+  x.autocast = IsAutocast(t);
+  return x;
+}
+
+struct EagerNorms {
+  int64_t norm1 = 0;  // the attention's norm (or the layer input, without norms)
+  int64_t norm2 = 0;  // the MLP's norm
+};
+
+EagerNorms EagerNormsSaved(const ModelSpec& m, const EagerShape& x) {
+  // A norm feeding separate q, k and v projections pays three 16-bit casts under autocast.
   bool fused_qkv = m.model_type == "gpt2" || m.model_type == "gpt_neox" ||
-                   m.model_type == "bloom" || m.model_type == "falcon" ||
-                   m.model_type == "phi3";
+                   m.model_type == "bloom" || m.model_type == "falcon" || m.model_type == "phi3";
   auto norm_saved = [&](bool include_input, int64_t consumers) {
-    if (!autocast) return EagerNormSaved(m, norm_tokens, e, include_input);
-    int64_t th = norm_tokens * w.h;
+    if (!x.autocast) return EagerNormSaved(m, x.norm_tokens, x.e, include_input);
+    int64_t th = x.norm_tokens * x.w.h;
     int64_t kept = include_input ? th * kF32 : 0;
     if (m.norm == NormKind::kLayerNorm) {
-      kept += 2 * norm_tokens * kF32;  // mean, rstd
+      kept += 2 * x.norm_tokens * kF32;  // mean, rstd
     } else {
-      kept += th * kF32 /*x^2*/ + norm_tokens * kF32 /*rsqrt*/ + th * kF32 /*x_norm*/;
+      kept += th * kF32 /*x^2*/ + x.norm_tokens * kF32 /*rsqrt*/ + th * kF32 /*x_norm*/;
     }
-    return kept + consumers * th * e;  // the consumers' 16-bit casts of the output
+    return kept + consumers * th * x.e;  // the consumers' 16-bit casts of the output
   };
   int64_t attn_consumers = fused_qkv ? 1 : 3;
   int64_t mlp_consumers = m.gated_mlp ? 2 : 1;
-  // Norms: the layer input is kept by the first norm (pre-norm) or by the residual's norm.
-  int64_t norm1 = norm_saved(true, attn_consumers);
-  int64_t norm2 = 0;
-  if (m.norms_per_layer == 2) norm2 = norm_saved(!m.parallel_attn_mlp, mlp_consumers);
-  if (m.norms_per_layer == 0) norm1 = norm_tokens * w.h * (autocast ? kF32 : e);
+  // The layer input is kept by the first norm (pre-norm) or by the residual's norm.
+  EagerNorms n;
+  n.norm1 = norm_saved(true, attn_consumers);
+  if (m.norms_per_layer == 2) n.norm2 = norm_saved(!m.parallel_attn_mlp, mlp_consumers);
+  if (m.norms_per_layer == 0) n.norm1 = x.norm_tokens * x.w.h * (x.autocast ? kF32 : x.e);
+  return n;
+}
 
-  // Attention projections and what the attention core keeps of q, k, v.
+struct EagerCore {
+  int64_t saved = 0;     // what the attention core (scores to output) keeps
+  int64_t backward = 0;  // its backward's transient gradients
+};
+
+EagerCore EagerCoreSaved(const ModelSpec& m, const TrainingSpec& t, const EagerShape& x) {
+  const int64_t att = x.att, e = x.e;
+  EagerCore c;
+  if (t.flash_attn) {
+    // Fused attention keeps its output and the per-row log-sum-exp (fp32).
+    c.saved = x.tokens * x.w.q * e + x.sh.b * x.w.heads * x.sh.s * kF32;
+    c.backward = 3 * x.tokens * x.w.q * e;  // dq, dk, dv
+    return c;
+  }
+  // Eager: softmax(dtype=float32) keeps its fp32 output; the cast back to the activation dtype
+  // is kept by the next op unless dropout replaces it (dropout keeps its mask and hands the
+  // masked copy to the matmul with v).
+  double attn_p = AttnDropout(m, t);
+  c.saved = att * kF32;
+  if (x.autocast) {
+    // The scores come out fp32 (the fp32 mask promotes them); the matmul with v keeps its
+    // own 16-bit cast of the (dropped-out) probabilities.
+    // Rotation by fp32 cos/sin promotes q to fp32, so the softmax output stays fp32 through
+    // dropout; without rotation it is cast back to the 16-bit q's dtype first.
+    int64_t dropout_input = m.position == PositionKind::kRotary ? kF32 : e;
+    c.saved += att * e + (attn_p > 0 ? att * MaskBytes(t, dropout_input) : 0);
+  } else if (attn_p > 0) {
+    c.saved += att * x.sh.mask + att * e;
+  } else if (e != kF32) {
+    c.saved += att * e;
+  }
+  // Backward, two score-sized gradients at a time: (dropout) output and probabilities, then
+  // the fp32 probabilities' gradient with the scores' gradient (in the activation dtype),
+  // then that with the scaling's copy: (4 + e) bytes per score at most.
+  c.backward = att * (kF32 + e);
+  return c;
+}
+
+struct EagerAttention {
+  int64_t qkv = 0;  // what the core keeps of q, k and v
+  EagerCore core;
+  int64_t attn_out = 0;  // the attention output made contiguous, kept by o_proj
+};
+
+EagerAttention EagerAttentionSaved(const ModelSpec& m, const TrainingSpec& t, const EagerShape& x) {
+  const int64_t tokens = x.tokens, e = x.e;
+  const Widths& w = x.w;
   bool gqa = w.kv < w.q;
+  EagerAttention a;
   // What the attention core keeps of q, k and v. Rotation makes new q and k (cos/sin need no
   // gradient, so the pre-rotation tensors are not kept); repeat_kv materialises k and v at the
   // full head count for GQA; a transposed view (v, or q/k without rotation) is copied when the
   // batched matmul folds its batch dimensions, and the copy is what is kept. So the fused
   // projection output itself is never kept.
   int64_t kv_kept = gqa ? w.q : w.kv;
-  int64_t qkv = tokens * (w.q + 2 * kv_kept) * e;
-  double attn_p = AttnDropout(m, t);
-  int64_t core = 0;
-  int64_t core_backward = 0;
-  if (t.flash_attn) {
-    // Fused attention keeps its output and the per-row log-sum-exp (fp32).
-    core = tokens * w.q * e + sh.b * w.heads * sh.s * kF32;
-    core_backward = 3 * tokens * w.q * e;  // dq, dk, dv
-  } else {
-    // Eager: softmax(dtype=float32) keeps its fp32 output; the cast back to the activation dtype
-    // is kept by the next op unless dropout replaces it (dropout keeps its mask and hands the
-    // masked copy to the matmul with v).
-    core = att * kF32;
-    if (autocast) {
-      // The scores come out fp32 (the fp32 mask promotes them); the matmul with v keeps its
-      // own 16-bit cast of the (dropped-out) probabilities.
-      // Rotation by fp32 cos/sin promotes q to fp32, so the softmax output stays fp32 through
-      // dropout; without rotation it is cast back to the 16-bit q's dtype first.
-      int64_t dropout_input = m.position == PositionKind::kRotary ? kF32 : e;
-      core += att * e + (attn_p > 0 ? att * MaskBytes(t, dropout_input) : 0);
-    } else if (attn_p > 0) {
-      core += att * sh.mask + att * e;
-    } else if (e != kF32) {
-      core += att * e;
-    }
-    // Backward, two score-sized gradients at a time: (dropout) output and probabilities, then
-    // the fp32 probabilities' gradient with the scores' gradient (in the activation dtype),
-    // then that with the scaling's copy: (4 + e) bytes per score at most.
-    core_backward = att * (kF32 + e);
-  }
-  bool selective = t.recompute == Recompute::kSelective;
-  // Fused q/k/v projections whose q and k are rotated (new tensors) while v stays a view.
-  bool fused_view_v = m.position == PositionKind::kRotary &&
-                      (m.model_type == "gpt_neox" || m.model_type == "phi3" ||
-                       m.model_type == "falcon");
-  if (selective) {
+  a.qkv = tokens * (w.q + 2 * kv_kept) * e;
+  a.core = EagerCoreSaved(m, t, x);
+  if (t.recompute == Recompute::kSelective) {
+    // Fused q/k/v projections whose q and k are rotated (new tensors) while v stays a view.
+    bool fused_view_v =
+        m.position == PositionKind::kRotary &&
+        (m.model_type == "gpt_neox" || m.model_type == "phi3" || m.model_type == "falcon");
     // The checkpoint keeps the core's inputs themselves: a v that is a view of the fused
     // projection keeps all of it alive (instead of the folded copy of v).
-    if (fused_view_v && !gqa) qkv += tokens * (w.q + w.kv) * e;
+    if (fused_view_v && !gqa) a.qkv += tokens * (w.q + w.kv) * e;
     if (!t.flash_attn) {
       // The core is recomputed in backward: its saved tensors (and the folded copy of a
       // transposed v) come back before its gradients.
       int64_t copies = gqa ? 0 : tokens * w.kv * e;
       if (m.position != PositionKind::kRotary) copies += 2 * tokens * w.q * e;  // q and k too
-      core_backward += core + copies;
+      a.core.backward += a.core.saved + copies;
     }
   }
-  int64_t attn_out = tokens * w.q * e;  // attention output made contiguous, kept by o_proj
-  double hid_p = HiddenDropout(m, t);
-  int64_t dropout_mask = hid_p > 0 ? norm_tokens * w.h * sh.mask : 0;
+  a.attn_out = tokens * w.q * e;
+  return a;
+}
 
-  // MLP. GELU/SiLU keep their input, ReLU its output (which fc2 also keeps).
-  int64_t tf = tokens * w.f * e;
-  int64_t mlp = 0;
-  int64_t mlp_backward = 0;
+struct EagerMlp {
+  int64_t saved = 0;
+  int64_t backward = 0;  // transient gradients at the MLP backward's peak
+};
+
+EagerMlp EagerMlpSaved(const ModelSpec& m, const ParallelPlan& p, const EagerShape& x,
+                       bool moe_layer) {
+  // GELU/SiLU keep their input, ReLU its output (which fc2 also keeps).
+  int64_t tf = x.tokens * x.w.f * x.e;
+  EagerMlp mlp;
   if (m.gated_mlp) {
     // gate output, act(gate), up output, product; backward holds the product's gradient and
     // both factors' gradients once the product itself is freed.
-    mlp = 4 * tf;
-    mlp_backward = 2 * tf;
+    mlp.saved = 4 * tf;
+    mlp.backward = 2 * tf;
   } else {
     // Backward holds the gradients of the activation's output and input together; with GELU
     // the output (kept by fc2) is freed by then, with ReLU it is the tensor ReLU itself keeps.
     bool relu = m.activation == Activation::kRelu;
-    mlp = (relu ? 1 : 2) * tf;
-    mlp_backward = relu ? 2 * tf : tf;
+    mlp.saved = (relu ? 1 : 2) * tf;
+    mlp.backward = relu ? 2 * tf : tf;
   }
   if (moe_layer) {
     // Routed tokens: each token visits top-k experts; router logits and probabilities (fp32).
     int64_t k = m.moe.experts_per_token;
-    mlp = mlp * k + tokens * m.moe.num_experts * kF32 * 2 + tokens * k * (kF32 + 8);
-    mlp_backward *= k;
+    mlp.saved = mlp.saved * k + x.tokens * m.moe.num_experts * kF32 * 2 + x.tokens * k * (kF32 + 8);
+    mlp.backward *= k;
     if (m.moe.num_shared_experts > 0) {
-      int64_t shared = tokens * (m.moe.shared_ffn_hidden_size / p.tp) * e;
-      mlp += (m.gated_mlp ? 4 : 2) * shared;
+      int64_t shared = x.tokens * (m.moe.shared_ffn_hidden_size / p.tp) * x.e;
+      mlp.saved += (m.gated_mlp ? 4 : 2) * shared;
     }
   }
+  return mlp;
+}
 
-  int64_t norm_bwd = EagerNormBackward(m, norm_tokens, e);
-  int64_t stream = norm_tokens * w.h * (autocast ? kF32 : e);
+// Full and per-op recomputation: the layer keeps `stream` (its input) and what the policy
+// caches; everything else it saved comes back just before its backward.
+void ApplyLayerRecompute(const ModelSpec& m, const TrainingSpec& t, const EagerShape& x,
+                         int64_t stream, LayerActivations& out) {
+  // The layer is recomputed just before its backward: all it saves comes back at once,
+  // with the recomputed output; its input is the checkpoint's own saved tensor (shared).
+  int64_t input = (m.norm == NormKind::kRmsNorm && x.e != kF32 && !x.autocast) ? 0 : stream;
+  out.recomputed = out.saved - input + stream;
+  out.backward.back().frees -= input;
+  if (t.recompute == Recompute::kOp) {
+    // torchtitan's policy (torchtitan/models/llama/parallelize: _save_list and every other
+    // aten.mm) keeps the outputs of the 1st, 3rd, 5th and 7th matmul of a Llama block —
+    // q, v, the first MLP matrix and the MLP output — and the attention kernel's output
+    // and statistics; recomputation reuses them instead of allocating them again.
+    const Widths& w = x.w;
+    int64_t cached = x.tokens * x.e * (w.q + w.kv + w.f + w.h) + x.tokens * w.q * x.e +
+                     x.sh.b * w.heads * x.sh.s * kF32;
+    out.recompute_saved = stream + cached;
+    out.recomputed -= cached;
+  }
+  out.saved = out.recompute_saved;
+}
+
+LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
+                            bool moe_layer) {
+  const EagerShape x = MakeEagerShape(m, t, p, moe_layer);
+  const EagerNorms norms = EagerNormsSaved(m, x);
+  const EagerAttention attn = EagerAttentionSaved(m, t, x);
+  const EagerMlp mlp = EagerMlpSaved(m, p, x, moe_layer);
+  const int64_t tokens = x.tokens, e = x.e;
+  double hid_p = HiddenDropout(m, t);
+  int64_t dropout_mask = hid_p > 0 ? x.norm_tokens * x.w.h * x.sh.mask : 0;
+  int64_t norm_bwd = EagerNormBackward(m, x.norm_tokens, e);
+  int64_t stream = x.norm_tokens * x.w.h * (x.autocast ? kF32 : e);
+  int64_t core_backward = attn.core.backward;
   if (m.parallel_attn_mlp) {
     // Parallel blocks: the MLP branch's gradient of the shared input waits in autograd's
     // input buffer while the attention branch runs backward.
     core_backward += stream;
   }
+  using P = BackwardStep::Params;
+  const bool selective = t.recompute == Recompute::kSelective;
+  const int64_t q_bytes = tokens * x.w.q * e;
   LayerActivations out;
   double down_share = m.gated_mlp ? 1.0 / 3.0 : 0.5;
   out.backward = {{
-      {mlp_backward, mlp + dropout_mask, P::kMlp, down_share},
-      {norm_bwd, norm2, P::kNorm, 0.0},
-      {tokens * w.q * e, attn_out + dropout_mask, P::kAttnOut, 1.0},
-      {core_backward, selective ? 0 : core, P::kNone, 0.0},
-      {3 * tokens * w.q * e + stream, qkv, P::kAttnQkv, 0.0},
-      {norm_bwd, norm1, P::kNorm, 0.0},
+      {mlp.backward, mlp.saved + dropout_mask, P::kMlp, down_share},
+      {norm_bwd, norms.norm2, P::kNorm, 0.0},
+      {q_bytes, attn.attn_out + dropout_mask, P::kAttnOut, 1.0},
+      {core_backward, selective ? 0 : attn.core.saved, P::kNone, 0.0},
+      {3 * q_bytes + stream, attn.qkv, P::kAttnQkv, 0.0},
+      {norm_bwd, norms.norm1, P::kNorm, 0.0},
   }};
   for (const auto& st : out.backward) out.saved += st.frees;
   out.recompute_saved = stream;  // the checkpointed layer input
   if (t.recompute == Recompute::kFull || t.recompute == Recompute::kOp) {
-    // The layer is recomputed just before its backward: all it saves comes back at once,
-    // with the recomputed output; its input is the checkpoint's own saved tensor (shared).
-    int64_t input = (m.norm == NormKind::kRmsNorm && e != kF32 && !autocast) ? 0 : stream;
-    out.recomputed = out.saved - input + stream;
-    out.backward.back().frees -= input;
-    if (t.recompute == Recompute::kOp) {
-      // torchtitan's policy (torchtitan/models/llama/parallelize: _save_list and every other
-      // aten.mm) keeps the outputs of the 1st, 3rd, 5th and 7th matmul of a Llama block —
-      // q, v, the first MLP matrix and the MLP output — and the attention kernel's output
-      // and statistics; recomputation reuses them instead of allocating them again.
-      int64_t cached = tokens * e * (w.q + w.kv + w.f + w.h) + tokens * w.q * e +
-                       sh.b * w.heads * sh.s * kF32;
-      out.recompute_saved = stream + cached;
-      out.recomputed -= cached;
-    }
-    out.saved = out.recompute_saved;
+    ApplyLayerRecompute(m, t, x, stream, out);
   }
   return out;
 }
@@ -248,9 +314,9 @@ LayerActivations MegatronLayer(const ModelSpec& m, const TrainingSpec& t, const 
   double attn_p = AttnDropout(m, t);
   double hid_p = HiddenDropout(m, t);
 
-  int64_t norms = 2 * (sb * w.h * e) / outside;                      // 2 x norm input (2sbh)
-  int64_t qkv_in = sb * w.h * e / outside;                           // QKV input (2sbh)
-  int64_t qkv = sb * (w.q + 2 * w.kv) * e;                           // Q, K (4sbh) and V (2sbh)
+  int64_t norms = 2 * (sb * w.h * e) / outside;  // 2 x norm input (2sbh)
+  int64_t qkv_in = sb * w.h * e / outside;       // QKV input (2sbh)
+  int64_t qkv = sb * (w.q + 2 * w.kv) * e;       // Q, K (4sbh) and V (2sbh)
   int64_t att = sh.b * w.heads * sh.s * sh.s;
   int64_t core = 0;
   if (t.flash_attn) {
@@ -261,9 +327,9 @@ LayerActivations MegatronLayer(const ModelSpec& m, const TrainingSpec& t, const 
   }
   int64_t proj_in = sb * w.q * e;  // linear projection input (2sbh)
   int64_t attn_mask = hid_p > 0 ? sb * w.h * sh.mask / outside : 0;
-  int64_t mlp_in = sb * w.h * e / outside;                    // fc1 input (2sbh)
-  int64_t fc1 = sb * w.f * e * (m.gated_mlp ? 2 : 1);         // activation input (8sbh)
-  int64_t fc2_in = sb * w.f * e;                              // fc2 input (8sbh)
+  int64_t mlp_in = sb * w.h * e / outside;             // fc1 input (2sbh)
+  int64_t fc1 = sb * w.f * e * (m.gated_mlp ? 2 : 1);  // activation input (8sbh)
+  int64_t fc2_in = sb * w.f * e;                       // fc2 input (8sbh)
   int64_t mlp_mask = hid_p > 0 ? sb * w.h * sh.mask / outside : 0;
   int64_t mlp = fc1 + fc2_in;
   if (moe_layer) {
@@ -282,8 +348,8 @@ LayerActivations MegatronLayer(const ModelSpec& m, const TrainingSpec& t, const 
       {2 * sb * w.f * e, mlp + mlp_mask + mlp_in, P::kMlp, 0.5},
       {2 * stream, norms / 2, P::kNorm, 0.0},
       {sb * w.q * e, proj_in + attn_mask, P::kAttnOut, 1.0},
-      {t.flash_attn ? 3 * sb * w.q * e : 2 * att * e + (selective ? core : 0),
-       selective ? 0 : core, P::kNone, 0.0},
+      {t.flash_attn ? 3 * sb * w.q * e : 2 * att * e + (selective ? core : 0), selective ? 0 : core,
+       P::kNone, 0.0},
       {3 * sb * w.q * e + stream, qkv + qkv_in, P::kAttnQkv, 0.0},
       {2 * stream, norms / 2, P::kNorm, 0.0},
   }};
@@ -323,8 +389,7 @@ LayerActivations LayerActivationBytes(const ModelSpec& m, const TrainingSpec& t,
                                 : EagerLayer(m, t, p, moe_layer);
 }
 
-int64_t EmbeddingActivationBytes(const ModelSpec& m, const TrainingSpec& t,
-                                 const ParallelPlan& p) {
+int64_t EmbeddingActivationBytes(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p) {
   ActivationShape sh = MakeActivationShape(t, p);
   int64_t tokens = sh.b * sh.s;
   int64_t bytes = 0;

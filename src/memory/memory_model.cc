@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <utility>
 
 #include "memory/activations.h"
 #include "model/param_count.h"
@@ -49,9 +50,9 @@ RankLayer LayerOnRank(const ModelSpec& m, const LayerParams& l, const ParallelPl
 }
 
 struct StageParams {
-  int64_t total = 0;           // parameters on this rank
-  int64_t matmul = 0;          // of which in matrices multiplied in forward (autocast casts them)
-  int64_t largest_tensor = 0;  // elements of the largest single tensor (optimizer temporaries)
+  int64_t total = 0;            // parameters on this rank
+  int64_t matmul = 0;           // of which in matrices multiplied in forward (autocast casts them)
+  int64_t largest_tensor = 0;   // elements of the largest single tensor (optimizer temporaries)
   int64_t adafactor_state = 0;  // Adafactor's factored second moment (elements)
   int64_t per_layer_max = 0;    // largest layer (ZeRO-3/FSDP gather unit)
   int64_t head = 0;             // output layer + final norm (their grads appear first)
@@ -94,14 +95,14 @@ StageParams ParamsOnRank(const ModelSpec& m, const ParamCounts& c, const Paralle
 
 struct States {
   int64_t weights = 0;
-  int64_t grads = 0;             // gradients alive at the end of backward
-  bool grads_persist = false;    // kept across steps (flat buffers) vs freed by zero_grad
-  int64_t optimizer = 0;         // optimizer states (with fp32 master weights where kept)
-  int64_t optimizer_temp = 0;    // transient of the optimizer step
-  int64_t buckets = 0;           // persistent communication buffers
-  int64_t gather = 0;            // ZeRO-3/FSDP unsharded parameters while computing
-  int64_t gather_grad = 0;       // ... and the unsharded gradient before reduce-scatter
-  int64_t autocast_cache = 0;    // 16-bit copies of fp32 weights under torch.autocast
+  int64_t grads = 0;           // gradients alive at the end of backward
+  bool grads_persist = false;  // kept across steps (flat buffers) vs freed by zero_grad
+  int64_t optimizer = 0;       // optimizer states (with fp32 master weights where kept)
+  int64_t optimizer_temp = 0;  // transient of the optimizer step
+  int64_t buckets = 0;         // persistent communication buffers
+  int64_t gather = 0;          // ZeRO-3/FSDP unsharded parameters while computing
+  int64_t gather_grad = 0;     // ... and the unsharded gradient before reduce-scatter
+  int64_t autocast_cache = 0;  // 16-bit copies of fp32 weights under torch.autocast
 };
 
 int64_t Div(int64_t bytes, int64_t by) { return by > 1 ? (bytes + by - 1) / by : bytes; }
@@ -126,116 +127,155 @@ double OptimizerStateBytes(OptimizerKind o, int64_t state_bytes) {
   return 0;
 }
 
-States ModelStates(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp) {
-  States st;
-  const double n = static_cast<double>(sp.total);
-  const int64_t z = p.shard_size();
-  int64_t compute = t.precision == Precision::kFp32 ? 4 : 2;  // bytes of the working weights
-  bool pure = t.precision == Precision::kBf16Pure;
-  bool mixed = t.mixed();
-  // States are fp32 except in pure bf16 (no master copy, bf16 states).
-  int64_t state_bytes = pure ? 2 : 4;
-  double opt_per_param = OptimizerStateBytes(t.optimizer, state_bytes);
-  double opt_bytes = opt_per_param * n;
-  if (t.optimizer == OptimizerKind::kAdafactor) {
-    opt_bytes = static_cast<double>(sp.adafactor_state) * static_cast<double>(state_bytes);
-  }
-  auto bytes = [](double v) { return static_cast<int64_t>(std::ceil(v)); };
+// What every framework's account of the model states starts from.
+struct StateInputs {
+  double n = 0;             // parameters on the rank
+  int64_t z = 1;            // ranks sharding the states
+  int64_t compute = 2;      // bytes of the working weights (16-bit, or fp32)
+  bool pure = false;        // pure bf16: no master copy, bf16 states
+  bool mixed = false;       // 16-bit compute over fp32 master weights
+  int64_t state_bytes = 4;  // bytes of one optimizer-state element
+  double opt_bytes = 0;     // optimizer states, without master weights
+};
 
-  switch (t.framework) {
-    case Framework::kMegatron: {
-      // Megatron-LM: 16-bit params, fp32 main_grad buffer (accumulate_allreduce_grads_in_fp32),
-      // fp32 master params + Adam states in the optimizer; 18 bytes/param, or 6 + 12/d with the
-      // distributed optimizer (Megatron-LM docs, theoretical_memory_usage.py).
-      // The grad buffer is fp32 for bf16 (Megatron forces accumulate_allreduce_grads_in_fp32
-      // with --bf16) and 16-bit for fp16, where that flag defaults to off (arguments.py).
-      st.weights = bytes(n * static_cast<double>(compute));
-      bool fp32_grads = t.precision == Precision::kBf16 || t.precision == Precision::kFp32;
-      st.grads = bytes(n * (fp32_grads ? 4.0 : 2.0));
-      st.grads_persist = true;
-      double master = mixed ? 4.0 * n : 0.0;
-      double opt = master + opt_bytes;
-      int64_t shard = (p.distributed_optimizer || p.zero >= 1) ? z : 1;
-      st.optimizer = bytes(opt / static_cast<double>(shard));
-      break;
-    }
-    case Framework::kDeepSpeed: {
-      // ZeRO (Rajbhandari et al., SC'20, §5): 2 + 2 + K bytes/param with K = 12 for mixed-
-      // precision Adam; stage 1 shards K, stage 2 also the gradients, stage 3 also the weights.
-      double w = n * static_cast<double>(compute);
-      double g = n * static_cast<double>(compute);
-      double master = mixed ? 4.0 * n : 0.0;
-      double opt = master + opt_bytes;
-      st.weights = bytes(p.zero >= 3 ? w / static_cast<double>(z) : w);
-      st.grads = bytes(p.zero >= 2 ? g / static_cast<double>(z) : g);
-      st.grads_persist = true;
-      st.optimizer = bytes(p.zero >= 1 ? opt / static_cast<double>(z) : opt);
-      if (p.zero >= 1 && p.zero <= 2 && z > 1) {
-        // reduce_bucket_size and allgather_bucket_size default to 5e8 elements (DeepSpeed
-        // config docs); buckets never exceed the partition they serve.
-        st.buckets = std::min<int64_t>(bytes(g), 500'000'000 * compute) +
-                     std::min<int64_t>(bytes(w), 500'000'000 * compute);
-      }
-      if (p.zero >= 3) {
-        // stage3_prefetch_bucket_size (5e7) and the layer being computed are unsharded.
-        st.gather = std::min<int64_t>(2 * sp.per_layer_max, sp.per_layer_max + 50'000'000) *
-                    compute;
-        st.gather_grad = sp.per_layer_max * compute;
-      }
-      break;
-    }
-    case Framework::kFsdp: {
-      // FSDP keeps fp32 sharded flat parameters (and fp32 gradients and optimizer states on
-      // the shard); MixedPrecision casts an all-gathered unit to 16 bits while it computes,
-      // with the next unit prefetched (PyTorch FSDP docs: backward_prefetch=BACKWARD_PRE).
-      int64_t master_bytes = pure ? 2 : 4;
-      double w = n * static_cast<double>(master_bytes);
-      st.weights = bytes(p.zero >= 3 ? w / static_cast<double>(z) : w);
-      st.grads = bytes(p.zero >= 2 ? w / static_cast<double>(z) : w);
-      st.optimizer = bytes(p.zero >= 2 ? opt_bytes / static_cast<double>(z) : opt_bytes);
-      if (p.zero >= 3 && z > 1) {
-        st.gather = 2 * sp.per_layer_max * compute;
-        st.gather_grad = sp.per_layer_max * compute;
-      } else if (mixed) {
-        st.autocast_cache = bytes(static_cast<double>(sp.matmul) * 2.0);
-      }
-      break;
-    }
-    case Framework::kHf: {
-      // HF Trainer / plain PyTorch: parameters stay in their dtype (fp32 under AMP, bf16 when
-      // pure); gradients match them; torch.autocast caches a 16-bit copy of every weight it
-      // casts until the forward ends, and backward keeps them until each layer's backward.
-      int64_t pbytes = pure ? 2 : 4;
-      st.weights = bytes(n * static_cast<double>(pbytes));
-      st.grads = st.weights;
-      st.optimizer = bytes(opt_bytes);
-      if (p.zero >= 1) {
-        st.optimizer = Div(st.optimizer, z);
-        if (p.zero >= 2) st.grads = Div(st.grads, z);
-        if (p.zero >= 3) st.weights = Div(st.weights, z);
-      }
-      if (mixed) st.autocast_cache = bytes(static_cast<double>(sp.matmul) * 2.0);
-      if (p.dp > 1 && p.zero == 0) {
-        // DDP's gradient buckets are a second copy of all gradients unless
-        // gradient_as_bucket_view=True (PyTorch DDP docs).
-        st.buckets = st.grads;
-      }
-      break;
-    }
+int64_t CeilBytes(double v) { return static_cast<int64_t>(std::ceil(v)); }
+
+StateInputs MakeStateInputs(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp) {
+  StateInputs in;
+  in.n = static_cast<double>(sp.total);
+  in.z = p.shard_size();
+  in.compute = t.precision == Precision::kFp32 ? 4 : 2;
+  in.pure = t.precision == Precision::kBf16Pure;
+  in.mixed = t.mixed();
+  // States are fp32 except in pure bf16 (no master copy, bf16 states).
+  in.state_bytes = in.pure ? 2 : 4;
+  in.opt_bytes = OptimizerStateBytes(t.optimizer, in.state_bytes) * in.n;
+  if (t.optimizer == OptimizerKind::kAdafactor) {
+    in.opt_bytes = static_cast<double>(sp.adafactor_state) * static_cast<double>(in.state_bytes);
   }
-  // Optimizer step temporaries.
+  return in;
+}
+
+States MegatronStates(const TrainingSpec& t, const ParallelPlan& p, const StateInputs& in) {
+  // Megatron-LM: 16-bit params, fp32 main_grad buffer (accumulate_allreduce_grads_in_fp32),
+  // fp32 master params + Adam states in the optimizer; 18 bytes/param, or 6 + 12/d with the
+  // distributed optimizer (Megatron-LM docs, theoretical_memory_usage.py).
+  // The grad buffer is fp32 for bf16 (Megatron forces accumulate_allreduce_grads_in_fp32
+  // with --bf16) and 16-bit for fp16, where that flag defaults to off (arguments.py).
+  States st;
+  st.weights = CeilBytes(in.n * static_cast<double>(in.compute));
+  bool fp32_grads = t.precision == Precision::kBf16 || t.precision == Precision::kFp32;
+  st.grads = CeilBytes(in.n * (fp32_grads ? 4.0 : 2.0));
+  st.grads_persist = true;
+  double master = in.mixed ? 4.0 * in.n : 0.0;
+  double opt = master + in.opt_bytes;
+  int64_t shard = (p.distributed_optimizer || p.zero >= 1) ? in.z : 1;
+  st.optimizer = CeilBytes(opt / static_cast<double>(shard));
+  return st;
+}
+
+States DeepSpeedStates(const ParallelPlan& p, const StageParams& sp, const StateInputs& in) {
+  // ZeRO (Rajbhandari et al., SC'20, §5): 2 + 2 + K bytes/param with K = 12 for mixed-
+  // precision Adam; stage 1 shards K, stage 2 also the gradients, stage 3 also the weights.
+  States st;
+  const double z = static_cast<double>(in.z);
+  double w = in.n * static_cast<double>(in.compute);
+  double g = in.n * static_cast<double>(in.compute);
+  double master = in.mixed ? 4.0 * in.n : 0.0;
+  double opt = master + in.opt_bytes;
+  st.weights = CeilBytes(p.zero >= 3 ? w / z : w);
+  st.grads = CeilBytes(p.zero >= 2 ? g / z : g);
+  st.grads_persist = true;
+  st.optimizer = CeilBytes(p.zero >= 1 ? opt / z : opt);
+  if (p.zero >= 1 && p.zero <= 2 && in.z > 1) {
+    // reduce_bucket_size and allgather_bucket_size default to 5e8 elements (DeepSpeed
+    // config docs); buckets never exceed the partition they serve.
+    st.buckets = std::min<int64_t>(CeilBytes(g), 500'000'000 * in.compute) +
+                 std::min<int64_t>(CeilBytes(w), 500'000'000 * in.compute);
+  }
+  if (p.zero >= 3) {
+    // stage3_prefetch_bucket_size (5e7) and the layer being computed are unsharded.
+    st.gather = std::min<int64_t>(2 * sp.per_layer_max, sp.per_layer_max + 50'000'000) * in.compute;
+    st.gather_grad = sp.per_layer_max * in.compute;
+  }
+  return st;
+}
+
+States FsdpStates(const ParallelPlan& p, const StageParams& sp, const StateInputs& in) {
+  // FSDP keeps fp32 sharded flat parameters (and fp32 gradients and optimizer states on
+  // the shard); MixedPrecision casts an all-gathered unit to 16 bits while it computes,
+  // with the next unit prefetched (PyTorch FSDP docs: backward_prefetch=BACKWARD_PRE).
+  States st;
+  const double z = static_cast<double>(in.z);
+  int64_t master_bytes = in.pure ? 2 : 4;
+  double w = in.n * static_cast<double>(master_bytes);
+  st.weights = CeilBytes(p.zero >= 3 ? w / z : w);
+  st.grads = CeilBytes(p.zero >= 2 ? w / z : w);
+  st.optimizer = CeilBytes(p.zero >= 2 ? in.opt_bytes / z : in.opt_bytes);
+  if (p.zero >= 3 && in.z > 1) {
+    st.gather = 2 * sp.per_layer_max * in.compute;
+    st.gather_grad = sp.per_layer_max * in.compute;
+  } else if (in.mixed) {
+    st.autocast_cache = CeilBytes(static_cast<double>(sp.matmul) * 2.0);
+  }
+  return st;
+}
+
+States HfStates(const ParallelPlan& p, const StageParams& sp, const StateInputs& in) {
+  // HF Trainer / plain PyTorch: parameters stay in their dtype (fp32 under AMP, bf16 when
+  // pure); gradients match them; torch.autocast caches a 16-bit copy of every weight it
+  // casts until the forward ends, and backward keeps them until each layer's backward.
+  States st;
+  int64_t pbytes = in.pure ? 2 : 4;
+  st.weights = CeilBytes(in.n * static_cast<double>(pbytes));
+  st.grads = st.weights;
+  st.optimizer = CeilBytes(in.opt_bytes);
+  if (p.zero >= 1) {
+    st.optimizer = Div(st.optimizer, in.z);
+    if (p.zero >= 2) st.grads = Div(st.grads, in.z);
+    if (p.zero >= 3) st.weights = Div(st.weights, in.z);
+  }
+  if (in.mixed) st.autocast_cache = CeilBytes(static_cast<double>(sp.matmul) * 2.0);
+  if (p.dp > 1 && p.zero == 0) {
+    // DDP's gradient buckets are a second copy of all gradients unless
+    // gradient_as_bucket_view=True (PyTorch DDP docs).
+    st.buckets = st.grads;
+  }
+  return st;
+}
+
+// Transient bytes of the optimizer step. Megatron's and DeepSpeed's fused Adam make none.
+int64_t OptimizerStepTemp(const TrainingSpec& t, const StageParams& sp, const StateInputs& in) {
   bool adam = t.optimizer == OptimizerKind::kAdam || t.optimizer == OptimizerKind::kAdamW;
-  if (adam && (t.framework == Framework::kHf || t.framework == Framework::kFsdp)) {
-    if (t.device == DeviceKind::kCuda && t.foreach_optimizer) {
-      // torch.optim's default foreach implementation: _foreach_sqrt(exp_avg_sq) materialises
-      // a copy of the second moments of all (local) parameters.
-      st.optimizer_temp = bytes(opt_bytes / 2.0);
-    } else {
-      // Single-tensor Adam (the CPU default): exp_avg_sq.sqrt() / bias_correction2_sqrt makes
-      // two temporaries the size of the tensor being updated.
-      st.optimizer_temp = 2 * sp.largest_tensor * state_bytes;
-    }
+  if (!adam || (t.framework != Framework::kHf && t.framework != Framework::kFsdp)) return 0;
+  if (t.device == DeviceKind::kCuda && t.foreach_optimizer) {
+    // torch.optim's default foreach implementation: _foreach_sqrt(exp_avg_sq) materialises
+    // a copy of the second moments of all (local) parameters.
+    return CeilBytes(in.opt_bytes / 2.0);
   }
+  // Single-tensor Adam (the CPU default): exp_avg_sq.sqrt() / bias_correction2_sqrt makes
+  // two temporaries the size of the tensor being updated.
+  return 2 * sp.largest_tensor * in.state_bytes;
+}
+
+States ModelStates(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp) {
+  const StateInputs in = MakeStateInputs(t, p, sp);
+  States st;
+  switch (t.framework) {
+    case Framework::kMegatron:
+      st = MegatronStates(t, p, in);
+      break;
+    case Framework::kDeepSpeed:
+      st = DeepSpeedStates(p, sp, in);
+      break;
+    case Framework::kFsdp:
+      st = FsdpStates(p, sp, in);
+      break;
+    case Framework::kHf:
+      st = HfStates(p, sp, in);
+      break;
+  }
+  st.optimizer_temp = OptimizerStepTemp(t, sp, in);
   return st;
 }
 
@@ -260,11 +300,10 @@ constexpr int64_t kCublasWorkspace = 32 * kMiB;
 // communicator per parallel group in use.
 constexpr int64_t kNcclPerGroup = 128 * kMiB;
 
-}  // namespace
+// ---- what the stages share -----------------------------------------------------------------
 
-Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
-                                     const ParallelPlan& p, StageDetail detail) {
-  RETURN_IF_ERROR(ValidateLayout(m, t, p));
+// The parameters of the model as trained: a classification head replaces the LM head.
+ParamCounts TrainedParamCounts(const ModelSpec& m, const TrainingSpec& t) {
   HeadKind head_kind = t.head == HeadType::kMaskedLm ? HeadKind::kMaskedLm : HeadKind::kDefault;
   if (m.arch == ArchKind::kDecoder) head_kind = HeadKind::kCausalLm;
   ParamCounts counts = CountParams(m, head_kind, /*per_layer=*/false);
@@ -274,202 +313,283 @@ Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
     counts.head_extra = m.hidden_size * t.num_labels + t.num_labels;
     counts.total += counts.head();
   }
-  MemoryEstimate est;
-  est.params = counts.total;
-  const int64_t microbatches = MicroBatchesPerStep(t, p);
-  const bool cuda = t.device == DeviceKind::kCuda;
+  return counts;
+}
 
-  // Every layer is one of two kinds (dense or MoE): account each kind once.
-  const bool has_moe = m.moe.enabled();
-  const RankLayer dense_params = LayerOnRank(m, CountLayerParams(m, false), p);
-  const RankLayer moe_params = has_moe ? LayerOnRank(m, CountLayerParams(m, true), p) : RankLayer{};
-  const LayerActivations dense_act = LayerActivationBytes(m, t, p, false);
-  const LayerActivations moe_act = has_moe ? LayerActivationBytes(m, t, p, true) : LayerActivations{};
-  const int64_t embedding_act = EmbeddingActivationBytes(m, t, p);
-  const OutputActivations output_act = OutputActivationBytes(m, t, p);
+// Every layer is one of two kinds (dense or MoE): each kind is accounted once, for all stages.
+struct LayerKinds {
+  bool has_moe = false;
+  RankLayer dense_params, moe_params;
+  LayerActivations dense_act, moe_act;
+  int64_t embedding_act = 0;     // first stage, one micro-batch
+  OutputActivations output_act;  // last stage, one micro-batch
+  int64_t stream_grad = 0;       // the residual stream's gradient, alive through backward
+  int64_t workspace = 0;         // cuBLAS workspaces (CUDA)
+};
+
+LayerKinds MakeLayerKinds(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p) {
+  LayerKinds k;
+  k.has_moe = m.moe.enabled();
+  k.dense_params = LayerOnRank(m, CountLayerParams(m, false), p);
+  if (k.has_moe) k.moe_params = LayerOnRank(m, CountLayerParams(m, true), p);
+  k.dense_act = LayerActivationBytes(m, t, p, false);
+  if (k.has_moe) k.moe_act = LayerActivationBytes(m, t, p, true);
+  k.embedding_act = EmbeddingActivationBytes(m, t, p);
+  k.output_act = OutputActivationBytes(m, t, p);
   const ActivationShape sh = MakeActivationShape(t, p);
-  const int64_t stream_grad = sh.b * sh.s * m.hidden_size * sh.e;
-  const int64_t workspace = cuda ? kCublasWorkspace : 0;
+  k.stream_grad = sh.b * sh.s * m.hidden_size * sh.e;
+  k.workspace = t.device == DeviceKind::kCuda ? kCublasWorkspace : 0;
+  return k;
+}
 
-  // Layers per stage: as even as possible, earlier stages take the remainder.
-  const int64_t base_layers = m.num_layers / p.pp;
-  const int64_t extra_layers = m.num_layers % p.pp;
+// The layers of one pipeline stage.
+struct StageLayers {
+  int64_t stage = 0;
+  int64_t first = 0;  // index of its first layer
+  int64_t n_layers = 0;
+  int64_t n_dense = 0;
+  int64_t n_moe = 0;
+  bool first_stage = false;
+  bool last_stage = false;
+};
 
-  // Middle stages after the second never exceed it, unless an irregular MoE layer pattern puts
-  // more experts on a later stage.
-  bool regular = !has_moe || (m.moe.layer_freq == 1 && m.moe.dense_layers.empty());
-  bool worst_only = detail == StageDetail::kWorst && regular;
-  est.stages.reserve(static_cast<size_t>(worst_only ? std::min<int64_t>(3, p.pp) : p.pp));
-  int64_t first = 0;
-  for (int64_t stage = 0; stage < p.pp; ++stage) {
-    int64_t n_layers = base_layers + (stage < extra_layers ? 1 : 0);
-    if (worst_only && stage > 1 && stage < p.pp - 1) {
-      first += n_layers;
-      continue;
-    }
-    bool first_stage = stage == 0;
-    bool last_stage = stage == p.pp - 1;
-    int64_t n_moe = 0;
-    if (has_moe) {
-      for (int64_t i = first; i < first + n_layers; ++i) n_moe += m.IsMoeLayer(i) ? 1 : 0;
-    }
-    int64_t n_dense = n_layers - n_moe;
-    StageParams sp = ParamsOnRank(m, counts, p, dense_params, moe_params, n_dense, n_moe,
-                                  first_stage, last_stage);
-    States st = ModelStates(t, p, sp);
-
-    // Activations of one micro-batch on this stage.
-    int64_t act = n_dense * dense_act.saved + n_moe * moe_act.saved;
-    if (first_stage) act += embedding_act;
-    OutputActivations out;
-    if (last_stage) out = output_act;
-    double in_flight = InFlight(p, stage, microbatches);
-    int64_t act_all = static_cast<int64_t>(std::ceil(static_cast<double>(act) * in_flight));
-
-    // Phases of one step; each lists what is alive at its peak.
-    struct Phase {
-      const char* name;
-      MemoryBreakdown b;
-    };
-    std::array<Phase, 4> phases;
-    int64_t grads_at_start = st.grads_persist ? st.grads : 0;
-    // With whole-layer recomputation the first forward runs without grad, so no graph keeps the
-    // autocast cache's weight copies once autocast exits: backward only holds the copies of the
-    // layer being recomputed.
-    const bool recompute_layers =
-        t.recompute == Recompute::kFull || t.recompute == Recompute::kOp;
-    const int64_t cache_after_forward = recompute_layers ? 0 : st.autocast_cache;
-    const bool layer_casts = recompute_layers && st.autocast_cache > 0;
-    // Gradients that appear during backward (frameworks that free them after each step).
-    double grad_per_param = st.grads_persist || sp.total == 0
-                                ? 0.0
-                                : static_cast<double>(st.grads) / static_cast<double>(sp.total);
-    auto grad_bytes = [&](int64_t params) {
-      return static_cast<int64_t>(std::ceil(static_cast<double>(params) * grad_per_param));
-    };
-    {
-      MemoryBreakdown b;  // end of forward, still inside autocast: its weight cache is alive
-      b.weights = st.weights;
-      b.gradients = grads_at_start;
-      b.optimizer = st.optimizer;
-      b.activations = act_all + out.saved + st.autocast_cache;
-      b.logits = out.logits_held + out.loss_saved;
-      b.temporary = st.buckets + st.gather;
-      b.overhead = workspace;
-      phases[0] = {"forward", b};
-      // Start of backward (last stage): the loss backward's vocabulary-sized gradients.
-      b.activations = act_all + out.saved + cache_after_forward;
-      b.logits = out.logits_held + out.loss_saved + out.loss_backward_transient;
-      phases[3] = {last_stage ? "loss" : "forward", b};
-    }
-    {
-      // Backward, layer by layer from the last: each step of a layer's backward holds its
-      // gradient buffers, then frees what it saved and adds its parameter gradients.
-      MemoryBreakdown base;
-      base.weights = st.weights;
-      base.optimizer = st.optimizer;
-      base.logits = out.logits_held;
-      base.overhead = workspace;
-      // The head's gradients come first; a head tied to the embedding accumulates into the
-      // embedding's gradient, which therefore exists from the start of backward.
-      int64_t head_params = sp.head;
-      if (m.tied_embeddings && first_stage && last_stage) head_params += counts.token_embedding / p.tp;
-      int64_t fixed_temp = st.buckets + st.gather + st.gather_grad + stream_grad;
-      MemoryBreakdown best;
-      // Walks one layer's backward from (grads, act); returns the state after it.
-      auto walk = [&](const LayerActivations& la, const RankLayer& rl, int64_t& cur_grads,
-                      int64_t& cur_act) {
-        int64_t casts = layer_casts ? 2 * rl.matmul : 0;
-        cur_act += la.recomputed + casts;
-        int64_t freed = 0;
-        for (const auto& step : la.backward) {
-          int64_t params = 0;
-          switch (step.params) {
-            case BackwardStep::Params::kMlp: params = rl.mlp; break;
-            case BackwardStep::Params::kAttnOut: params = rl.attn_out; break;
-            case BackwardStep::Params::kAttnQkv: params = rl.attn_qkv; break;
-            case BackwardStep::Params::kNorm: params = rl.norm; break;
-            case BackwardStep::Params::kNone: break;
-          }
-          int64_t g = grad_bytes(params);
-          MemoryBreakdown b = base;
-          b.gradients = cur_grads + static_cast<int64_t>(static_cast<double>(g) *
-                                                         step.params_at_peak);
-          b.activations = cur_act;
-          b.temporary = fixed_temp + step.transient;
-          if (b.total() > best.total()) best = b;
-          cur_grads += g;
-          cur_act -= step.frees;
-          freed += step.frees;
-        }
-        // With recomputation, the recomputed output and what the checkpoint kept go now.
-        if (la.recomputed > 0) cur_act -= (la.recomputed - freed) + la.recompute_saved;
-        cur_act -= casts;
-      };
-      int64_t start_grads = grads_at_start + grad_bytes(head_params);
-      int64_t start_act = act_all + cache_after_forward;
-      if (n_moe == 0 || n_dense == 0) {
-        // Identical layers: every layer changes the state by the same amount, so the peak is
-        // in the first or the last layer to run backward.
-        const LayerActivations& la = n_moe == 0 ? dense_act : moe_act;
-        const RankLayer& rl = n_moe == 0 ? dense_params : moe_params;
-        int64_t g = start_grads, a = start_act;
-        if (n_layers > 0) walk(la, rl, g, a);
-        if (n_layers > 1) {
-          int64_t dg = g - start_grads, da = a - start_act;
-          g = start_grads + dg * (n_layers - 1);
-          a = start_act + da * (n_layers - 1);
-          walk(la, rl, g, a);
-        }
-      } else {
-        int64_t g = start_grads, a = start_act;
-        for (int64_t i = first + n_layers - 1; i >= first; --i) {
-          bool moe_layer = m.IsMoeLayer(i);
-          walk(moe_layer ? moe_act : dense_act, moe_layer ? moe_params : dense_params, g, a);
-        }
-      }
-      phases[1] = {"backward", best};
-    }
-    {
-      MemoryBreakdown b;  // optimizer step: all gradients, no activations of this micro-batch
-      b.weights = st.weights;
-      b.gradients = st.grads;
-      b.optimizer = st.optimizer;
-      b.activations = act_all - act;  // other in-flight micro-batches (pipelines)
-      b.temporary = st.buckets + st.optimizer_temp;
-      b.overhead = workspace;
-      phases[2] = {"optimizer", b};
-    }
-    const Phase* peak = &phases[0];
-    for (const auto& ph : phases) {
-      if (ph.b.total() > peak->b.total()) peak = &ph;
-    }
-
-    StageEstimate se;
-    se.stage = stage;
-    se.first_layer = first;
-    se.num_layers = n_layers;
-    se.params = sp.total;
-    se.microbatches_in_flight = static_cast<int64_t>(std::ceil(in_flight));
-    se.peak_phase = peak->name;
-    se.breakdown = peak->b;
-    se.activations_per_microbatch = act;
-    se.peak_bytes = peak->b.total();
-    if (cuda) {
-      // Caching allocator: blocks round up to 2 MiB segments for large tensors and freed blocks
-      // are kept; reserved memory sits a few percent above the allocated peak (PyTorch CUDA
-      // semantics docs, "Memory management").
-      int64_t reserved = static_cast<int64_t>(static_cast<double>(se.peak_bytes) * 1.05);
-      se.peak_reserved_bytes = (reserved + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
-      int64_t groups = (p.dp > 1) + (p.tp > 1) + (p.pp > 1) + (p.cp > 1) + (p.ep > 1);
-      se.device_bytes = se.peak_reserved_bytes + t.cuda_context_bytes + groups * kNcclPerGroup;
-    } else {
-      se.peak_reserved_bytes = se.peak_bytes;
-      se.device_bytes = se.peak_bytes;
-    }
-    est.stages.push_back(se);
-    first += n_layers;
+StageLayers MakeStageLayers(const ModelSpec& m, const ParallelPlan& p, bool has_moe, int64_t stage,
+                            int64_t first, int64_t n_layers) {
+  StageLayers l;
+  l.stage = stage;
+  l.first = first;
+  l.n_layers = n_layers;
+  l.first_stage = stage == 0;
+  l.last_stage = stage == p.pp - 1;
+  if (has_moe) {
+    for (int64_t i = first; i < first + n_layers; ++i) l.n_moe += m.IsMoeLayer(i) ? 1 : 0;
   }
+  l.n_dense = n_layers - l.n_moe;
+  return l;
+}
+
+// ---- the phases of one step on one stage ---------------------------------------------------
+
+struct Phase {
+  const char* name = "";
+  MemoryBreakdown b;
+};
+
+// What the phases of one stage's step have in common.
+struct StageState {
+  StageParams sp;
+  States st;
+  int64_t act = 0;      // activations of one micro-batch
+  int64_t act_all = 0;  // ... of all micro-batches in flight
+  double in_flight = 1;
+  OutputActivations out;       // zero except on the last stage
+  int64_t grads_at_start = 0;  // gradients that exist before backward (flat buffers)
+  // With whole-layer recomputation the first forward runs without grad, so no graph keeps the
+  // autocast cache's weight copies once autocast exits: backward only holds the copies of the
+  // layer being recomputed.
+  int64_t cache_after_forward = 0;
+  bool layer_casts = false;
+  // Gradient bytes per parameter that appear during backward (frameworks that free them after
+  // each step); 0 where flat buffers hold them throughout.
+  double grad_per_param = 0;
+};
+
+StageState MakeStageState(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
+                          const ParamCounts& counts, const LayerKinds& k, const StageLayers& l,
+                          int64_t microbatches) {
+  StageState s;
+  s.sp = ParamsOnRank(m, counts, p, k.dense_params, k.moe_params, l.n_dense, l.n_moe, l.first_stage,
+                      l.last_stage);
+  s.st = ModelStates(t, p, s.sp);
+  s.act = l.n_dense * k.dense_act.saved + l.n_moe * k.moe_act.saved;
+  if (l.first_stage) s.act += k.embedding_act;
+  if (l.last_stage) s.out = k.output_act;
+  s.in_flight = InFlight(p, l.stage, microbatches);
+  s.act_all = static_cast<int64_t>(std::ceil(static_cast<double>(s.act) * s.in_flight));
+  s.grads_at_start = s.st.grads_persist ? s.st.grads : 0;
+  const bool recompute_layers = t.recompute == Recompute::kFull || t.recompute == Recompute::kOp;
+  s.cache_after_forward = recompute_layers ? 0 : s.st.autocast_cache;
+  s.layer_casts = recompute_layers && s.st.autocast_cache > 0;
+  s.grad_per_param = s.st.grads_persist || s.sp.total == 0
+                         ? 0.0
+                         : static_cast<double>(s.st.grads) / static_cast<double>(s.sp.total);
+  return s;
+}
+
+// End of forward, still inside autocast (its weight cache is alive); and, on the last stage,
+// the start of backward, where the loss backward's vocabulary-sized gradients appear.
+std::pair<Phase, Phase> ForwardAndLossPhases(const StageState& s, const LayerKinds& k,
+                                             bool last_stage) {
+  const OutputActivations& out = s.out;
+  MemoryBreakdown b;
+  b.weights = s.st.weights;
+  b.gradients = s.grads_at_start;
+  b.optimizer = s.st.optimizer;
+  b.activations = s.act_all + out.saved + s.st.autocast_cache;
+  b.logits = out.logits_held + out.loss_saved;
+  b.temporary = s.st.buckets + s.st.gather;
+  b.overhead = k.workspace;
+  Phase forward{"forward", b};
+  b.activations = s.act_all + out.saved + s.cache_after_forward;
+  b.logits = out.logits_held + out.loss_saved + out.loss_backward_transient;
+  return {forward, Phase{last_stage ? "loss" : "forward", b}};
+}
+
+// Backward, layer by layer from the last: each step of a layer's backward holds its gradient
+// buffers, then frees what it saved and adds its parameter gradients. Keeps the largest state.
+class BackwardWalk {
+ public:
+  BackwardWalk(const StageState& s, const LayerKinds& k)
+      : fixed_temp_(s.st.buckets + s.st.gather + s.st.gather_grad + k.stream_grad),
+        grad_per_param_(s.grad_per_param),
+        layer_casts_(s.layer_casts) {
+    base_.weights = s.st.weights;
+    base_.optimizer = s.st.optimizer;
+    base_.logits = s.out.logits_held;
+    base_.overhead = k.workspace;
+  }
+
+  int64_t GradBytes(int64_t params) const {
+    return static_cast<int64_t>(std::ceil(static_cast<double>(params) * grad_per_param_));
+  }
+
+  // Walks one layer's backward from (grads, act), leaving the state after it there.
+  void Layer(const LayerActivations& la, const RankLayer& rl, int64_t& grads, int64_t& act) {
+    int64_t casts = layer_casts_ ? 2 * rl.matmul : 0;
+    act += la.recomputed + casts;
+    int64_t freed = 0;
+    for (const auto& step : la.backward) {
+      int64_t g = GradBytes(StepParams(step.params, rl));
+      MemoryBreakdown b = base_;
+      b.gradients = grads + static_cast<int64_t>(static_cast<double>(g) * step.params_at_peak);
+      b.activations = act;
+      b.temporary = fixed_temp_ + step.transient;
+      if (b.total() > best_.total()) best_ = b;
+      grads += g;
+      act -= step.frees;
+      freed += step.frees;
+    }
+    // With recomputation, the recomputed output and what the checkpoint kept go now.
+    if (la.recomputed > 0) act -= (la.recomputed - freed) + la.recompute_saved;
+    act -= casts;
+  }
+
+  const MemoryBreakdown& best() const { return best_; }
+
+ private:
+  static int64_t StepParams(BackwardStep::Params which, const RankLayer& rl) {
+    switch (which) {
+      case BackwardStep::Params::kMlp:
+        return rl.mlp;
+      case BackwardStep::Params::kAttnOut:
+        return rl.attn_out;
+      case BackwardStep::Params::kAttnQkv:
+        return rl.attn_qkv;
+      case BackwardStep::Params::kNorm:
+        return rl.norm;
+      case BackwardStep::Params::kNone:
+        break;
+    }
+    return 0;
+  }
+
+  MemoryBreakdown base_;  // what stays fixed through backward
+  int64_t fixed_temp_;
+  double grad_per_param_;
+  bool layer_casts_;
+  MemoryBreakdown best_;
+};
+
+Phase BackwardPhase(const ModelSpec& m, const ParallelPlan& p, const ParamCounts& counts,
+                    const LayerKinds& k, const StageLayers& l, const StageState& s) {
+  BackwardWalk walk(s, k);
+  // The head's gradients come first; a head tied to the embedding accumulates into the
+  // embedding's gradient, which therefore exists from the start of backward.
+  int64_t head_params = s.sp.head;
+  if (m.tied_embeddings && l.first_stage && l.last_stage) {
+    head_params += counts.token_embedding / p.tp;
+  }
+  const int64_t start_grads = s.grads_at_start + walk.GradBytes(head_params);
+  const int64_t start_act = s.act_all + s.cache_after_forward;
+  int64_t g = start_grads, a = start_act;
+  if (l.n_moe == 0 || l.n_dense == 0) {
+    // Identical layers: every layer changes the state by the same amount, so the peak is in
+    // the first or the last layer to run backward.
+    const LayerActivations& la = l.n_moe == 0 ? k.dense_act : k.moe_act;
+    const RankLayer& rl = l.n_moe == 0 ? k.dense_params : k.moe_params;
+    if (l.n_layers > 0) walk.Layer(la, rl, g, a);
+    if (l.n_layers > 1) {
+      int64_t dg = g - start_grads, da = a - start_act;
+      g = start_grads + dg * (l.n_layers - 1);
+      a = start_act + da * (l.n_layers - 1);
+      walk.Layer(la, rl, g, a);
+    }
+  } else {
+    for (int64_t i = l.first + l.n_layers - 1; i >= l.first; --i) {
+      bool moe_layer = m.IsMoeLayer(i);
+      walk.Layer(moe_layer ? k.moe_act : k.dense_act, moe_layer ? k.moe_params : k.dense_params, g,
+                 a);
+    }
+  }
+  return {"backward", walk.best()};
+}
+
+// Optimizer step: all gradients, no activations of this micro-batch.
+Phase OptimizerPhase(const StageState& s, const LayerKinds& k) {
+  MemoryBreakdown b;
+  b.weights = s.st.weights;
+  b.gradients = s.st.grads;
+  b.optimizer = s.st.optimizer;
+  b.activations = s.act_all - s.act;  // other in-flight micro-batches (pipelines)
+  b.temporary = s.st.buckets + s.st.optimizer_temp;
+  b.overhead = k.workspace;
+  return {"optimizer", b};
+}
+
+// Allocator and device bytes above the allocated peak.
+void AddDeviceBytes(const TrainingSpec& t, const ParallelPlan& p, StageEstimate& se) {
+  if (t.device != DeviceKind::kCuda) {
+    se.peak_reserved_bytes = se.peak_bytes;
+    se.device_bytes = se.peak_bytes;
+    return;
+  }
+  // Caching allocator: blocks round up to 2 MiB segments for large tensors and freed blocks
+  // are kept; reserved memory sits a few percent above the allocated peak (PyTorch CUDA
+  // semantics docs, "Memory management").
+  int64_t reserved = static_cast<int64_t>(static_cast<double>(se.peak_bytes) * 1.05);
+  se.peak_reserved_bytes = (reserved + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
+  int64_t groups = (p.dp > 1) + (p.tp > 1) + (p.pp > 1) + (p.cp > 1) + (p.ep > 1);
+  se.device_bytes = se.peak_reserved_bytes + t.cuda_context_bytes + groups * kNcclPerGroup;
+}
+
+StageEstimate EstimateStage(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
+                            const ParamCounts& counts, const LayerKinds& k, const StageLayers& l,
+                            int64_t microbatches) {
+  const StageState s = MakeStageState(m, t, p, counts, k, l, microbatches);
+  auto [forward, loss] = ForwardAndLossPhases(s, k, l.last_stage);
+  // Ties go to the earlier entry.
+  const std::array<Phase, 4> phases = {forward, BackwardPhase(m, p, counts, k, l, s),
+                                       OptimizerPhase(s, k), loss};
+  const Phase* peak = &phases[0];
+  for (const auto& ph : phases) {
+    if (ph.b.total() > peak->b.total()) peak = &ph;
+  }
+  StageEstimate se;
+  se.stage = l.stage;
+  se.first_layer = l.first;
+  se.num_layers = l.n_layers;
+  se.params = s.sp.total;
+  se.microbatches_in_flight = static_cast<int64_t>(std::ceil(s.in_flight));
+  se.peak_phase = peak->name;
+  se.breakdown = peak->b;
+  se.activations_per_microbatch = s.act;
+  se.peak_bytes = peak->b.total();
+  AddDeviceBytes(t, p, se);
+  return se;
+}
+
+// The job's figures are its worst stage's.
+void SummarizeStages(MemoryEstimate& est) {
   for (size_t i = 0; i < est.stages.size(); ++i) {
     const auto& s = est.stages[i];
     est.peak_bytes = std::max(est.peak_bytes, s.peak_bytes);
@@ -479,6 +599,37 @@ Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
       est.worst_stage = static_cast<int64_t>(i);
     }
   }
+}
+
+}  // namespace
+
+Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
+                                     const ParallelPlan& p, StageDetail detail) {
+  RETURN_IF_ERROR(ValidateLayout(m, t, p));
+  const ParamCounts counts = TrainedParamCounts(m, t);
+  const LayerKinds kinds = MakeLayerKinds(m, t, p);
+  const int64_t microbatches = MicroBatchesPerStep(t, p);
+  MemoryEstimate est;
+  est.params = counts.total;
+
+  // Layers per stage: as even as possible, earlier stages take the remainder.
+  const int64_t base_layers = m.num_layers / p.pp;
+  const int64_t extra_layers = m.num_layers % p.pp;
+  // Middle stages after the second never exceed it, unless an irregular MoE layer pattern puts
+  // more experts on a later stage.
+  bool regular = !kinds.has_moe || (m.moe.layer_freq == 1 && m.moe.dense_layers.empty());
+  bool worst_only = detail == StageDetail::kWorst && regular;
+  est.stages.reserve(static_cast<size_t>(worst_only ? std::min<int64_t>(3, p.pp) : p.pp));
+  int64_t first = 0;
+  for (int64_t stage = 0; stage < p.pp; ++stage) {
+    int64_t n_layers = base_layers + (stage < extra_layers ? 1 : 0);
+    if (!worst_only || stage <= 1 || stage == p.pp - 1) {
+      StageLayers layers = MakeStageLayers(m, p, kinds.has_moe, stage, first, n_layers);
+      est.stages.push_back(EstimateStage(m, t, p, counts, kinds, layers, microbatches));
+    }
+    first += n_layers;
+  }
+  SummarizeStages(est);
   return est;
 }
 

@@ -44,7 +44,9 @@ struct StageEstimate {
   int64_t num_layers = 0;
   int64_t params = 0;                // parameters held by this rank
   int64_t microbatches_in_flight = 0;
-  const char* peak_phase = "";       // forward, loss, backward, optimizer
+  // forward; loss (last stage: the start of backward, while the loss's own backward holds its
+  // vocabulary-sized gradients); backward (the layers'); optimizer.
+  const char* peak_phase = "";
   MemoryBreakdown breakdown;         // at the peak
   int64_t activations_per_microbatch = 0;
   int64_t peak_bytes = 0;

@@ -84,11 +84,11 @@ namespace {
 double FlopsPerToken(const ModelSpec& m, const ParamCounts& c, int64_t seq_len) {
   // Matmul parameters a token passes through: active parameters minus the embedding lookup
   // (no FLOPs) and norms; the LM head is a matmul even when tied.
-  double matmul = static_cast<double>(c.active - c.embedding()) +
-                  (m.tied_embeddings ? static_cast<double>(m.vocab_size * m.embedding_width())
-                                     : 0.0);
-  double attention = 12.0 * static_cast<double>(m.num_layers) *
-                     static_cast<double>(m.q_size()) * static_cast<double>(seq_len);
+  double matmul =
+      static_cast<double>(c.active - c.embedding()) +
+      (m.tied_embeddings ? static_cast<double>(m.vocab_size * m.embedding_width()) : 0.0);
+  double attention = 12.0 * static_cast<double>(m.num_layers) * static_cast<double>(m.q_size()) *
+                     static_cast<double>(seq_len);
   return 6.0 * matmul + attention;
 }
 }  // namespace
@@ -97,53 +97,52 @@ double ModelFlopsPerToken(const ModelSpec& m, int64_t seq_len) {
   return FlopsPerToken(m, CountParams(m, HeadKind::kDefault, /*per_layer=*/false), seq_len);
 }
 
-Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t,
-                                 const ParallelPlan& p, const GpuType& gpu, const Network& net,
-                                 const GpuEfficiency* efficiency) {
-  RETURN_IF_ERROR(ValidateLayout(m, t, p));
-  double peak = PeakTflops(gpu, t.precision) * 1e12;
-  if (!(peak > 0)) {
-    return InvalidArgument(std::string(gpu.name) + " has no " + PrecisionName(t.precision) +
-                               " tensor cores; use --precision fp16 or fp32",
-                           {}, "precision");
-  }
-  GpuEfficiency eff = efficiency != nullptr ? *efficiency : EfficiencyOf(gpu);
-  const double h_local = static_cast<double>(m.hidden_size) / static_cast<double>(p.tp);
-  const double matmul_rate =
-      peak * eff.matmul * eff.training_scale * h_local / (h_local + eff.h0);
-  const double mem_rate = gpu.mem_bw_gbs * 1e9 * eff.memory;
-  const int64_t gpus = p.gpus();
-  const int64_t microbatches = MicroBatchesPerStep(t, p);
-  const double tokens_per_mb = static_cast<double>(t.micro_batch * t.seq_len);
-  const ParamCounts counts = CountParams(m, HeadKind::kDefault, /*per_layer=*/false);
-  const double flops_per_token = FlopsPerToken(m, counts, t.seq_len);
+namespace {
 
-  // Compute of one micro-batch on the most loaded stage (ceil(L / pp) layers; the head's FLOPs
-  // go to the last stage, which usually holds fewer layers, so they are spread evenly).
-  const double stage_layers =
-      std::ceil(static_cast<double>(m.num_layers) / static_cast<double>(p.pp));
-  const double stage_share = stage_layers / static_cast<double>(m.num_layers);
-  const double split = static_cast<double>(p.tp * p.cp);  // TP splits matmuls, CP tokens
-  double mb_flops = flops_per_token * tokens_per_mb * stage_share / split;
-  // Recomputation: full repeats each layer's forward (1/3 of its FLOPs); selective repeats the
-  // attention core's forward (Korthikanti et al. 2023, §5: 2.7% for GPT-3 175B); torchtitan's
-  // per-op policy repeats roughly half of the matmuls' forward.
-  double attention_share = 12.0 * static_cast<double>(m.num_layers * m.q_size()) *
-                           static_cast<double>(t.seq_len) / flops_per_token;
-  double recompute_fraction = 0;
-  switch (t.recompute) {
+// What the terms of one iteration's time share.
+struct PerfInputs {
+  double peak = 0;         // dense peak FLOP/s at the job's precision
+  double matmul_rate = 0;  // achievable matmul FLOP/s in training
+  double mem_rate = 0;     // achievable bytes/s of elementwise kernels
+  int64_t gpus = 0;
+  int64_t microbatches = 1;
+  double tokens_per_mb = 0;
+  ParamCounts counts;
+  double flops_per_token = 0;
+  // Layers of the most loaded stage: ceil(L / pp); the head's FLOPs go to the last stage,
+  // which usually holds fewer layers, so they are spread evenly.
+  double stage_layers = 0;
+  double attention_share = 0;  // of the model FLOPs
+  double e = 2;                // bytes per activation element
+  double mb_compute = 0;       // one micro-batch's forward + backward on the stage
+  double mb_recompute = 0;     // ... and its recomputation
+  double per_mb() const { return mb_compute + mb_recompute; }
+};
+
+// Recomputation: full repeats each layer's forward (1/3 of its FLOPs); selective repeats the
+// attention core's forward (Korthikanti et al. 2023, §5: 2.7% for GPT-3 175B); torchtitan's
+// per-op policy repeats roughly half of the matmuls' forward.
+double RecomputeFraction(Recompute r, double attention_share) {
+  switch (r) {
     case Recompute::kNone:
-      break;
+      return 0;
     case Recompute::kSelective:
-      recompute_fraction = attention_share / 3.0;
-      break;
+      return attention_share / 3.0;
     case Recompute::kOp:
-      recompute_fraction = (1.0 - attention_share) / 6.0;
-      break;
+      return (1.0 - attention_share) / 6.0;
     case Recompute::kFull:
-      recompute_fraction = 1.0 / 3.0;
-      break;
+      return 1.0 / 3.0;
   }
+  return 0;
+}
+
+// One micro-batch's compute on the most loaded stage: matmuls at the matmul rate plus the
+// memory-bound work at the memory rate, and its recomputation.
+void MicroBatchCompute(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
+                       PerfInputs& in) {
+  const double stage_share = in.stage_layers / static_cast<double>(m.num_layers);
+  const double split = static_cast<double>(p.tp * p.cp);  // TP splits matmuls, CP tokens
+  double mb_flops = in.flops_per_token * in.tokens_per_mb * stage_share / split;
   // Memory-bound work (norms, activations, softmax, dropout, residuals): every saved byte is
   // written once and read about three times over forward and backward.
   LayerActivations la = LayerActivationBytes(m, t, p, false);
@@ -151,94 +150,160 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t,
   if (t.recompute != Recompute::kNone) {
     layer_bytes = static_cast<double>(la.recomputed + la.saved);
   }
-  double mb_mem_bytes = 4.0 * layer_bytes * stage_layers;
+  double mb_mem_bytes = 4.0 * layer_bytes * in.stage_layers;
+  in.mb_compute = mb_flops / in.matmul_rate + mb_mem_bytes / in.mem_rate;
+  in.mb_recompute = mb_flops * RecomputeFraction(t.recompute, in.attention_share) / in.matmul_rate;
+}
 
-  PerfBreakdown b;
-  const double mb_compute = mb_flops / matmul_rate + mb_mem_bytes / mem_rate;
-  const double mb_recompute = mb_flops * recompute_fraction / matmul_rate;
-  b.compute_s = mb_compute * static_cast<double>(microbatches);
-  b.recompute_s = mb_recompute * static_cast<double>(microbatches);
+// Ranks are laid out TP innermost, then CP, DP, PP (Megatron-LM's order): a group stays on the
+// intra-node link while the ranks it spans fit in one node, else it shares the node's network.
+struct Links {
+  double link_gbs = 0;     // intra-node, one direction
+  double per_gpu_net = 0;  // a GPU's share of its node's network
+  int64_t gpus_per_node = 8;
+  double GroupGbs(int64_t span) const { return span <= gpus_per_node ? link_gbs : per_gpu_net; }
+};
 
-  const double link_gbs = gpu.link_gbs / 2.0;  // vendors quote bidirectional bandwidth
-  // Ranks are laid out TP innermost, then CP, DP, PP (Megatron-LM's order): a group stays on the
-  // intra-node link while the ranks it spans fit in one node, else it shares the node's network.
-  const double per_gpu_net =
-      net.inter_node_gbs / static_cast<double>(std::max<int64_t>(1, std::min(net.gpus_per_node, gpus)));
-  auto group_gbs = [&](int64_t span) { return span <= net.gpus_per_node ? link_gbs : per_gpu_net; };
+Links MakeLinks(const GpuType& gpu, const Network& net, int64_t gpus) {
+  Links l;
+  l.link_gbs = gpu.link_gbs / 2.0;  // vendors quote bidirectional bandwidth
+  l.per_gpu_net = net.inter_node_gbs /
+                  static_cast<double>(std::max<int64_t>(1, std::min(net.gpus_per_node, gpus)));
+  l.gpus_per_node = net.gpus_per_node;
+  return l;
+}
 
-  // Tensor parallel: per layer 2 all-reduces forward and 2 backward of the layer's activations
-  // (Megatron-LM; sequence parallel turns them into all-gather + reduce-scatter, same volume).
-  const double e = static_cast<double>(t.act_bytes());
-  if (p.tp > 1) {
-    double bytes = tokens_per_mb / static_cast<double>(p.cp) * static_cast<double>(m.hidden_size) * e;
-    double per_layer = 4.0 * AllReduceS(bytes, p.tp, group_gbs(p.tp));
-    if (t.recompute == Recompute::kFull) per_layer *= 1.5;  // the recomputed forward repeats two
-    b.tp_comm_s = per_layer * stage_layers * static_cast<double>(microbatches);
-  }
+// Tensor parallel: per layer 2 all-reduces forward and 2 backward of the layer's activations
+// (Megatron-LM; sequence parallel turns them into all-gather + reduce-scatter, same volume).
+double TensorParallelS(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
+                       const PerfInputs& in, const Links& links) {
+  if (p.tp <= 1) return 0;
+  double bytes =
+      in.tokens_per_mb / static_cast<double>(p.cp) * static_cast<double>(m.hidden_size) * in.e;
+  double per_layer = 4.0 * AllReduceS(bytes, p.tp, links.GroupGbs(p.tp));
+  if (t.recompute == Recompute::kFull) per_layer *= 1.5;  // the recomputed forward repeats two
+  return per_layer * in.stage_layers * static_cast<double>(in.microbatches);
+}
 
-  // Pipeline: bubble (p - 1) / (m v) of the ideal time (Narayanan et al. SC'21, §2.2), and the
-  // sends that fill and drain it.
-  const double per_mb = mb_compute + mb_recompute;
-  if (p.pp > 1) {
-    b.pp_bubble_s = static_cast<double>(p.pp - 1) / static_cast<double>(p.vpp) * per_mb;
-    double bytes = tokens_per_mb / static_cast<double>(p.cp * (p.sequence_parallel ? p.tp : 1)) *
-                   static_cast<double>(m.hidden_size) * e;
-    b.pp_p2p_s = 2.0 * static_cast<double>(p.pp - 1) * bytes /
-                 (group_gbs(p.tp * p.cp * p.dp * p.pp) * 1e9);
-  }
-  // Context parallel: ring attention passes k and v around the cp ranks, overlapped with the
-  // attention compute; what does not fit under it is exposed.
-  if (p.cp > 1) {
-    double kv_bytes = tokens_per_mb / static_cast<double>(p.cp) *
-                      static_cast<double>(2 * m.kv_size() / p.tp) * e;
-    double comm = 3.0 * static_cast<double>(p.cp - 1) * kv_bytes / (group_gbs(p.tp * p.cp) * 1e9) *
-                  stage_layers;
-    double attn = per_mb * attention_share;
-    b.cp_comm_s = std::max(0.0, comm - attn) * static_cast<double>(microbatches);
-  }
+// Pipeline: bubble (p - 1) / (m v) of the ideal time (Narayanan et al. SC'21, §2.2), and the
+// sends that fill and drain it.
+void PipelineS(const ModelSpec& m, const ParallelPlan& p, const PerfInputs& in, const Links& links,
+               PerfBreakdown& b) {
+  if (p.pp <= 1) return;
+  b.pp_bubble_s = static_cast<double>(p.pp - 1) / static_cast<double>(p.vpp) * in.per_mb();
+  double bytes = in.tokens_per_mb / static_cast<double>(p.cp * (p.sequence_parallel ? p.tp : 1)) *
+                 static_cast<double>(m.hidden_size) * in.e;
+  b.pp_p2p_s = 2.0 * static_cast<double>(p.pp - 1) * bytes /
+               (links.GroupGbs(p.tp * p.cp * p.dp * p.pp) * 1e9);
+}
 
-  // Data parallel: gradient reduction of this rank's parameters (bf16/fp32 per framework),
-  // overlapped with the last micro-batch's backward; ZeRO-3/FSDP also gathers parameters in
-  // forward and backward (3x the volume), overlapped with compute.
-  double rank_params = static_cast<double>(counts.total) / static_cast<double>(p.tp * p.pp);
-  if (p.dp * p.cp > 1) {
-    int64_t n = p.dp * p.cp;
-    // Megatron reduces bf16 runs' gradients in fp32 (its main grads); the others in 16 bits.
-    bool fp32_grads = t.precision == Precision::kFp32 ||
-                      (t.framework == Framework::kMegatron && t.precision == Precision::kBf16);
-    double grad_bytes = rank_params * (fp32_grads ? 4.0 : 2.0);
-    double gbs = group_gbs(p.tp * p.cp * p.dp);
-    double comm = (p.zero >= 1 || p.distributed_optimizer)
-                      ? AllGatherS(grad_bytes, n, gbs) + AllGatherS(rank_params * e, n, gbs)
-                      : AllReduceS(grad_bytes, n, gbs);
-    if (p.zero >= 3) comm += 2.0 * AllGatherS(rank_params * e, n, gbs);
-    // Overlap: buckets reduce while backward continues (PyTorch DDP, Megatron overlap-grad-
-    // reduce); about the backward of one micro-batch (2/3 of its compute) hides it.
-    double hide = (2.0 / 3.0) * per_mb * (p.zero >= 3 ? 1.5 : 1.0);
-    b.dp_comm_s = std::max(0.0, comm - hide);
-  }
+// Context parallel: ring attention passes k and v around the cp ranks, overlapped with the
+// attention compute; what does not fit under it is exposed.
+double ContextParallelS(const ModelSpec& m, const ParallelPlan& p, const PerfInputs& in,
+                        const Links& links) {
+  if (p.cp <= 1) return 0;
+  double kv_bytes = in.tokens_per_mb / static_cast<double>(p.cp) *
+                    static_cast<double>(2 * m.kv_size() / p.tp) * in.e;
+  double comm = 3.0 * static_cast<double>(p.cp - 1) * kv_bytes /
+                (links.GroupGbs(p.tp * p.cp) * 1e9) * in.stage_layers;
+  double attn = in.per_mb() * in.attention_share;
+  return std::max(0.0, comm - attn) * static_cast<double>(in.microbatches);
+}
 
-  // Optimizer step: Adam reads parameters, gradients and two moments and writes three of them;
-  // sharded states shrink it.
+// Parameters of one rank (its share of TP and PP).
+double RankParams(const ParallelPlan& p, const PerfInputs& in) {
+  return static_cast<double>(in.counts.total) / static_cast<double>(p.tp * p.pp);
+}
+
+// Data parallel: gradient reduction of this rank's parameters (bf16/fp32 per framework),
+// overlapped with the last micro-batch's backward; ZeRO-3/FSDP also gathers parameters in
+// forward and backward (3x the volume), overlapped with compute.
+double DataParallelS(const TrainingSpec& t, const ParallelPlan& p, const PerfInputs& in,
+                     const Links& links) {
+  if (p.dp * p.cp <= 1) return 0;
+  const double rank_params = RankParams(p, in);
+  int64_t n = p.dp * p.cp;
+  // Megatron reduces bf16 runs' gradients in fp32 (its main grads); the others in 16 bits.
+  bool fp32_grads = t.precision == Precision::kFp32 ||
+                    (t.framework == Framework::kMegatron && t.precision == Precision::kBf16);
+  double grad_bytes = rank_params * (fp32_grads ? 4.0 : 2.0);
+  double gbs = links.GroupGbs(p.tp * p.cp * p.dp);
+  double comm = (p.zero >= 1 || p.distributed_optimizer)
+                    ? AllGatherS(grad_bytes, n, gbs) + AllGatherS(rank_params * in.e, n, gbs)
+                    : AllReduceS(grad_bytes, n, gbs);
+  if (p.zero >= 3) comm += 2.0 * AllGatherS(rank_params * in.e, n, gbs);
+  // Overlap: buckets reduce while backward continues (PyTorch DDP, Megatron overlap-grad-
+  // reduce); about the backward of one micro-batch (2/3 of its compute) hides it.
+  double hide = (2.0 / 3.0) * in.per_mb() * (p.zero >= 3 ? 1.5 : 1.0);
+  return std::max(0.0, comm - hide);
+}
+
+// Optimizer step: Adam reads parameters, gradients and two moments and writes three of them;
+// sharded states shrink it.
+double OptimizerS(const TrainingSpec& t, const ParallelPlan& p, const PerfInputs& in) {
   double state_bytes = t.precision == Precision::kBf16Pure ? 2.0 : 4.0;
-  double opt_bytes = rank_params * (state_bytes * 7.0);
+  double opt_bytes = RankParams(p, in) * (state_bytes * 7.0);
   if (p.zero >= 1 || p.distributed_optimizer) opt_bytes /= static_cast<double>(p.dp);
-  b.optimizer_s = opt_bytes / mem_rate;
+  return opt_bytes / in.mem_rate;
+}
 
+// Throughput figures of the job from its iteration time.
+PerfEstimate Summarize(const TrainingSpec& t, const ParallelPlan& p, const PerfInputs& in,
+                       const PerfBreakdown& b) {
   PerfEstimate out;
   out.breakdown = b;
   out.iteration_s = b.compute_s + b.recompute_s + b.tp_comm_s + b.pp_bubble_s + b.pp_p2p_s +
                     b.dp_comm_s + b.cp_comm_s + b.optimizer_s;
-  out.gpus = gpus;
-  double global_batch = static_cast<double>(t.global_batch > 0 ? t.global_batch
-                                                                : t.micro_batch * p.dp);
+  out.gpus = in.gpus;
+  double global_batch =
+      static_cast<double>(t.global_batch > 0 ? t.global_batch : t.micro_batch * p.dp);
   double tokens = global_batch * static_cast<double>(t.seq_len);
   out.tokens_per_s = tokens / out.iteration_s;
-  out.tokens_per_s_per_gpu = out.tokens_per_s / static_cast<double>(gpus);
-  out.model_flops_per_token = flops_per_token;
-  out.tflops_per_gpu = out.tokens_per_s_per_gpu * flops_per_token / 1e12;
-  out.mfu = out.tflops_per_gpu * 1e12 / peak;
+  out.tokens_per_s_per_gpu = out.tokens_per_s / static_cast<double>(in.gpus);
+  out.model_flops_per_token = in.flops_per_token;
+  out.tflops_per_gpu = out.tokens_per_s_per_gpu * in.flops_per_token / 1e12;
+  out.mfu = out.tflops_per_gpu * 1e12 / in.peak;
   return out;
+}
+
+}  // namespace
+
+Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
+                                 const GpuType& gpu, const Network& net,
+                                 const GpuEfficiency* efficiency) {
+  RETURN_IF_ERROR(ValidateLayout(m, t, p));
+  PerfInputs in;
+  in.peak = PeakTflops(gpu, t.precision) * 1e12;
+  if (!(in.peak > 0)) {
+    return InvalidArgument(std::string(gpu.name) + " has no " + PrecisionName(t.precision) +
+                               " tensor cores; use --precision fp16 or fp32",
+                           {}, "precision");
+  }
+  GpuEfficiency eff = efficiency != nullptr ? *efficiency : EfficiencyOf(gpu);
+  const double h_local = static_cast<double>(m.hidden_size) / static_cast<double>(p.tp);
+  in.matmul_rate = in.peak * eff.matmul * eff.training_scale * h_local / (h_local + eff.h0);
+  in.mem_rate = gpu.mem_bw_gbs * 1e9 * eff.memory;
+  in.gpus = p.gpus();
+  in.microbatches = MicroBatchesPerStep(t, p);
+  in.tokens_per_mb = static_cast<double>(t.micro_batch * t.seq_len);
+  in.counts = CountParams(m, HeadKind::kDefault, /*per_layer=*/false);
+  in.flops_per_token = FlopsPerToken(m, in.counts, t.seq_len);
+  in.stage_layers = std::ceil(static_cast<double>(m.num_layers) / static_cast<double>(p.pp));
+  in.attention_share = 12.0 * static_cast<double>(m.num_layers * m.q_size()) *
+                       static_cast<double>(t.seq_len) / in.flops_per_token;
+  in.e = static_cast<double>(t.act_bytes());
+  MicroBatchCompute(m, t, p, in);
+
+  const Links links = MakeLinks(gpu, net, in.gpus);
+  PerfBreakdown b;
+  b.compute_s = in.mb_compute * static_cast<double>(in.microbatches);
+  b.recompute_s = in.mb_recompute * static_cast<double>(in.microbatches);
+  b.tp_comm_s = TensorParallelS(m, t, p, in, links);
+  PipelineS(m, p, in, links, b);
+  b.cp_comm_s = ContextParallelS(m, p, in, links);
+  b.dp_comm_s = DataParallelS(t, p, in, links);
+  b.optimizer_s = OptimizerS(t, p, in);
+  return Summarize(t, p, in, b);
 }
 
 }  // namespace frenzy
