@@ -4,13 +4,12 @@
 // interface) with a time limit and a relative optimality gap.
 //
 // Both solvers are silenced (log level 0 on every message handler). Infinite bounds in the
-// program (std::numeric_limits<double>::infinity()) become COIN_DBL_MAX.
+// program (std::numeric_limits<double>::infinity()) become COIN_DBL_MAX. No I/O: a caller that
+// wants to keep the programs it solves (to replay a solver failure) writes them itself.
 #include "sched/lp.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -209,23 +208,6 @@ Result<LpSolution> SolveInteger(const LinearProgram& lp, double time_limit_s) {
 
 Result<LpSolution> SolveLp(const LinearProgram& lp, double time_limit_s) {
   RETURN_IF_ERROR(Validate(lp));
-  // Debugging aid (docs/simulator.md): FRENZY_LP_DUMP=FILE keeps the last program in FILE.
-  if (const char* dump = std::getenv("FRENZY_LP_DUMP")) {
-    FILE* f = std::fopen(dump, "w");
-    if (f) {
-      std::fprintf(f, "%zu %zu %d\n", lp.lower.size(), lp.rows.size(), lp.maximize ? 1 : 0);
-      for (size_t c = 0; c < lp.lower.size(); ++c) {
-        std::fprintf(f, "%.17g %.17g %.17g %d\n", lp.lower[c], lp.upper[c], lp.objective[c],
-                     lp.integer[c] ? 1 : 0);
-      }
-      for (const auto& r : lp.rows) {
-        std::fprintf(f, "%.17g %.17g %zu", r.lower, r.upper, r.terms.size());
-        for (const auto& [c, v] : r.terms) std::fprintf(f, " %d %.17g", c, v);
-        std::fprintf(f, "\n");
-      }
-      std::fclose(f);
-    }
-  }
   if (lp.lower.empty()) return LpSolution{true, 0, {}};
   bool any_integer = false;
   for (bool b : lp.integer) any_integer = any_integer || b;

@@ -59,7 +59,12 @@ PolicyMetrics ComputeMetrics(PolicyMetrics m, const std::vector<JobRecord>& jobs
   }
   m.makespan_s = std::max(0.0, (m.finished > 0 ? t.last_finish_s : t.end_s) - t.first_arrival_s);
   m.avg_queue_s = started > 0 ? queue_sum / static_cast<double>(started) : 0;
-  double capacity = static_cast<double>(t.cluster_gpus) * m.makespan_s;
+  // Utilisation is over the time GPU-seconds were counted: to the last completion, or to when the
+  // clock stopped while jobs were still unfinished (a --max-hours cut, or jobs that can never
+  // run), since their runs count GPU-seconds to the end.
+  const double window =
+      m.unfinished > 0 ? std::max(0.0, t.end_s - t.first_arrival_s) : m.makespan_s;
+  double capacity = static_cast<double>(t.cluster_gpus) * window;
   m.gpu_util = capacity > 0 ? gpu_s / capacity : 0;
   m.gpu_util_useful = capacity > 0 ? (gpu_s - wasted) / capacity : 0;
   m.gpu_hours = gpu_s / 3600;

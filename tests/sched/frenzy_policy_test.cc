@@ -59,13 +59,49 @@ const RunOption& Chosen(const JobOptions& t, const Decisions& d, size_t i) {
   return t.options[static_cast<size_t>(d.start[i].second.option)];
 }
 
+// Memory fit as the policy sees it once the runtime has learned a job's memory factor (its real
+// peak over MARP's prediction): an option runs only if its plan's device memory times the factor
+// fits the GPU (JobView::Layout). Here the job is 10x faster per GPU on the fast type, so without
+// a factor it goes there; with factor 1.5 the fast type's 60 GiB plans need 90 GiB > 80 GiB and
+// only the slow type's fit (10 GiB x 1.5 = 15 <= 24, except the 1-GPU plan: 20 x 1.5 = 30 > 24).
 TEST(FrenzyPolicy, OffersOnlyWhatFitsInMemory) {
-  ClusterView c = TwoTypes();
-  c.nodes[0].free = 0;                   // the fast node is busy
-  JobOptions fast_only = Table(100, 0);  // MARP: does not fit the 24 GB GPUs
-  std::vector<JobView> jobs = {Waiting(0, fast_only, 1e6)};
+  constexpr int64_t kGiB = 1LL << 30;
+  JobOptions t = Table(100, 10);
+  for (RunOption& o : t.options) {
+    const int64_t gib = o.type == 0 ? 60 : (o.gpus == 1 ? 20 : 10);
+    o.plan.device_bytes = gib * kGiB;
+  }
   auto p = MakeFrenzyPolicy();
+  ClusterView c = TwoTypes();
+  std::vector<JobView> jobs = {Waiting(0, t, 1e6)};
+
+  // Control: nothing known about the job's memory; the fast type wins.
+  Decisions d = p->Schedule(At(0, c, jobs));
+  ASSERT_EQ(d.start.size(), 1u);
+  EXPECT_EQ(Chosen(t, d, 0).type, 0);
+
+  // Factor 1.5: the faster option no longer fits, the slower one does.
+  jobs[0].memory_factor = 1.5;
+  d = p->Schedule(At(0, c, jobs));
+  ASSERT_EQ(d.start.size(), 1u);
+  EXPECT_EQ(Chosen(t, d, 0).type, 1);
+  EXPECT_LE(static_cast<double>(Chosen(t, d, 0).plan.device_bytes) * 1.5,
+            static_cast<double>(c.gpu_memory_bytes[1]));
+
+  // Only the fast type free: it has GPUs but no option that fits; the job waits.
+  c.nodes[1].free = 0;
   EXPECT_TRUE(p->Schedule(At(0, c, jobs)).start.empty());
+
+  // One slow GPU free: the 1-GPU option would place (and does without a factor) but does not
+  // fit; the 2-GPU one fits but does not place. The job waits.
+  c.nodes[0].free = 0;
+  c.nodes[1].free = 1;
+  EXPECT_TRUE(p->Schedule(At(0, c, jobs)).start.empty());
+  jobs[0].memory_factor.reset();
+  d = p->Schedule(At(0, c, jobs));
+  ASSERT_EQ(d.start.size(), 1u);
+  EXPECT_EQ(Chosen(t, d, 0).type, 1);
+  EXPECT_EQ(Chosen(t, d, 0).gpus, 1);
 }
 
 TEST(FrenzyPolicy, ShortestPredictedJobFirst) {

@@ -5,8 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
@@ -222,10 +220,7 @@ TEST(Gavel, SolvesTheAllocationLpForAThousandJobs) {
     jobs.push_back(MakeJob(i, &tables[static_cast<size_t>(i % 20)], int64_t{1} << (i % 3)));
   }
   auto gavel = MakeGavelPolicy();
-  const auto t0 = std::chrono::steady_clock::now();
   Decisions d = gavel->Schedule(Snap(0, c, jobs, 1));
-  const double first_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Apply(d, 0, c, jobs);
   std::map<int, int64_t> used;
   for (const auto& j : jobs) {
@@ -233,13 +228,6 @@ TEST(Gavel, SolvesTheAllocationLpForAThousandJobs) {
   }
   for (int t = 0; t < 4; ++t) EXPECT_LE(used[t], c.TotalOfType(t));
   EXPECT_FALSE(d.start.empty());
-  const auto t1 = std::chrono::steady_clock::now();
-  gavel->Schedule(Snap(360, c, jobs, 1));  // same job set: no re-solve
-  const double cached_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-  std::printf("gavel, 1000 jobs: round with LP solve %.1f ms, round without %.1f ms\n",
-              first_s * 1e3, cached_s * 1e3);
-  EXPECT_LT(first_s, 30.0);
 }
 
 }  // namespace

@@ -9,8 +9,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
@@ -238,8 +236,9 @@ TEST(Sia, NeverRetriesAnOptionThatCrashedOutOfMemory) {
 }
 
 // Scale: ~100 active jobs on 64 GPUs of three types (half of them running), the load Sia's
-// paper evaluates. The ILP must solve well within a second.
-TEST(Sia, SolvesARoundWithAHundredJobsOn64GpusQuickly) {
+// paper evaluates: every round's allocation fits the cluster. (How fast it solves is measured
+// by bench/sched_bench.cc, not asserted here.)
+TEST(Sia, SolvesARoundWithAHundredJobsOn64Gpus) {
   ClusterView c = MakeCluster({{"h100", 80, 4, 8}, {"a100", 80, 2, 8}, {"v100", 32, 2, 8}});
   std::vector<JobOptions> tables;
   tables.reserve(12);
@@ -260,20 +259,14 @@ TEST(Sia, SolvesARoundWithAHundredJobsOn64GpusQuickly) {
     jobs.back().submit_s = 10.0 * i;
   }
   auto sia = MakeSiaPolicy();
-  double worst_s = 0;
   for (int r = 0; r < 5; ++r) {
     const double now = 1000 + 60.0 * r;
-    const auto t0 = std::chrono::steady_clock::now();
     Decisions d = sia->Schedule(Snap(now, c, jobs));
-    worst_s = std::max(
-        worst_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     Apply(d, now, c, jobs);
     std::map<int, int64_t> used;
     for (const auto& j : jobs) used[TypeOf(j)] += GpusOf(j);
     for (int t = 0; t < 3; ++t) EXPECT_LE(used[t], c.TotalOfType(t));
   }
-  std::printf("sia, 100 jobs on 64 GPUs: slowest round %.1f ms\n", worst_s * 1e3);
-  EXPECT_LT(worst_s, 1.0);
 }
 
 }  // namespace

@@ -1,0 +1,165 @@
+// The solver-based baselines' cost per round on the scale scenarios of their tests
+// (tests/sched/sia_test.cc, tests/sched/gavel_test.cc), which built them to check capacity and
+// once also asserted wall-clock limits: a timing belongs here, measured on a quiet machine, not in
+// a test that runs under sanitizers beside others. Only Schedule is timed; building the views and
+// applying the decisions (sched/apply.h) is not.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sched/apply.h"
+#include "sched/gavel.h"
+#include "sched/sia.h"
+#include "sched_fixtures.h"
+
+namespace frenzy {
+namespace {
+
+using frenzy::testing::MakeCluster;
+using frenzy::testing::Opt;
+using frenzy::testing::Table;
+
+Snapshot At(double now_s, const ClusterView& c, const std::vector<JobView>& jobs) {
+  Snapshot s;
+  s.now_s = now_s;
+  s.cluster = &c;
+  s.jobs = std::span<const JobView>(jobs);
+  s.change_seq = 1;  // one job set throughout: Gavel reuses its allocation
+  return s;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Apply(const Decisions& d, double now_s, ClusterView& c, std::vector<JobView>& jobs,
+           const char* policy, benchmark::State& state) {
+  ViewsTarget target(c, jobs);
+  const ClusterView snapshot = c;
+  if (!ApplyDecisions(d, snapshot, policy, now_s, target).ok()) {
+    state.SkipWithError("the policy made an invalid decision");
+  }
+}
+
+JobView Job(int64_t key, const JobOptions* table) {
+  JobView j;
+  j.key = key;
+  j.id = "job" + std::to_string(key);
+  j.options = table;
+  j.memory_factor = 1.0;
+  j.total_tokens = 1e12;
+  return j;
+}
+
+// Sia: ~100 active jobs on 64 GPUs of three types, five 60-second rounds from an empty cluster
+// (the scenario of Sia.SolvesARoundWithAHundredJobsOn64Gpus). Time: the five rounds' Schedule
+// calls together; `slowest_round_ms`: the slowest single round seen (the test's old limit was
+// 1,000 ms).
+void BM_SiaFiveRounds100Jobs64Gpus(benchmark::State& state) {
+  const ClusterView empty =
+      MakeCluster({{"h100", 80, 4, 8}, {"a100", 80, 2, 8}, {"v100", 32, 2, 8}});
+  std::vector<JobOptions> tables;
+  tables.reserve(12);
+  for (int k = 0; k < 12; ++k) {
+    std::vector<RunOption> opts;
+    for (int t = 0; t < 3; ++t) {
+      for (int64_t g = 1; g <= 32; g *= 2) {
+        if (g > empty.TotalOfType(t)) break;
+        const double speed = (100.0 + 17 * k) * (3 - t) * g * (1.0 - 0.02 * (k % 5) * g / 8);
+        opts.push_back(Opt(t, g, speed, t == 2 && k % 3 == 0 ? 40 : 16));
+      }
+    }
+    tables.push_back(Table(empty, opts));
+  }
+  double slowest_s = 0;
+  for (auto _ : state) {
+    ClusterView c = empty;
+    std::vector<JobView> jobs;
+    for (int i = 0; i < 100; ++i) {
+      jobs.push_back(Job(i, &tables[static_cast<size_t>(i % 12)]));
+      jobs.back().submit_s = 10.0 * i;
+    }
+    auto sia = MakeSiaPolicy();
+    double total_s = 0;
+    for (int r = 0; r < 5; ++r) {
+      const double now = 1000 + 60.0 * r;
+      const auto t0 = std::chrono::steady_clock::now();
+      Decisions d = sia->Schedule(At(now, c, jobs));
+      const double s = SecondsSince(t0);
+      total_s += s;
+      slowest_s = std::max(slowest_s, s);
+      Apply(d, now, c, jobs, "sia", state);
+    }
+    state.SetIterationTime(total_s);
+  }
+  state.counters["slowest_round_ms"] = slowest_s * 1e3;
+}
+BENCHMARK(BM_SiaFiveRounds100Jobs64Gpus)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// Gavel: 1,000 active jobs on 4 types x 16 GPUs (the scenario of
+// Gavel.SolvesTheAllocationLpForAThousandJobs; the test's old limit on the first round was 30 s).
+struct GavelThousandJobs {
+  ClusterView cluster =
+      MakeCluster({{"h100", 80, 2, 8}, {"a100", 80, 2, 8}, {"v100", 32, 2, 8}, {"t4", 16, 4, 4}});
+  std::vector<JobOptions> tables;
+  std::vector<JobView> jobs;
+  GavelThousandJobs() {
+    tables.reserve(20);
+    for (int k = 0; k < 20; ++k) {
+      const double base = 100.0 + 37.0 * k;
+      std::vector<RunOption> opts;
+      for (int t = 0; t < 4; ++t) {
+        for (int64_t g : {1, 2, 4, 8}) {
+          const double speed = base * (4 - t) * (1.0 + 0.1 * ((k + t) % 3)) * g * 0.9;
+          opts.push_back(Opt(t, g, speed, 8 + (k % 4) * 4));
+        }
+      }
+      tables.push_back(Table(cluster, opts));
+    }
+    for (int i = 0; i < 1000; ++i) {
+      const JobOptions& table = tables[static_cast<size_t>(i % 20)];
+      jobs.push_back(Job(i, &table));
+      const int64_t requested = int64_t{1} << (i % 3);
+      for (size_t o = 0; o < table.options.size(); ++o) {
+        if (table.options[o].gpus == requested) {
+          jobs.back().requested_option = static_cast<int>(o);
+          break;
+        }
+      }
+    }
+  }
+};
+
+// The first round: a fresh policy solves the allocation LP (4,000 time fractions) and places.
+void BM_GavelFirstRoundSolvesLp1000Jobs(benchmark::State& state) {
+  const GavelThousandJobs s;
+  size_t started = 0;
+  for (auto _ : state) {
+    auto gavel = MakeGavelPolicy();
+    Decisions d = gavel->Schedule(At(0, s.cluster, s.jobs));
+    started = d.start.size();
+    benchmark::DoNotOptimize(d);
+  }
+  state.counters["started"] = static_cast<double>(started);
+}
+BENCHMARK(BM_GavelFirstRoundSolvesLp1000Jobs)->Unit(benchmark::kMillisecond)->Iterations(5);
+
+// The next round (360 s later) on the same job set, once the first round's decisions are
+// applied: the allocation is reused, no LP.
+void BM_GavelNextRoundWithoutLp1000Jobs(benchmark::State& state) {
+  GavelThousandJobs s;
+  auto gavel = MakeGavelPolicy();
+  Apply(gavel->Schedule(At(0, s.cluster, s.jobs)), 0, s.cluster, s.jobs, "gavel", state);
+  for (auto _ : state) {
+    Decisions d = gavel->Schedule(At(360, s.cluster, s.jobs));
+    benchmark::DoNotOptimize(d);
+  }
+}
+BENCHMARK(BM_GavelNextRoundWithoutLp1000Jobs)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace frenzy
