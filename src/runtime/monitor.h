@@ -100,6 +100,11 @@ class MemoryMonitor {
   // A class's correction once it has min_evidence jobs.
   std::optional<ClassCorrection> Correction(const std::string& job_class) const;
   const std::map<std::string, ClassCorrection>& classes() const { return classes_; }
+  // What a monitor knew before (a restarted daemon's, read back from its store).
+  void Restore(int64_t job, JobMemory memory) { jobs_[job] = std::move(memory); }
+  void RestoreClass(const std::string& job_class, const ClassCorrection& c) {
+    classes_[job_class] = c;
+  }
   size_t tracked() const { return jobs_.size(); }
 
  private:

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -57,6 +58,20 @@ std::string CheckAllocation(const JobView& job, const Allocation& alloc, const C
   return Ledger(cluster).Take(job, alloc);
 }
 
+int ChooseLayout(const JobView& v, const Allocation& a, const ClusterView& cluster) {
+  const RunOption& o = v.option(a.option);
+  int layout = std::max(0, v.Layout(a.option, cluster));
+  auto keeps_groups = [&](int k) {
+    int64_t tp = v.PlanOf(a.option, k).tp;
+    return std::all_of(a.placement.begin(), a.placement.end(),
+                       [&](const auto& np) { return np.second % tp == 0; });
+  };
+  while (layout > 0 && !keeps_groups(layout) && static_cast<size_t>(layout) < o.leaner.size()) {
+    ++layout;
+  }
+  return layout;
+}
+
 Result<AppliedDecisions> ApplyDecisions(const Decisions& d, const ClusterView& cluster,
                                         std::string_view policy, double now_s,
                                         DecisionTarget& target) {
@@ -76,7 +91,7 @@ Result<AppliedDecisions> ApplyDecisions(const Decisions& d, const ClusterView& c
     if (!v->running || stopped.count(key)) return bad(key, "stopped a job that is not running");
     ledger.Release(v->alloc);
     stopped.insert(key);
-    RETURN_IF_ERROR(target.Stop(*v, now_s));
+    RETURN_IF_ERROR(target.Stop(*v, now_s, /*move=*/false));
     ++applied.stops;
   }
   for (const auto& [key, alloc] : d.start) {
@@ -87,7 +102,7 @@ Result<AppliedDecisions> ApplyDecisions(const Decisions& d, const ClusterView& c
     if (move) ledger.Release(v->alloc);
     if (std::string why = ledger.Take(*v, alloc); !why.empty()) return bad(key, why);
     if (move) {
-      RETURN_IF_ERROR(target.Stop(*v, now_s));
+      RETURN_IF_ERROR(target.Stop(*v, now_s, /*move=*/true));
       ++applied.moves;
     } else if (stopped.count(key)) {
       --applied.stops;  // stopped and started again in one pass: a move
@@ -111,7 +126,7 @@ JobView& ViewsTarget::Mutable(const JobView& job) {
   return jobs_[static_cast<size_t>(&job - jobs_.data())];
 }
 
-Status ViewsTarget::Stop(const JobView& job, double now_s) {
+Status ViewsTarget::Stop(const JobView& job, double now_s, bool /*move*/) {
   JobView& j = Mutable(job);
   for (const auto& [n, g] : j.alloc.placement) cluster_.nodes[static_cast<size_t>(n)].free += g;
   (void)now_s;  // progress and service stay as the test set them

@@ -30,8 +30,9 @@ class DecisionTarget {
   virtual ~DecisionTarget() = default;
   // The job as the policy saw it; nullptr when the snapshot had no such job.
   virtual const JobView* Find(int64_t key) const = 0;
-  // Stops a running job gracefully: it checkpoints and returns to the queue.
-  virtual Status Stop(const JobView& job, double now_s) = 0;
+  // Stops a running job gracefully: it checkpoints and returns to the queue (`move`: to be
+  // started again at once, by the Start that follows).
+  virtual Status Stop(const JobView& job, double now_s, bool move) = 0;
   // Starts a queued job (a running one was stopped just before: a move).
   virtual Status Start(const JobView& job, const Allocation& alloc, double now_s) = 0;
 };
@@ -52,6 +53,11 @@ Result<AppliedDecisions> ApplyDecisions(const Decisions& decisions, const Cluste
 // runtime's memory actions).
 std::string CheckAllocation(const JobView& job, const Allocation& alloc, const ClusterView& cluster);
 
+// The layout a start runs when nobody chose one: the fastest the job's memory factor allows
+// (JobView::Layout, 0 without a factor or when none fits) whose TP groups stay inside the nodes
+// of the placement. The engine and the daemon launch with it.
+int ChooseLayout(const JobView& job, const Allocation& alloc, const ClusterView& cluster);
+
 // A target over plain views (what a test or a benchmark of a policy needs): a stop frees the
 // job's GPUs in `cluster`; a start takes them and sets the view as the engine does (running,
 // allocation, run start, first start, restarts). Progress, rates and attained service are left
@@ -60,7 +66,7 @@ class ViewsTarget : public DecisionTarget {
  public:
   ViewsTarget(ClusterView& cluster, std::vector<JobView>& jobs) : cluster_(cluster), jobs_(jobs) {}
   const JobView* Find(int64_t key) const override;
-  Status Stop(const JobView& job, double now_s) override;
+  Status Stop(const JobView& job, double now_s, bool move) override;
   Status Start(const JobView& job, const Allocation& alloc, double now_s) override;
 
  private:

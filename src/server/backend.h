@@ -72,6 +72,7 @@ struct BackendNode {
   std::string gpu;     // GPU type, as the catalog names it when known (e.g. "A100-80GB")
   int64_t gpus = 0;
   bool up = true;
+  double network_gbs = 0;  // between nodes, GB/s, when the backend knows it (0: unknown)
 };
 
 // Thread safety: the daemon asks Status() about its runs from the control loop without its own

@@ -1,16 +1,12 @@
-#include "server/daemon.h"
-
+// The daemon's API operations and its start-up. The rest of it: daemon_spec.cc (job specs),
+// daemon_views.cc (JSON and Prometheus views), daemon_runs.cc (following runs, launching),
+// daemon_schedule.cc (the scheduling pass).
 #include <fmt/core.h>
-#include <openssl/evp.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <filesystem>
-#include <functional>
-#include <random>
 #include <set>
-#include <unordered_map>
 
 #include "common/json_limits.h"
 #include "common/strings.h"
@@ -18,119 +14,30 @@
 #include "model/zoo.h"
 #include "planner/explain.h"
 #include "runtime/actions.h"
+#include "server/daemon.h"
+#include "server/daemon_internal.h"
 
 namespace frenzy::server {
-namespace {
 
 using nlohmann::json;
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-// Fields a job spec may hold. Jobs never name GPUs or layouts: choosing them is Frenzy's job.
-const std::set<std::string> kSpecFields = {"name",    "model",     "tokens",   "global_batch",
-                                           "seq_len", "precision", "priority", "user"};
-const std::set<std::string> kGpuFields = {
-    "gpu", "gpus", "gpu_type", "gpu_count", "requested_gpu", "requested_gpus", "nodes",    "tp",
-    "pp",  "dp",   "cp",       "ep",        "micro_batch",   "zero",           "recompute"};
-
-int64_t KeyOf(const std::string& id) {
-  // "j-000042" -> 42
-  size_t dash = id.find('-');
-  return dash == std::string::npos ? -1 : std::strtoll(id.c_str() + dash + 1, nullptr, 10);
-}
-
-bool ContainsNoCase(const std::string& text, const std::string& needle) {
-  auto it = std::search(text.begin(), text.end(), needle.begin(), needle.end(),
-                        [](char a, char b) { return std::tolower(a) == std::tolower(b); });
-  return it != text.end();
-}
-
-std::string Describe(const Plan& p) {
-  return fmt::format("{} x {} (tp {}, pp {}, dp {}, micro-batch {}, zero {}, recompute {})", p.gpus,
-                     p.gpu, p.tp, p.pp, p.dp, p.micro_batch, p.zero, RecomputeName(p.recompute));
-}
-
-// Stored JSON is read back bounded: a row planted or damaged on disk must not crash a reader.
-json ParseOr(const std::string& text, json fallback) {
-  return ParseJsonOr(text, std::move(fallback));
-}
-
-// Report bounds. A step trains at least one token, so neither may pass the job's tokens; no GPU
-// holds a terabyte.
-constexpr double kMaxPeakBytes = 1099511627776.0;  // 1 TiB
-
-std::string Sha256Hex(const std::string& text) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(text.data(), text.size(), digest, &len, EVP_sha256(), nullptr);
-  std::string hex;
-  for (unsigned int i = 0; i < len; ++i) hex += fmt::format("{:02x}", digest[i]);
-  return hex;
-}
-
-// 256 random bits, hex: a run's token.
-std::string NewRunToken() {
-  std::random_device rd("/dev/urandom");
-  std::string t;
-  for (int i = 0; i < 8; ++i) t += fmt::format("{:08x}", rd());
-  return "run-" + t;
-}
-
-// Fields of a heartbeat's GPU that are stored, with their types; anything else is dropped.
-Result<json> CleanGpuReading(const json& g, size_t i) {
-  const std::string at = fmt::format("gpus[{}]", i);
-  if (!g.is_object()) return InvalidArgument("each GPU must be an object", {}, at);
-  json out = json::object();
-  for (const char* key : {"gpu", "name"}) {
-    if (!g.contains(key)) continue;
-    if (!g[key].is_string() || g[key].get_ref<const std::string&>().size() > 128) {
-      return InvalidArgument("must be a string of at most 128 characters", {}, at + "." + key);
-    }
-    out[key] = g[key];
-  }
-  if (g.contains("index")) {
-    if (!g["index"].is_number_integer() || g["index"].get<int64_t>() < 0 ||
-        g["index"].get<int64_t>() > 1024) {
-      return InvalidArgument("must be an integer in [0, 1024]", {}, at + ".index");
-    }
-    out["index"] = g["index"];
-  }
-  for (const char* key : {"memory_total_bytes", "memory_used_bytes"}) {
-    if (!g.contains(key)) continue;
-    if (!g[key].is_number_integer() || g[key].get<int64_t>() < 0 ||
-        g[key].get<double>() > kMaxPeakBytes) {
-      return InvalidArgument("must be an integer number of bytes in [0, 1 TiB]", {},
-                             at + "." + key);
-    }
-    out[key] = g[key];
-  }
-  return out;
-}
-
-}  // namespace
-
-struct Daemon::Parsed {
-  JobSpec spec;
-  std::string model_key;   // zoo name, or "inline:<hash>"
-  std::string model_name;  // for listings
-  json normalized;         // what the store keeps
-};
+using namespace internal;  // NOLINT: the daemon's own helpers
 
 Daemon::Daemon(DaemonOptions o, std::unique_ptr<Store> s, std::unique_ptr<Backend> b,
-               std::function<double()> now, Cluster c)
+               std::function<double()> now, Cluster c, const GpuCatalog& catalog)
     : opt_(std::move(o)),
       store_(std::move(s)),
       backend_(std::move(b)),
       backend_name_(backend_->name()),
       now_s_(std::move(now)),
       cluster_(std::move(c)),
-      catalog_(GpuCatalog::Default()),
+      catalog_(catalog),
       cache_(cluster_, catalog_, opt_.memory_margin) {}
 
 Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options, std::unique_ptr<Store> store,
                                                std::unique_ptr<Backend> backend,
-                                               std::function<double()> now_s) {
+                                               std::function<double()> now_s,
+                                               const GpuCatalog& catalog) {
   ASSIGN_OR_RETURN(std::vector<BackendNode> nodes, backend->Nodes());
-  const GpuCatalog& catalog = GpuCatalog::Default();
   Cluster c;
   c.name = std::string(backend->name());
   for (const BackendNode& n : nodes) {
@@ -143,7 +50,8 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options, std::uniqu
     node.name = n.name;
     node.gpu = g->name;
     node.gpus = n.gpus;
-    node.network_gbs = 12.5;  // 100 Gb/s Ethernet unless a cluster file says otherwise
+    // 100 Gb/s Ethernet unless the backend knows better (the sim backend has a cluster file).
+    node.network_gbs = n.network_gbs > 0 ? n.network_gbs : 12.5;
     c.nodes.push_back(node);
   }
   if (c.nodes.empty()) {
@@ -153,20 +61,12 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options, std::uniqu
   auto policy = MakePolicy(options.policy);
   if (!policy.ok()) return policy.status();
   std::unique_ptr<Daemon> d(new Daemon(std::move(options), std::move(store), std::move(backend),
-                                       std::move(now_s), std::move(c)));
+                                       std::move(now_s), std::move(c), catalog));
   d->policy_ = std::move(policy).value();
-  for (const Node& n : d->cluster_.nodes) {
-    auto it = std::find(d->view_.types.begin(), d->view_.types.end(), n.gpu);
-    if (it == d->view_.types.end()) {
-      d->view_.types.push_back(n.gpu);
-      d->view_.gpu_memory_bytes.push_back(catalog.Find(n.gpu)->memory_bytes);
-      d->view_.gpus_per_node.push_back(0);
-      it = d->view_.types.end() - 1;
-    }
-    size_t t = static_cast<size_t>(it - d->view_.types.begin());
-    d->view_.gpus_per_node[t] = std::max(d->view_.gpus_per_node[t], n.gpus);
-    d->node_index_[n.name] = static_cast<int>(d->view_.nodes.size());
-    d->view_.nodes.push_back(NodeView{static_cast<int>(t), n.gpus, n.gpus, true});
+  d->use_runtime_ = d->policy_->uses_runtime();
+  ASSIGN_OR_RETURN(d->view_, ClusterView::Of(d->cluster_, catalog));
+  for (size_t i = 0; i < d->cluster_.nodes.size(); ++i) {
+    d->node_index_[d->cluster_.nodes[i].name] = static_cast<int>(i);
   }
   RETURN_IF_ERROR(d->LoadStored());
   return d;
@@ -200,6 +100,7 @@ Status Daemon::LoadStored() {
     if (why.empty()) {
       if (!Terminal(r.state)) {
         int64_t key = KeyOf(r.id);
+        if (use_runtime_) monitor_.Track(key, r.model);  // the class: the model's name
         Hold(key, r);
         active_.emplace(key, std::move(r));
       }
@@ -227,134 +128,7 @@ Status Daemon::LoadStored() {
                       n.name.substr(0, 128)));
     }
   }
-  return Status::Ok();
-}
-
-Result<ModelSpec> Daemon::ModelByName(const std::string& name) const {
-  if (name.size() > 256) return InvalidArgument("a model name of over 256 characters", {}, "model");
-  if (auto m = FindZooModel(name)) return *m;
-  // The operator's models folder: its entries are listed and matched by name, never opened by
-  // a path built from the request, so no name reaches a file outside it.
-  if (!opt_.models_dir.empty()) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    for (fs::directory_iterator it(opt_.models_dir, ec), end; !ec && it != end; it.increment(ec)) {
-      const fs::path& entry = it->path();
-      std::string stem = entry.filename().string();
-      if (stem.ends_with(".json")) stem.resize(stem.size() - 5);
-      if (stem != name) continue;
-      fs::path config = it->is_directory(ec) ? entry / "config.json" : entry;
-      if (!fs::is_regular_file(fs::symlink_status(config, ec))) break;
-      auto m = LoadHfConfigFile(config.string());
-      if (!m.ok()) {
-        return Status(StatusCode::kFailedPrecondition,
-                      "the models folder's entry '" + name + "' is not a valid config", {},
-                      "model");
-      }
-      return *m;
-    }
-  }
-  // One answer for every unknown name, whatever the filesystem holds.
-  return NotFound(fmt::format("unknown model '{}': not a zoo name or HuggingFace id{}; send a "
-                              "custom model's config.json inline as \"model\": {{...}} "
-                              "(`frenzy models` lists the zoo)",
-                              name, opt_.models_dir.empty() ? "" : " nor a models-folder entry"),
-                  {}, "model");
-}
-
-Result<Daemon::Parsed> Daemon::ParseSpec(const json& spec) const {
-  if (!spec.is_object()) return InvalidArgument("a job spec must be a JSON object", {}, "");
-  for (const auto& [key, value] : spec.items()) {
-    if (kGpuFields.count(key)) {
-      return InvalidArgument(
-          "jobs never name GPUs or layouts: Frenzy chooses the GPU type, count and layout", {},
-          key);
-    }
-    if (!kSpecFields.count(key)) return InvalidArgument("unknown field", {}, key);
-  }
-  Parsed p;
-  if (!spec.contains("model"))
-    return InvalidArgument("missing: a zoo name or a config", {}, "model");
-  const json& model = spec["model"];
-  if (model.is_string()) {
-    std::string name = model.get<std::string>();
-    ASSIGN_OR_RETURN(p.spec.model, ModelByName(name));
-    p.model_key = name;
-    p.model_name = name;
-  } else if (model.is_object()) {
-    auto m = ParseHfConfig(model, "model");
-    if (!m.ok()) return Status(StatusCode::kInvalidArgument, m.status().ToString(), {}, "model");
-    p.spec.model = *m;
-    p.model_key = fmt::format("inline:{:x}", std::hash<std::string>{}(DumpJson(model)));
-    // value() would throw on a field of another type: look before taking.
-    for (const char* key : {"_name_or_path", "model_type"}) {
-      if (model.contains(key) && model[key].is_string()) {
-        p.model_name = model[key].get<std::string>();
-        break;
-      }
-    }
-    if (p.model_name.empty()) p.model_name = "inline";
-    p.model_name = Utf8Prefix(p.model_name, 256);
-  } else {
-    return InvalidArgument("must be a zoo name or a config object", {}, "model");
-  }
-  auto number = [&](const char* key, double lo, double hi, std::optional<double> dflt,
-                    bool integer) -> Result<double> {
-    if (!spec.contains(key)) {
-      if (dflt) return *dflt;
-      return InvalidArgument("missing", {}, key);
-    }
-    const json& v = spec[key];
-    if (!v.is_number() || (integer && !v.is_number_integer())) {
-      return InvalidArgument(integer ? "must be an integer" : "must be a number", {}, key);
-    }
-    double x = v.get<double>();
-    if (!(x >= lo && x <= hi)) {
-      return InvalidArgument(fmt::format("must be in [{:g}, {:g}]", lo, hi), {}, key);
-    }
-    return x;
-  };
-  ASSIGN_OR_RETURN(double tokens, number("tokens", 1, 1e15, std::nullopt, false));
-  ASSIGN_OR_RETURN(double batch, number("global_batch", 1, 1e7, std::nullopt, true));
-  ASSIGN_OR_RETURN(double seq, number("seq_len", 1, 1e7, 2048.0, true));
-  ASSIGN_OR_RETURN(double priority, number("priority", -1e6, 1e6, 0.0, true));
-  if (opt_.data_parallel_only) {
-    p.spec.tp = 1;
-    p.spec.pp = 1;
-    p.spec.cp = 1;
-  }
-  p.spec.tokens = tokens;
-  p.spec.global_batch = static_cast<int64_t>(batch);
-  p.spec.seq_len = static_cast<int64_t>(seq);
-  if (spec.contains("precision")) {
-    if (!spec["precision"].is_string()) return InvalidArgument("must be a string", {}, "precision");
-    auto pr = ParsePrecision(spec["precision"].get<std::string>());
-    if (!pr)
-      return InvalidArgument("unknown precision (bf16, fp16, fp32, bf16-pure)", {}, "precision");
-    p.spec.precision = *pr;
-  }
-  for (const char* key : {"name", "user"}) {
-    if (spec.contains(key) && !spec[key].is_string()) {
-      return InvalidArgument("must be a string", {}, key);
-    }
-  }
-  p.normalized = spec;
-  p.normalized["seq_len"] = p.spec.seq_len;
-  p.normalized["precision"] = PrecisionName(p.spec.precision);
-  p.normalized["priority"] = static_cast<int64_t>(priority);
-  p.normalized["model_key"] = p.model_key;
-  return p;
-}
-
-Result<std::shared_ptr<const JobOptions>> Daemon::OptionsFor(const JobRow& row) {
-  const int64_t key = KeyOf(row.id);
-  if (auto it = options_of_.find(key); it != options_of_.end()) return it->second;
-  json spec = ParseOr(row.spec, json::object());
-  spec.erase("model_key");
-  ASSIGN_OR_RETURN(Parsed p, ParseSpec(spec));
-  ASSIGN_OR_RETURN(auto options, cache_.Get(p.model_key, p.spec, policy_->options_kind()));
-  options_of_[key] = options;
-  return options;
+  return LoadRuntime();
 }
 
 Result<json> Daemon::Submit(const json& body) {
@@ -380,48 +154,10 @@ Result<json> Daemon::Submit(const json& body) {
   ASSIGN_OR_RETURN(std::string id, store_->InsertJob(row, p.model_name));
   row.id = id;
   active_.emplace(KeyOf(id), row);
+  if (use_runtime_) monitor_.Track(KeyOf(id), row.model);  // the class: the model's name
   dirty_ = true;
   ++submissions_;
   return JobJson(row, false);
-}
-
-json Daemon::JobJson(const JobRow& r, bool detail) {
-  json j = {{"id", r.id},
-            {"model", r.model},
-            {"state", JobStateName(r.state)},
-            {"submitted_s", r.submitted_s},
-            {"updated_s", r.updated_s},
-            {"attempt", r.attempt},
-            {"progress",
-             {{"tokens_done", r.done_tokens},
-              {"tokens_total", r.total_tokens},
-              {"fraction", r.total_tokens > 0 ? r.done_tokens / r.total_tokens : 0.0},
-              {"step", r.step}}},
-            {"message", r.message}};
-  json spec = ParseOr(r.spec, json::object());
-  if (spec.contains("name")) j["name"] = spec["name"];
-  if (r.started_s >= 0) j["started_s"] = r.started_s;
-  if (r.finished_s >= 0) j["finished_s"] = r.finished_s;
-  json plan = ParseOr(r.plan, nullptr);
-  j["plan"] = plan;
-  j["memory"] = {{"predicted_bytes", r.predicted_bytes},
-                 {"observed_bytes", r.observed_bytes},
-                 {"factor", r.memory_factor > 0 ? json(r.memory_factor) : json(nullptr)},
-                 {"note", r.memory_note}};
-  if (detail) {
-    j["spec"] = spec;
-    j["why"] = r.why;
-    j["allocation"] = ParseOr(r.allocation, json::array());
-    j["handle"] = r.handle;
-    json ev = json::array();
-    if (auto events = store_->Events(r.id, 50); events.ok()) {
-      for (const EventRow& e : *events) {
-        ev.push_back({{"t_s", e.t_s}, {"kind", e.kind}, {"detail", e.detail}});
-      }
-    }
-    j["events"] = ev;
-  }
-  return j;
 }
 
 Result<json> Daemon::GetJob(const std::string& id) {
@@ -586,35 +322,6 @@ bool Daemon::RunTokenValid(const std::string& id, const std::string& token) {
 
 Status Daemon::CheckStore() const { return store_->CheckFile(); }
 
-json Daemon::ClusterJson() {
-  std::lock_guard<std::mutex> lock(mu_);
-  json nodes = json::array();
-  for (size_t i = 0; i < cluster_.nodes.size(); ++i) {
-    const Node& n = cluster_.nodes[i];
-    const NodeView& v = view_.nodes[i];
-    nodes.push_back(
-        {{"name", n.name}, {"gpu", n.gpu}, {"gpus", n.gpus}, {"free", v.free}, {"up", v.up}});
-  }
-  json types = json::array();
-  for (size_t t = 0; t < view_.types.size(); ++t) {
-    types.push_back({{"gpu", view_.types[t]},
-                     {"memory_bytes", view_.gpu_memory_bytes[t]},
-                     {"gpus", view_.TotalOfType(static_cast<int>(t))},
-                     {"free", view_.FreeOfType(static_cast<int>(t))}});
-  }
-  json agents = json::array();
-  if (auto rows = store_->Nodes(); rows.ok()) {
-    for (const NodeRow& r : *rows) {
-      agents.push_back({{"name", r.name},
-                        {"gpu", r.gpu},
-                        {"gpus", r.gpus},
-                        {"last_seen_s", r.last_seen_s},
-                        {"readings", ParseOr(r.readings, nullptr)}});
-    }
-  }
-  return json{{"backend", backend_name_}, {"types", types}, {"nodes", nodes}, {"agents", agents}};
-}
-
 Result<json> Daemon::Plan(const json& body) {
   // No lock: the cluster and catalog never change after Create, and a plan of a large model
   // must not hold submissions up.
@@ -628,497 +335,6 @@ Result<json> Daemon::Plan(const json& body) {
   return json{{"plans", plans},
               {"explanation", ExplainPlan(r, po)},
               {"infeasible", InfeasibleOrNull(r)}};
-}
-
-std::string Daemon::Metrics() {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::string s;
-  s += "# HELP frenzy_jobs Jobs by state.\n# TYPE frenzy_jobs gauge\n";
-  const auto running = static_cast<int64_t>(running_.size());
-  const auto queued = static_cast<int64_t>(active_.size()) - running;
-  s += fmt::format("frenzy_jobs{{state=\"queued\"}} {}\n", queued);
-  s += fmt::format("frenzy_jobs{{state=\"running\"}} {}\n", running);
-  for (JobState st : {JobState::kSucceeded, JobState::kFailed, JobState::kCancelled}) {
-    auto n = store_->CountJobs(st);
-    s += fmt::format("frenzy_jobs{{state=\"{}\"}} {}\n", JobStateName(st), n.ok() ? *n : -1);
-  }
-  s += "# HELP frenzy_quarantined_rows Stored rows that could not be loaded at start-up (see the "
-       "log).\n# TYPE frenzy_quarantined_rows gauge\n";
-  s += fmt::format("frenzy_quarantined_rows {}\n", quarantined_);
-  s += "# HELP frenzy_queue_length Jobs waiting for GPUs.\n# TYPE frenzy_queue_length gauge\n";
-  s += fmt::format("frenzy_queue_length {}\n", queued);
-  s += "# HELP frenzy_gpus GPUs per type: total and used.\n# TYPE frenzy_gpus gauge\n";
-  for (size_t t = 0; t < view_.types.size(); ++t) {
-    int64_t total = view_.TotalOfType(static_cast<int>(t));
-    int64_t used = total - view_.FreeOfType(static_cast<int>(t));
-    s += fmt::format("frenzy_gpus{{type=\"{}\",kind=\"total\"}} {}\n", view_.types[t], total);
-    s += fmt::format("frenzy_gpus{{type=\"{}\",kind=\"used\"}} {}\n", view_.types[t], used);
-  }
-  s += "# HELP frenzy_job_memory_bytes Peak memory per GPU of running jobs: predicted and "
-       "observed.\n# TYPE frenzy_job_memory_bytes gauge\n";
-  for (const auto& [key, placement] : running_) {
-    const JobRow& r = active_.at(key);
-    s += fmt::format("frenzy_job_memory_bytes{{job=\"{}\",kind=\"predicted\"}} {}\n", r.id,
-                     r.predicted_bytes);
-    s += fmt::format("frenzy_job_memory_bytes{{job=\"{}\",kind=\"observed\"}} {}\n", r.id,
-                     r.observed_bytes);
-  }
-  s += "# HELP frenzy_schedule_seconds Time of the control loop's scheduling passes.\n"
-       "# TYPE frenzy_schedule_seconds summary\n";
-  s += fmt::format("frenzy_schedule_seconds_sum {:.6f}\nfrenzy_schedule_seconds_count {}\n",
-                   schedule_s_total_, passes_);
-  s += "# HELP frenzy_ticks_total Control-loop ticks (a tick asks the policy only when something "
-       "changed or it has not for a while).\n# TYPE frenzy_ticks_total counter\n";
-  s += fmt::format("frenzy_ticks_total {}\n", ticks_);
-  s += fmt::format(
-      "# TYPE frenzy_schedule_last_seconds gauge\nfrenzy_schedule_last_seconds {:.6f}\n",
-      last_schedule_s_);
-  s += fmt::format(
-      "# HELP frenzy_schedule_locked_last_seconds How long the last pass held the daemon's lock "
-      "(taking the snapshot and applying the decisions; the policy decides without it).\n"
-      "# TYPE frenzy_schedule_locked_last_seconds gauge\nfrenzy_schedule_locked_last_seconds "
-      "{:.6f}\n",
-      last_locked_s_);
-  s += fmt::format("# TYPE frenzy_submissions_total counter\nfrenzy_submissions_total {}\n",
-                   submissions_);
-  s += fmt::format("# TYPE frenzy_launches_total counter\nfrenzy_launches_total {}\n", launches_);
-  return s;
-}
-
-Status Daemon::Requeue(JobRow& row, double now, const std::string& kind, const std::string& why) {
-  row.state = JobState::kQueued;
-  row.updated_s = now;
-  row.handle.clear();
-  row.allocation.clear();
-  row.message = why;
-  return Save(row, kind, why);
-}
-
-Status Daemon::End(JobRow& row, JobState state, double now, const std::string& message,
-                   const std::string& kind, const std::string& detail) {
-  row.state = state;
-  row.updated_s = row.finished_s = now;
-  row.allocation.clear();
-  row.message = message;
-  return Save(row, kind, detail);
-}
-
-Status Daemon::Stop(JobRow row, double now, const std::string& kind, const std::string& why) {
-  RETURN_IF_ERROR(backend_->Cancel(row.handle));
-  return Requeue(row, now, kind, why);
-}
-
-Status Daemon::Save(JobRow& row, const std::string& kind, const std::string& detail) {
-  RETURN_IF_ERROR(store_->UpdateJob(row, kind, detail));
-  const int64_t key = KeyOf(row.id);
-  Hold(key, row);
-  if (Terminal(row.state)) {
-    active_.erase(key);
-    options_of_.erase(key);
-  } else {
-    active_[key] = row;
-  }
-  if (!kind.empty()) dirty_ = true;  // an event: a state change the policy should see
-  return Status::Ok();
-}
-
-void Daemon::Hold(int64_t key, const JobRow& row) {
-  if (auto it = running_.find(key); it != running_.end()) {
-    for (const auto& [n, g] : it->second) view_.nodes[static_cast<size_t>(n)].free += g;
-    running_.erase(it);
-  }
-  if (row.state != JobState::kRunning) return;
-  std::vector<std::pair<int, int64_t>> placement;
-  for (const json& p : ParseOr(row.allocation, json::array())) {
-    if (!p.is_array() || p.size() != 2 || !p[0].is_string() || !p[1].is_number_integer()) {
-      continue;
-    }
-    auto node = node_index_.find(p[0].get<std::string>());
-    if (node == node_index_.end()) continue;  // a node the backend no longer reports
-    placement.emplace_back(node->second, p[1].get<int64_t>());
-    view_.nodes[static_cast<size_t>(node->second)].free -= placement.back().second;
-  }
-  running_.emplace(key, std::move(placement));
-}
-
-Status Daemon::FollowRuns(double now, const std::unordered_map<int64_t, Polled>& polled,
-                          int& changes) {
-  std::vector<JobRow> rows;
-  for (const auto& [key, placement] : running_) rows.push_back(active_.at(key));
-  for (JobRow& row : rows) {
-    auto poll = polled.find(KeyOf(row.id));
-    // Launched, moved or cancelled since the poll: asked again next tick.
-    if (poll == polled.end() || poll->second.handle != row.handle) continue;
-    const Result<RunStatus>& st = poll->second.status;
-    if (!st.ok()) {
-      row.message = "backend: " + st.status().ToString();
-      continue;  // asked again next pass
-    }
-    const int64_t key = KeyOf(row.id);
-    json plan = ParseOr(row.plan, json::object());
-    bool dirty = false;
-    if (st->progress >= 0) {
-      double done = std::min(row.total_tokens, st->progress * row.total_tokens);
-      if (done > row.done_tokens) {
-        row.done_tokens = done;
-        dirty = true;
-      }
-    }
-    if (st->peak_bytes > 0 && st->peak_bytes != row.observed_bytes) {
-      row.observed_bytes = st->peak_bytes;
-      runtime::MemoryReport r;
-      r.t_s = now;
-      r.progress = row.total_tokens > 0 ? row.done_tokens / row.total_tokens : 0;
-      r.peak_bytes = st->peak_bytes;
-      r.predicted_bytes = plan.value("device_bytes", int64_t{0});
-      r.capacity_bytes = plan.value("gpu_memory_bytes", int64_t{0});
-      monitor_.Report(key, r);
-      row.memory_factor = monitor_.Factor(key).value_or(0.0);
-      row.memory_note = monitor_.Explain(key);
-      dirty = true;
-    }
-    switch (st->state) {
-      case RunState::kPending:
-      case RunState::kRunning:
-        if (dirty) {
-          row.updated_s = now;
-          RETURN_IF_ERROR(Save(row, "", ""));
-        }
-        break;
-      case RunState::kSucceeded:
-        row.done_tokens = row.total_tokens;
-        monitor_.Finish(key);
-        RETURN_IF_ERROR(End(row, JobState::kSucceeded, now, "finished", "succeeded", st->message));
-        ++changes;
-        break;
-      case RunState::kCancelled:
-        monitor_.Forget(key);
-        RETURN_IF_ERROR(End(row, JobState::kCancelled, now, "cancelled outside Frenzy", "cancelled",
-                            st->message));
-        ++changes;
-        break;
-      case RunState::kLost:
-        RETURN_IF_ERROR(
-            Requeue(row, now, "lost", "the run disappeared: requeued from its last checkpoint"));
-        ++changes;
-        break;
-      case RunState::kFailed: {
-        if (ContainsNoCase(st->message, "out of memory")) {
-          // The runtime learns from the crash; the layout that crashed no longer fits.
-          monitor_.ReportOom(key, plan.value("device_bytes", int64_t{0}),
-                             plan.value("gpu_memory_bytes", int64_t{0}));
-          JobView v;
-          v.key = key;
-          ASSIGN_OR_RETURN(auto options, OptionsFor(row));
-          v.options = options.get();
-          v.ooms = static_cast<int>(monitor_.Find(key) ? monitor_.Find(key)->ooms - 1 : 0);
-          runtime::OomRecovery rec = runtime::RecoverFromOom(v, monitor_, view_, runtime_opt_);
-          row.memory_factor = rec.factor;
-          row.memory_note = monitor_.Explain(key);
-          if (rec.give_up) {
-            RETURN_IF_ERROR(End(row, JobState::kFailed, now, rec.message, "failed", rec.message));
-          } else {
-            RETURN_IF_ERROR(Requeue(row, now, "out_of_memory", rec.message));
-          }
-          ++changes;
-          break;
-        }
-        runtime::RetryDecision d =
-            runtime::OnCrash(retry_[row.id], row.done_tokens, st->message, runtime::RetryOptions{});
-        if (d.retry) {
-          RETURN_IF_ERROR(Requeue(row, now, "crashed", d.message));
-        } else {
-          RETURN_IF_ERROR(End(row, JobState::kFailed, now, d.message, "failed", d.message));
-        }
-        ++changes;
-        break;
-      }
-    }
-  }
-  return Status::Ok();
-}
-
-Status Daemon::Launch(JobRow& row, const JobView& v, const Allocation& alloc, double now) {
-  const RunOption& o = v.option(alloc.option);
-  int layout = std::max(0, v.Layout(alloc.option, view_));
-  frenzy::Plan plan = v.PlanOf(alloc.option, layout);
-  double left = std::max(0.0, row.total_tokens - row.done_tokens);
-  plan.total_s = plan.tokens_per_s > 0 ? left / plan.tokens_per_s : 0;
-  json spec = ParseOr(row.spec, json::object());
-  LaunchSpec ls;
-  ls.job_id = row.id;
-  ls.name = row.model;
-  ls.plan = plan;
-  ls.attempt = row.attempt;
-  json placement = json::array();
-  for (const auto& [n, g] : alloc.placement) {
-    const std::string& name = cluster_.nodes[static_cast<size_t>(n)].name;
-    ls.placement.emplace_back(name, g);
-    ls.gpus_per_node = std::max(ls.gpus_per_node, g);
-    placement.push_back({name, g});
-  }
-  ls.nodes = static_cast<int64_t>(alloc.placement.size());
-  ls.command = opt_.train_command;
-  ls.workdir = (std::filesystem::path(opt_.runs_dir) / row.id).string();
-  std::error_code ec;
-  std::filesystem::create_directories(ls.workdir, ec);
-  if (ec) return InvalidArgument("cannot create " + ls.workdir + ": " + ec.message(), {}, "runs");
-  json plan_json = PlanToJson(plan);
-  plan_json["option"] = alloc.option;
-  plan_json["layout"] = layout;
-  plan_json["run_start_s"] = now;
-  json train = plan_json;
-  train["model"] = row.model;
-  train["tokens"] = row.total_tokens;
-  train["global_batch"] = spec.value("global_batch", int64_t{1});
-  train["seq_len"] = spec.value("seq_len", int64_t{2048});
-  train["precision"] = spec.value("precision", std::string("bf16"));
-  ls.env["FRENZY_JOB_ID"] = row.id;
-  ls.env["FRENZY_PLAN"] = DumpJson(train);
-  ls.env["FRENZY_TOKENS"] = fmt::format("{:.0f}", row.total_tokens);
-  ls.env["FRENZY_DONE_TOKENS"] = fmt::format("{:.0f}", row.done_tokens);
-  if (!opt_.report_base_url.empty()) {
-    ls.env["FRENZY_REPORT_URL"] = opt_.report_base_url + "/v1/jobs/" + row.id + "/report";
-  }
-  // The run reports with a token of its own, good for this job's reports only (never the admin
-  // token: a training script can then not cancel or submit jobs); only its hash is stored.
-  const std::string run_token = NewRunToken();
-  const std::string run_token_hash = Sha256Hex(run_token);
-  RETURN_IF_ERROR(store_->SetRunTokenHash(row.id, run_token_hash));
-  run_token_hash_[KeyOf(row.id)] = run_token_hash;
-  ls.env["FRENZY_TOKEN"] = run_token;
-  auto handle = backend_->Launch(ls);
-  ++row.attempt;
-  row.updated_s = now;
-  if (!handle.ok()) {
-    std::string why = "the backend could not launch it: " + handle.status().ToString();
-    return End(row, JobState::kFailed, now, why, "failed", why);
-  }
-  // Why this plan: its rank among the job's options that fit, and its memory.
-  int runnable = 0, faster = 0;
-  for (size_t i = 0; i < v.options->options.size(); ++i) {
-    if (!v.Runnable(static_cast<int>(i), view_)) continue;
-    ++runnable;
-    if (v.options->options[i].plan.tokens_per_s > o.plan.tokens_per_s) ++faster;
-  }
-  row.why = fmt::format(
-      "{} by policy '{}': {:.0f} tokens/s, predicted {:.1f} of {:.0f} GiB per GPU{}; option {} "
-      "of the {} memory-safe ones by speed ({} faster ones were busy or worth less to the queue)",
-      Describe(plan), policy_->name(), plan.tokens_per_s,
-      static_cast<double>(plan.device_bytes) / kGiB,
-      static_cast<double>(plan.gpu_memory_bytes) / kGiB,
-      layout > 0 ? fmt::format(" (a leaner layout: memory factor {:.2f})", *v.memory_factor) : "",
-      faster + 1, runnable, faster);
-  row.state = JobState::kRunning;
-  row.handle = *handle;
-  if (row.started_s < 0) row.started_s = now;
-  row.plan = DumpJson(plan_json);
-  row.allocation = DumpJson(placement);
-  row.predicted_bytes = plan.device_bytes;
-  row.message = "running";
-  ++launches_;
-  return Save(row, "started",
-              fmt::format("attempt {}: {} as {}", row.attempt, Describe(plan), *handle));
-}
-
-struct Daemon::Pass {
-  ClusterView view;  // the cluster as the snapshot saw it (the policy reads it unlocked)
-  std::vector<JobView> views;
-  std::vector<std::shared_ptr<const JobOptions>> keep;  // the views' option tables
-  // Per view: the job's state and attempt at the snapshot. A decision is applied only to a job
-  // that still has both (not cancelled, ended or restarted meanwhile).
-  std::vector<std::pair<JobState, int64_t>> seen;
-  std::unordered_map<int64_t, size_t> index_of;  // job number -> views index
-};
-
-Status Daemon::PrepareSchedule(double now, Pass& pass, int& changes) {
-  auto build = [&] {
-    pass.views.clear();
-    pass.keep.clear();
-    pass.seen.clear();
-    pass.index_of.clear();
-    pass.views.reserve(active_.size());
-    pass.keep.reserve(active_.size());
-    pass.seen.reserve(active_.size());
-    pass.index_of.reserve(active_.size());
-    for (const auto& [key, r] : active_) {
-      auto options = OptionsFor(r);
-      if (!options.ok()) continue;
-      pass.keep.push_back(*options);
-      JobView v;
-      v.key = key;
-      pass.index_of[key] = pass.views.size();
-      v.id = r.id;
-      v.submit_s = r.submitted_s;
-      v.options = options->get();
-      v.total_tokens = r.total_tokens;
-      v.done_tokens = r.done_tokens;
-      v.progress_since_s = now;
-      v.first_start_s = r.started_s;
-      v.restarts = static_cast<int>(std::max<int64_t>(0, r.attempt - 1));
-      if (r.memory_factor > 0) {
-        v.memory_factor = r.memory_factor;
-      } else if (auto f = monitor_.Factor(key)) {
-        v.memory_factor = f;
-      }
-      if (!failed_options_.empty()) {
-        if (auto it = failed_options_.find(r.id); it != failed_options_.end()) {
-          v.failed_options = it->second;
-        }
-      }
-      if (r.state == JobState::kRunning) {
-        json plan = ParseOr(r.plan, json::object());
-        v.running = true;
-        v.alloc.option = plan.value("option", 0);
-        v.layout = plan.value("layout", 0);
-        v.run_start_s = plan.value("run_start_s", now);
-        v.rate_tokens_per_s = plan.value("tokens_per_s", 0.0);
-        v.alloc.placement = running_.at(key);
-        if (v.alloc.option < 0 ||
-            static_cast<size_t>(v.alloc.option) >= v.options->options.size()) {
-          v.alloc.option = 0;
-        }
-      }
-      pass.views.push_back(std::move(v));
-      pass.seen.emplace_back(r.state, r.attempt);
-    }
-  };
-  build();
-  // The runtime first: jobs about to run out of memory checkpoint and are placed again with
-  // their corrected memory factor (the policy sees them queued).
-  if (policy_->uses_runtime()) {
-    Snapshot s;
-    s.now_s = now;
-    s.cluster = &view_;
-    s.jobs = pass.views;
-    s.change_seq = passes_;
-    s.costs.restart_s = opt_.restart_s;
-    std::vector<runtime::MemoryAction> actions =
-        runtime::PlanMemoryActions(s, monitor_, runtime_opt_);
-    for (const runtime::MemoryAction& a : actions) {
-      auto it = active_.find(a.job);
-      if (it == active_.end() || it->second.state != JobState::kRunning) continue;
-      JobRow row = it->second;
-      row.memory_factor = a.factor;
-      row.memory_note = monitor_.Explain(a.job);
-      RETURN_IF_ERROR(Stop(row, now, "memory", a.why));
-      ++changes;
-    }
-    if (!actions.empty()) build();
-  }
-  pass.view = view_;
-  return Status::Ok();
-}
-
-Status Daemon::ApplySchedule(double now, Pass& pass, const Decisions& d, int& changes) {
-  // view_ is the cluster now: runs cancelled since the snapshot have given their GPUs back.
-  // The job's current row, if the decision still applies to it.
-  auto current = [&](int64_t key) -> JobRow* {
-    auto vi = pass.index_of.find(key);
-    auto it = active_.find(key);
-    if (vi == pass.index_of.end() || it == active_.end()) return nullptr;
-    const auto& [state, attempt] = pass.seen[vi->second];
-    if (it->second.state != state || it->second.attempt != attempt) return nullptr;
-    return &it->second;
-  };
-  for (int64_t key : d.stop) {
-    JobRow* row = current(key);
-    if (row == nullptr || row->state != JobState::kRunning) continue;
-    RETURN_IF_ERROR(
-        Stop(*row, now, "preempted", "stopped by the scheduler; resumes from its checkpoint"));
-    ++changes;
-  }
-  for (const auto& [key, alloc] : d.start) {
-    JobRow* found = current(key);
-    if (found == nullptr) {
-      // A move of a job stopped above is still this pass's decision: the stop requeued it.
-      auto it = active_.find(key);
-      auto vi = pass.index_of.find(key);
-      if (it == active_.end() || vi == pass.index_of.end() ||
-          it->second.state != JobState::kQueued ||
-          it->second.attempt != pass.seen[vi->second].second) {
-        continue;
-      }
-      found = &it->second;
-    }
-    JobRow row = *found;
-    JobView& v = pass.views[pass.index_of[key]];
-    if (row.state == JobState::kRunning) {
-      RETURN_IF_ERROR(Stop(row, now, "moved", "moved by the scheduler"));  // a move
-      ++changes;
-      row = active_.at(key);
-    }
-    bool fits = true;
-    for (const auto& [n, g] : alloc.placement) {
-      if (n < 0 || static_cast<size_t>(n) >= view_.nodes.size() ||
-          view_.nodes[static_cast<size_t>(n)].free < g) {
-        fits = false;
-      }
-    }
-    if (!fits) continue;  // GPUs taken meanwhile, or a policy bug: the job stays queued
-    v.running = false;
-    v.alloc = Allocation{};
-    RETURN_IF_ERROR(Launch(row, v, alloc, now));
-    ++changes;
-  }
-  return Status::Ok();
-}
-
-Result<int> Daemon::Tick() {
-  std::lock_guard<std::mutex> tick_lock(tick_mu_);
-  int changes = 0;
-  Pass pass;
-  double now = 0;
-  int64_t seq = 0;
-  double locked = 0;  // how long this pass held the daemon's lock
-  // The backend is asked about the running jobs without the lock; only its answers are applied
-  // under it (tick_mu_ keeps other ticks out meanwhile).
-  std::vector<std::pair<int64_t, std::string>> handles;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    handles.reserve(running_.size());
-    for (const auto& [key, placement] : running_) handles.emplace_back(key, active_.at(key).handle);
-  }
-  std::unordered_map<int64_t, Polled> polled;
-  for (const auto& [key, handle] : handles) {
-    polled.emplace(key, Polled{handle, backend_->Status(handle)});
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    now = now_s_();
-    ++ticks_;
-    RETURN_IF_ERROR(FollowRuns(now, polled, changes));
-    if (!dirty_ && changes == 0 && last_pass_s_ >= 0 && now - last_pass_s_ < opt_.idle_pass_s) {
-      return changes;  // nothing new for the policy
-    }
-    if (dirty_ || changes > 0) ++change_seq_;
-    seq = change_seq_;
-    dirty_ = false;
-    last_pass_s_ = now;
-    RETURN_IF_ERROR(PrepareSchedule(now, pass, changes));
-    locked = now_s_() - now;
-  }
-  // The policy decides on the snapshot while submissions, reports and reads go on.
-  Snapshot s;
-  s.now_s = now;
-  s.cluster = &pass.view;
-  s.jobs = pass.views;
-  s.change_seq = seq;
-  s.costs.restart_s = opt_.restart_s;
-  Decisions d = policy_->Schedule(s);
-  std::lock_guard<std::mutex> lock(mu_);
-  const double apply_start = now_s_();
-  // The pass's own launches and stops are no news to the policy; what arrived meanwhile is.
-  const bool news = dirty_;
-  Status applied = ApplySchedule(now, pass, d, changes);
-  dirty_ = news || !applied.ok();
-  RETURN_IF_ERROR(applied);
-  double took = now_s_() - now;
-  last_locked_s_ = locked + (now_s_() - apply_start);
-  last_schedule_s_ = took;
-  schedule_s_total_ += took;
-  ++passes_;
-  return changes;
 }
 
 Status Daemon::Checkpoint() {

@@ -53,6 +53,13 @@ struct DaemonOptions {
   double checkpoint_every_s = 5;  // see Checkpoint()
   // What a restart costs here (checkpoint load), as the policy and the runtime price moves.
   double restart_s = kDefaultRestartS;
+  // The runtime, as the simulator drives it (SimOptions): how soon a projected out-of-memory
+  // crash is acted on, crashes before a job is given up, and the back-off of other crashes.
+  runtime::RuntimeOptions runtime;
+  runtime::RetryOptions retry;
+  // How often a running job's memory, as the backend reads it, is fed to the runtime's monitor
+  // (the simulator's report interval): its trend is fitted over the last few reports.
+  double report_interval_s = 300;
   // A folder of config.json files (or folders holding one) the operator offers by name, beside
   // the zoo. API model names never reach any other file. "" : the zoo only.
   std::string models_dir;
@@ -64,7 +71,8 @@ class Daemon {
   // the store says are running.
   static Result<std::unique_ptr<Daemon>> Create(DaemonOptions options, std::unique_ptr<Store> store,
                                                 std::unique_ptr<Backend> backend,
-                                                std::function<double()> now_s);
+                                                std::function<double()> now_s,
+                                                const GpuCatalog& catalog = GpuCatalog::Default());
 
   // The API's operations. Errors: kInvalidArgument (400, names the field), kNotFound (404),
   // kFailedPrecondition (409/422: e.g. a job no GPU of the cluster can hold).
@@ -98,7 +106,9 @@ class Daemon {
 
  private:
   Daemon(DaemonOptions o, std::unique_ptr<Store> s, std::unique_ptr<Backend> b,
-         std::function<double()> now, Cluster c);
+         std::function<double()> now, Cluster c, const GpuCatalog& catalog);
+  class Applier;  // the policy's decisions applied to runs (daemon_schedule.cc)
+  friend class Applier;
   struct Parsed;  // a validated job spec
   Result<Parsed> ParseSpec(const nlohmann::json& spec) const;
   // A model by name: the zoo, then the operator's models folder; never a path.
@@ -116,6 +126,21 @@ class Daemon {
   };
   // Under mu_: applies the polls to the jobs still running the run that was polled.
   Status FollowRuns(double now, const std::unordered_map<int64_t, Polled>& polled, int& changes);
+  // A poll's progress and memory; true when the row changed.
+  bool Observe(JobRow& row, const RunStatus& st, double now);
+  // A failed run, by its kind: the runtime learns from an out-of-memory crash (and the layout is
+  // never retried), a lost node requeues it, any other crash is retried after a back-off.
+  Status OnRunFailed(JobRow& row, const RunStatus& st, double now);
+  Status OnOutOfMemory(JobRow& row, double now);
+  // The job as the runtime sees it between runs (its option table, failed options, crashes).
+  Result<JobView> RuntimeView(const JobRow& row);
+  // The runtime's state of a job (and the monitor's classes) written to the store, so that a
+  // restarted daemon keeps what it learned.
+  Status SaveRuntime(int64_t key, const std::string& id);
+  Status LoadRuntime();
+  // Under mu_: a replan or move of the runtime, as the engine applies it.
+  Status ApplyMemoryAction(JobRow row, const runtime::MemoryAction& a, const JobView& view,
+                           double now);
   // Under mu_: the runtime's memory actions, then the snapshot for the policy.
   Status PrepareSchedule(double now, Pass& pass, int& changes);
   // Under mu_: the policy's decisions, for the jobs that did not change since the snapshot.
@@ -133,7 +158,9 @@ class Daemon {
   void Hold(int64_t key, const JobRow& row);
   // The job's row from the active set, or from the store once ended; kNotFound if neither.
   Result<JobRow> FindJob(const std::string& id);
-  Status Launch(JobRow& row, const JobView& view, const Allocation& alloc, double now);
+  // `layout` < 0: the layout ChooseLayout picks for the job's memory factor.
+  Status Launch(JobRow& row, const JobView& view, const Allocation& alloc, double now,
+                int layout = -1);
   Status Requeue(JobRow& row, double now, const std::string& kind, const std::string& why);
 
   std::mutex tick_mu_;  // one Tick at a time; taken before mu_
@@ -149,9 +176,19 @@ class Daemon {
   OptionCache cache_;
   std::unique_ptr<Policy> policy_;
   runtime::MemoryMonitor monitor_;
-  runtime::RuntimeOptions runtime_opt_;
-  std::map<std::string, runtime::RetryState> retry_;
-  std::map<std::string, std::vector<int>> failed_options_;  // per job: crashed options
+  bool use_runtime_ = false;  // the policy runs with the runtime (Policy::uses_runtime)
+  // Per job: the runtime's state beside the monitor's (as the engine keeps it per job).
+  struct JobRuntime {
+    runtime::RetryState retry;
+    std::vector<int> failed_options;  // options that crashed out of memory
+    int ooms = 0;
+    double retry_at_s = -1;        // a crashed job waits out its back-off until then
+    double last_report_s = -1e300;  // when the monitor last heard of its memory
+  };
+  std::map<int64_t, JobRuntime> runtime_;
+  // A memory report reached the monitor since the last pass: the runtime plans its actions then,
+  // as the engine does after a batch of events with a report.
+  bool reported_ = false;
   // Per active job: its option table (parsing a spec again every pass would dominate the loop).
   std::unordered_map<int64_t, std::shared_ptr<const JobOptions>> options_of_;
   // The queued and running jobs, by number (submission order), as last written to the store.

@@ -1,6 +1,10 @@
 // The `sim` backend, the embedded default: a simulated heterogeneous cluster inside the daemon.
 // A run "trains" at its plan's predicted speed, `time_scale` times faster than the wall clock,
-// and reports its progress and a peak memory close to MARP's prediction. Everything about a run
+// and reports its progress and a peak memory close to MARP's prediction. Given the simulator's
+// memory truths (SetTruths: the same JobTruth the engine draws, sim/world.h), its runs behave as
+// the engine's do: a restart first pays the restart pause, the peak grows with progress, and a
+// run whose peak passes its GPU's memory fails out of memory — so one scenario runs through the
+// engine and through the daemon alike. Everything about a run
 // is in its handle (start time, speed, the job's progress at launch), so a restarted daemon
 // re-attaches to its runs as it would to a real cluster's.
 #ifndef FRENZY_SERVER_SIM_BACKEND_H_
@@ -9,11 +13,13 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "hardware/cluster.h"
+#include "sim/world.h"
 #include "server/backend.h"
 
 namespace frenzy::server {
@@ -29,8 +35,12 @@ class SimBackend : public Backend {
   Result<std::string> Launch(const LaunchSpec& spec) override;
   Result<RunStatus> Status(const std::string& handle) override;
   ::frenzy::Status Cancel(const std::string& handle) override;
+  // Memory truths by job id; `oom_after_s` and `restart_s` as in SimOptions (simulated seconds).
+  void SetTruths(std::map<std::string, JobTruth> truths, double oom_after_s, double restart_s);
 
  private:
+  std::map<std::string, JobTruth> truths_;
+  double oom_after_s_ = 30, restart_s_ = 0;
   Cluster cluster_;
   double scale_;
   std::function<double()> now_s_;

@@ -77,6 +77,7 @@ CREATE TABLE IF NOT EXISTS nodes (
   name TEXT PRIMARY KEY, gpu TEXT NOT NULL, gpus INTEGER NOT NULL, up INTEGER NOT NULL,
   last_seen_s REAL NOT NULL, readings TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS run_tokens (job_id TEXT PRIMARY KEY, hash TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runtime_state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 )sql";
 
 // Takes the exclusive lock on `lock_path` and writes our PID into it; on failure says who holds
@@ -273,6 +274,36 @@ Result<std::string> Store::RunTokenHash(const std::string& job_id) {
   if (rc == SQLITE_DONE) return std::string();
   if (rc != SQLITE_ROW) return DbError(db_, "run token");
   return s.Text(0);
+}
+
+Status Store::PutRuntimeState(const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, Prepare("INSERT INTO runtime_state (key, value) VALUES (?, ?) "
+                      "ON CONFLICT(key) DO UPDATE SET value=excluded.value"));
+  if (!s.ok()) return DbError(db_, "prepare runtime state");
+  s.Bind(1, key).Bind(2, value);
+  if (s.Step() != SQLITE_DONE) return DbError(db_, "runtime state");
+  return Status::Ok();
+}
+
+Status Store::DeleteRuntimeState(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, Prepare("DELETE FROM runtime_state WHERE key = ?"));
+  if (!s.ok()) return DbError(db_, "prepare runtime state");
+  s.Bind(1, key);
+  if (s.Step() != SQLITE_DONE) return DbError(db_, "runtime state");
+  return Status::Ok();
+}
+
+Result<std::map<std::string, std::string>> Store::RuntimeStates() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, Prepare("SELECT key, value FROM runtime_state"));
+  if (!s.ok()) return DbError(db_, "prepare runtime state");
+  std::map<std::string, std::string> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) out.emplace(s.Text(0), s.Text(1));
+  if (rc != SQLITE_DONE) return DbError(db_, "runtime state");
+  return out;
 }
 
 Result<int64_t> Store::Checkpoint() {

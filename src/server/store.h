@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -99,6 +100,11 @@ class Store {
   // The SHA-256 (hex) of the token a job's current run reports with; "" if none.
   Status SetRunTokenHash(const std::string& job_id, const std::string& hash);
   Result<std::string> RunTokenHash(const std::string& job_id);
+  // The runtime's state (what the memory monitor learned, crash and out-of-memory history), one
+  // JSON value per key: a job's id, or "classes" for what was learned across jobs.
+  Status PutRuntimeState(const std::string& key, const std::string& value);
+  Status DeleteRuntimeState(const std::string& key);
+  Result<std::map<std::string, std::string>> RuntimeStates();
   // kFailedPrecondition once the database file was deleted or replaced under this process
   // (SQLite keeps writing to the unlinked file: every later change would be lost).
   Status CheckFile() const;

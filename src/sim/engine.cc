@@ -105,9 +105,6 @@ class Engine : private DecisionTarget {
   // `layout` < 0: the layout the job's memory factor allows (JobView::Layout).
   // REQUIRES: `a` was checked (CheckAllocation or ApplyDecisions).
   Status StartRun(JobView& v, const Allocation& a, double now, int layout = -1);
-  // The layout a start without one runs: the fastest the job's memory factor allows whose TP
-  // groups stay inside the nodes.
-  int ChooseLayout(const JobView& v, const Allocation& a) const;
   // The speed of a run on these nodes (stragglers slow the whole gang).
   double Speed(const Allocation& a) const;
   // The queued and running jobs and the cluster as the policy and the runtime see them.
@@ -120,7 +117,7 @@ class Engine : private DecisionTarget {
 
   // DecisionTarget: what a policy's stop and start do here.
   const JobView* Find(int64_t key) const override;
-  Status Stop(const JobView& job, double now_s) override;
+  Status Stop(const JobView& job, double now_s, bool move) override;
   Status Start(const JobView& job, const Allocation& alloc, double now_s) override;
 
   // Event handlers: each returns true when the policy should hear of the change.
@@ -312,24 +309,10 @@ double Engine::Speed(const Allocation& a) const {
   return speed;
 }
 
-int Engine::ChooseLayout(const JobView& v, const Allocation& a) const {
-  const RunOption& o = v.option(a.option);
-  int layout = std::max(0, v.Layout(a.option, view_));
-  auto keeps_groups = [&](int k) {
-    int64_t tp = v.PlanOf(a.option, k).tp;
-    return std::all_of(a.placement.begin(), a.placement.end(),
-                       [&](const auto& np) { return np.second % tp == 0; });
-  };
-  while (layout > 0 && !keeps_groups(layout) && static_cast<size_t>(layout) < o.leaner.size()) {
-    ++layout;
-  }
-  return layout;
-}
-
 Status Engine::StartRun(JobView& v, const Allocation& a, double now, int layout) {
   JobState& js = jobs_[static_cast<size_t>(v.key)];
   const RunOption& o = v.option(a.option);
-  if (layout < 0) layout = ChooseLayout(v, a);
+  if (layout < 0) layout = ChooseLayout(v, a, view_);
   if (static_cast<size_t>(layout) > o.leaner.size()) {
     return Status(StatusCode::kInternal,
                   fmt::format("job '{}' started on layout {} of an option with {}", v.id, layout,
@@ -379,7 +362,7 @@ const JobView* Engine::Find(int64_t key) const {
   return *it;
 }
 
-Status Engine::Stop(const JobView& job, double now_s) {
+Status Engine::Stop(const JobView& job, double now_s, bool /*move*/) {
   StopRun(*Active(job.key), now_s, /*graceful=*/true);
   return Status::Ok();
 }
