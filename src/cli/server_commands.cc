@@ -1,5 +1,6 @@
 // `frenzy serve` (the daemon, also installed as `frenzyd`), the client commands that talk to it
-// (`frenzy submit|jobs|status|cancel|cluster`) and the node agent (`frenzy agent`).
+// (`frenzy submit|jobs|status|cancel|cluster`) and the node agent (`frenzy agent`). The daemon
+// itself (its config file, backends and control loop) is server/serve.h: here are its flags.
 #include <fmt/core.h>
 #include <httplib.h>
 #include <unistd.h>
@@ -10,265 +11,67 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <functional>
-#include <iostream>
 #include <memory>
-#include <sstream>
+#include <set>
 #include <thread>
 
 #include "cli/commands.h"
 #include "server/agent.h"
-#include "server/api.h"
-#include "server/daemon.h"
-#include "server/k8s_backend.h"
-#include "server/local_backend.h"
-#include "server/sim_backend.h"
-#include "server/slurm_backend.h"
-#include "server/store.h"
+#include "server/serve.h"
 
 namespace frenzy::cli {
 namespace {
 
 using nlohmann::json;
-using server::Backend;
 
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
 
-double WallNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-void Log(const std::string& level, const std::string& msg, json extra = json::object()) {
-  extra["t"] = WallNow();
-  extra["level"] = level;
-  extra["msg"] = msg;
-  std::cerr << extra.dump() << std::endl;
-}
-
 struct ServeOptions {
-  std::string config;
-  std::string backend = "sim";
-  std::string listen = "127.0.0.1:8470";
-  std::string db = "frenzy.db";
-  std::string cluster = "lab";
-  std::string token;
-  double time_scale = 600;
-  double tick_s = 0.5;
-  std::string runs_dir = "frenzy-runs";
-  std::string models_dir;
-  std::string train_command = "/usr/bin/python3 examples/train.py";
-  std::string policy = "frenzy";
-  std::string slurm_conf;
-  std::string slurm_partition;
-  std::string k8s_dir = "frenzy-k8s";
-  bool k8s_apply = false;
-  std::string inventory;
-  std::string report_url;
-  bool all_layouts = false;
+  std::string config;  // --config: a JSON file of settings
+  server::ServeConfig settings;
 };
 
-std::vector<std::string> SplitWords(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream in(s);
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
+// The flag of a config-file setting: "runs_dir" is --runs-dir.
+std::string FlagOf(std::string key) {
+  std::replace(key.begin(), key.end(), '_', '-');
+  return "--" + key;
 }
 
 // A config file (JSON) may set any flag; flags given on the command line win.
-Status ApplyConfig(ServeOptions& o, const CLI::App& cmd) {
-  if (o.config.empty()) return Status::Ok();
-  std::ifstream f(o.config);
-  if (!f) return NotFound("cannot read the config file", o.config, "config");
-  json j = json::parse(f, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    return InvalidArgument("not a JSON object", o.config, "config");
+Result<server::ServeConfig> Settings(const ServeOptions& o, const CLI::App& cmd) {
+  if (o.config.empty()) return o.settings;
+  std::set<std::string> keep;
+  for (const std::string& key : server::ServeConfigKeys()) {
+    if (cmd.count(FlagOf(key)) > 0) keep.insert(key);
   }
-  auto str = [&](const char* key, std::string& field, const char* flag) -> Status {
-    if (!j.contains(key) || cmd.count(flag) > 0) return Status::Ok();
-    if (!j[key].is_string()) return InvalidArgument("must be a string", o.config, key);
-    field = j[key].get<std::string>();
-    return Status::Ok();
-  };
-  RETURN_IF_ERROR(str("backend", o.backend, "--backend"));
-  RETURN_IF_ERROR(str("listen", o.listen, "--listen"));
-  RETURN_IF_ERROR(str("db", o.db, "--db"));
-  RETURN_IF_ERROR(str("cluster", o.cluster, "--cluster"));
-  RETURN_IF_ERROR(str("token", o.token, "--token"));
-  RETURN_IF_ERROR(str("runs_dir", o.runs_dir, "--runs-dir"));
-  RETURN_IF_ERROR(str("models_dir", o.models_dir, "--models-dir"));
-  RETURN_IF_ERROR(str("train_command", o.train_command, "--train-command"));
-  RETURN_IF_ERROR(str("policy", o.policy, "--policy"));
-  RETURN_IF_ERROR(str("slurm_conf", o.slurm_conf, "--slurm-conf"));
-  RETURN_IF_ERROR(str("k8s_dir", o.k8s_dir, "--k8s-dir"));
-  RETURN_IF_ERROR(str("inventory", o.inventory, "--inventory"));
-  for (const auto& [key, v] : j.items()) {
-    static const std::set<std::string> known = {
-        "backend", "listen",     "db",      "cluster",   "token",      "runs_dir", "train_command",
-        "policy",  "slurm_conf", "k8s_dir", "inventory", "time_scale", "tick_s", "models_dir"};
-    if (!known.count(key)) return InvalidArgument("unknown setting", o.config, key);
-  }
-  if (j.contains("time_scale") && cmd.count("--time-scale") == 0) {
-    if (!j["time_scale"].is_number())
-      return InvalidArgument("must be a number", o.config, "time_scale");
-    o.time_scale = j["time_scale"].get<double>();
-  }
-  if (j.contains("tick_s") && cmd.count("--tick-s") == 0) {
-    if (!j["tick_s"].is_number()) return InvalidArgument("must be a number", o.config, "tick_s");
-    o.tick_s = j["tick_s"].get<double>();
-  }
-  return Status::Ok();
+  return server::ParseServeConfig(o.config, o.settings, keep);
 }
 
-Result<std::unique_ptr<Backend>> MakeBackend(const ServeOptions& o) {
-  const GpuCatalog& catalog = GpuCatalog::Default();
-  if (o.backend == "sim") {
-    ASSIGN_OR_RETURN(Cluster c, ResolveCluster(o.cluster, catalog));
-    return std::unique_ptr<Backend>(new server::SimBackend(c, o.time_scale, WallNow));
+void RunServe(const ServeOptions& o, const CLI::App& cmd) {
+  Result<server::ServeConfig> settings = Settings(o, cmd);
+  if (!settings.ok()) return Fail(settings.status());
+  server::ServeConfig s = std::move(settings).value();
+  if (s.token.empty()) {
+    if (const char* t = std::getenv("FRENZY_TOKEN")) s.token = t;
   }
-  if (o.backend == "local") {
-    server::AgentOptions ao;
-    ao.inventory_path = o.inventory;
-    ASSIGN_OR_RETURN(auto nodes, server::LocalBackend::DiscoverLocalNodes(ao));
-    server::LocalBackendOptions lo;
-    lo.nodes = std::move(nodes);
-    return std::unique_ptr<Backend>(new server::LocalBackend(lo));
-  }
-  if (o.backend == "slurm") {
-    server::SlurmOptions so;
-    so.slurm_conf = o.slurm_conf;
-    so.partition = o.slurm_partition;
-    return std::unique_ptr<Backend>(new server::SlurmBackend(so, catalog));
-  }
-  if (o.backend == "k8s") {
-    server::K8sOptions ko;
-    ko.manifest_dir = o.k8s_dir;
-    ko.apply = o.k8s_apply;
-    return std::unique_ptr<Backend>(new server::K8sBackend(ko, catalog));
-  }
-  return InvalidArgument("unknown backend '" + o.backend + "' (sim, local, slurm, k8s)", {},
-                         "backend");
-}
-
-// A token travels in an "Authorization: Bearer" header: whitespace or control characters would
-// break the header or be trimmed away on the way, and a blank token is a mistake (an unset
-// secret in a template, say) rather than "no token". Empty is no token, which is fine here.
-// The token itself is never part of the message.
-Status CheckToken(const std::string& token, const std::string& from) {
-  if (token.empty()) return Status::Ok();
-  const bool blank = std::all_of(token.begin(), token.end(), [](char ch) {
-    return std::isspace(static_cast<unsigned char>(ch)) != 0;
-  });
-  if (blank) {
-    return InvalidArgument("is blank (from " + from + "): give a real token, or none", {}, "token");
-  }
-  for (char ch : token) {
-    const unsigned char u = static_cast<unsigned char>(ch);
-    if (u <= 0x20 || u == 0x7f) {
-      return InvalidArgument(
-          fmt::format("contains {} (from {}): a token may not contain whitespace or control "
-                      "characters",
-                      u == ' ' ? std::string("a space") : fmt::format("the byte 0x{:02x}", u),
-                      from),
-          {}, "token");
-    }
-  }
-  return Status::Ok();
-}
-
-void RunServe(ServeOptions o, const CLI::App& cmd) {
-  if (Status st = ApplyConfig(o, cmd); !st.ok()) return Fail(st);
-  if (o.token.empty()) {
-    if (const char* t = std::getenv("FRENZY_TOKEN")) o.token = t;
-  }
-  if (Status st = CheckToken(o.token, "--token, the config's \"token\" or $FRENZY_TOKEN");
+  if (Status st = server::CheckToken(s.token, "--token, the config's \"token\" or $FRENZY_TOKEN");
       !st.ok()) {
     return Fail(st);
   }
-  size_t colon = o.listen.rfind(':');
-  if (colon == std::string::npos) {
-    return Fail(InvalidArgument("must be ADDR:PORT", {}, "listen"));
+  server::ServeHooks hooks;
+  hooks.on_started = [] {
+    std::signal(SIGINT, OnSignal);
+    std::signal(SIGTERM, OnSignal);
+  };
+  Result<server::ServeEnd> end = server::RunServe(s, g_stop, hooks);
+  if (!end.ok()) return Fail(end.status());
+  if (!end->loop.ok()) {  // the database is gone: logged, and said once more on its own line
+    fmt::print(stderr, "frenzyd: {}\n", end->loop.ToString());
+    SetExitCode(1);
   }
-  std::string host = o.listen.substr(0, colon);
-  int port = std::atoi(o.listen.c_str() + colon + 1);
-  if (port <= 0 || port > 65535) return Fail(InvalidArgument("bad port", {}, "listen"));
-  if (o.token.empty() && !server::IsLoopback(host)) {
-    return Fail(InvalidArgument(
-        "no token configured: refusing to listen on a non-loopback address (set --token or "
-        "FRENZY_TOKEN)",
-        {}, "token"));
-  }
-  if (!(o.time_scale > 0) || !(o.tick_s > 0)) {
-    return Fail(InvalidArgument("--time-scale and --tick-s must be > 0", {}, "time-scale"));
-  }
-  auto backend = MakeBackend(o);
-  if (!backend.ok()) return Fail(backend.status());
-  auto store = server::Store::Open(o.db);
-  if (!store.ok()) return Fail(store.status());
-  server::DaemonOptions dopt;
-  dopt.policy = o.policy;
-  dopt.runs_dir = o.runs_dir;
-  dopt.train_command = SplitWords(o.train_command);
-  dopt.report_base_url =
-      o.report_url.empty()
-          ? fmt::format("http://{}:{}", host == "0.0.0.0" ? "127.0.0.1" : host, port)
-          : o.report_url;
-  dopt.token = o.token;
-  dopt.models_dir = o.models_dir;
-  // The sim backend runs no training code: it can plan every layout.
-  dopt.data_parallel_only = !o.all_layouts && o.backend != "sim";
-  auto daemon =
-      server::Daemon::Create(dopt, std::move(store).value(), std::move(backend).value(), WallNow);
-  if (!daemon.ok()) return Fail(daemon.status());
-  server::Daemon& d = **daemon;
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
-  Log("info", "frenzyd started",
-      {{"backend", d.backend_name()},
-       {"listen", o.listen},
-       {"db", o.db},
-       {"gpus", d.cluster().total_gpus()}});
-  for (const std::string& note : d.quarantine_notes()) {
-    Log("error", "quarantined a stored row that cannot be loaded", {{"row", note}});
-  }
-  int exit_code = 0;
-  std::thread loop([&] {
-    while (!g_stop.load()) {
-      // A database deleted or replaced under us takes every later change with it: stop loudly
-      // rather than run on and lose them.
-      if (Status db = d.CheckStore(); !db.ok()) {
-        Log("error", "stopping: " + db.ToString());
-        fmt::print(stderr, "frenzyd: {}\n", db.ToString());
-        exit_code = 1;
-        g_stop = true;
-        break;
-      }
-      Result<int> changes = 0;
-      try {
-        changes = d.Tick();
-      } catch (const std::exception& e) {
-        // A bug, but the daemon stays up: every other job and request goes on.
-        changes = Status(StatusCode::kInternal, std::string("control loop threw: ") + e.what());
-      }
-      if (!changes.ok()) {
-        Log("error", "control loop: " + changes.status().ToString());
-      } else if (*changes > 0) {
-        Log("info", "scheduled", {{"changes", *changes}});
-      }
-      if (Status ck = d.Checkpoint(); !ck.ok()) Log("error", "database: " + ck.ToString());
-      std::this_thread::sleep_for(std::chrono::duration<double>(o.tick_s));
-    }
-  });
-  server::ApiOptions api;
-  api.token = o.token;
-  Status st = server::Serve(d, host, port, api, g_stop);
-  g_stop = true;
-  loop.join();
-  if (!st.ok()) return Fail(st);
-  if (exit_code != 0) std::exit(exit_code);
-  Log("info", "frenzyd stopped");
 }
 
 // ---- client ----
@@ -357,7 +160,7 @@ Status Resolve(ClientOptions& c) {
     if (const char* t = std::getenv("FRENZY_TOKEN")) c.token = t;
     c.token_from = "$FRENZY_TOKEN";
   }
-  RETURN_IF_ERROR(CheckToken(c.token, c.token_from));
+  RETURN_IF_ERROR(server::CheckToken(c.token, c.token_from));
   if (!(c.timeout_s > 0)) return InvalidArgument("must be > 0 seconds", {}, "timeout");
   return ParseServerUrl(c.server, c.server_from).status();
 }
@@ -520,7 +323,8 @@ Status Unexpected(const ClientOptions& c, const std::string& what, const json& j
 // anything is sent), then runs `body`. Display helpers tolerate odd fields; this catch is the
 // backstop, so that JSON of a shape this client cannot read is reported as the server's answer,
 // not as an internal error of frenzy.
-std::function<void()> ClientCallback(std::shared_ptr<ClientOptions> c, std::function<void()> body) {
+std::function<void()> ClientCallback(const std::shared_ptr<ClientOptions>& c,
+                                     const std::function<void()>& body) {
   return [c, body] {
     if (Status st = Resolve(*c); !st.ok()) return Fail(st);
     try {
@@ -541,7 +345,7 @@ std::string PlanLine(const json& plan) {
   return fmt::format("{} x {}", Integer(plan, "gpus"), gpu.empty() ? "?" : gpu);
 }
 
-void AddClientFlags(CLI::App* cmd, std::shared_ptr<ClientOptions> c) {
+void AddClientFlags(CLI::App* cmd, const std::shared_ptr<ClientOptions>& c) {
   cmd->add_option("--server", c->server,
                   "frenzyd URL, http://HOST:PORT (default $FRENZY_SERVER or "
                   "http://127.0.0.1:8470)");
@@ -552,202 +356,219 @@ void AddClientFlags(CLI::App* cmd, std::shared_ptr<ClientOptions> c) {
   cmd->add_flag("--json", c->json, "Machine-readable output");
 }
 
+// `frenzy submit`: a job spec from a file and/or flags.
+void RegisterSubmit(CLI::App& app) {
+  auto c = std::make_shared<ClientOptions>();
+  auto f = std::make_shared<std::string>();
+  auto model = std::make_shared<std::string>();
+  auto name = std::make_shared<std::string>();
+  auto precision = std::make_shared<std::string>();
+  auto tokens = std::make_shared<double>(0);
+  auto batch = std::make_shared<int64_t>(0);
+  auto seq = std::make_shared<int64_t>(0);
+  auto* cmd = app.add_subcommand("submit", "Submit a job: a model and goals, never GPUs");
+  AddClientFlags(cmd, c);
+  cmd->add_option("--file,-f", *f, "Job spec (JSON)");
+  cmd->add_option("--model,-m", *model, "Zoo name");
+  cmd->add_option("--tokens", *tokens, "Tokens to train on");
+  cmd->add_option("--global-batch", *batch, "Sequences per step");
+  cmd->add_option("--seq-len", *seq, "Sequence length");
+  cmd->add_option("--precision", *precision, "bf16 | fp16 | fp32 | bf16-pure");
+  cmd->add_option("--name", *name, "A name for listings");
+  cmd->callback(ClientCallback(c, [=] {
+    json spec = json::object();
+    if (!f->empty()) {
+      std::ifstream in(*f);
+      if (!in) return Fail(NotFound("cannot read", *f, "file"));
+      spec = json::parse(in, nullptr, false);
+      if (spec.is_discarded()) return Fail(InvalidArgument("not valid JSON", *f, "file"));
+      if (!spec.is_object()) return Fail(InvalidArgument("must be a JSON object", *f, "file"));
+    }
+    if (!model->empty()) spec["model"] = *model;
+    if (*tokens > 0) spec["tokens"] = *tokens;
+    if (*batch > 0) spec["global_batch"] = *batch;
+    if (*seq > 0) spec["seq_len"] = *seq;
+    if (!precision->empty()) spec["precision"] = *precision;
+    if (!name->empty()) spec["name"] = *name;
+    auto r = Call(*c, "POST", "/v1/jobs", &spec);
+    if (!r.ok()) return Fail(r.status());
+    if (c->json) return PrintJson(*r);
+    if (Text(*r, "id").empty()) return Fail(Unexpected(*c, "the new job's \"id\"", *r));
+    fmt::print("{}\n", Text(*r, "id"));
+  }));
+}
+
+// `frenzy jobs`: the job listing.
+void RegisterJobs(CLI::App& app) {
+  auto c = std::make_shared<ClientOptions>();
+  auto state = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand("jobs", "List jobs");
+  AddClientFlags(cmd, c);
+  cmd->add_option("--state", *state, "queued | running | succeeded | failed | cancelled");
+  cmd->callback(ClientCallback(c, [=] {
+    auto r = Call(*c, "GET", state->empty() ? "/v1/jobs" : "/v1/jobs?state=" + *state);
+    if (!r.ok()) return Fail(r.status());
+    if (c->json) return PrintJson(*r);
+    const json& jobs = Field(*r, "jobs");
+    if (!jobs.is_array()) return Fail(Unexpected(*c, "a \"jobs\" list", *r));
+    fmt::print("{:<10} {:<14} {:<10} {:>6} {:<18} {}\n", "ID", "MODEL", "STATE", "DONE", "PLAN",
+               "MESSAGE");
+    for (const json& j : jobs) {
+      fmt::print("{:<10} {:<14} {:<10} {:>5.0f}% {:<18} {}\n", Text(j, "id"), Text(j, "model"),
+                 Text(j, "state"), 100 * Number(Field(j, "progress"), "fraction"),
+                 PlanLine(Field(j, "plan")), Text(j, "message"));
+    }
+  }));
+}
+
+// `frenzy status JOB`: one job in detail.
+void RegisterStatus(CLI::App& app) {
+  auto c = std::make_shared<ClientOptions>();
+  auto id = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand("status", "A job: its plan and why, progress, memory");
+  AddClientFlags(cmd, c);
+  cmd->add_option("job", *id, "Job id")->required();
+  cmd->callback(ClientCallback(c, [=] {
+    auto r = Call(*c, "GET", "/v1/jobs/" + *id);
+    if (!r.ok()) return Fail(r.status());
+    if (c->json) return PrintJson(*r);
+    const json& j = *r;
+    if (Text(j, "id").empty()) return Fail(Unexpected(*c, "the job's \"id\"", j));
+    fmt::print("job       {} ({})\nstate     {}  attempt {}  {}\n", Text(j, "id"), Text(j, "model"),
+               Text(j, "state"), Integer(j, "attempt"), Text(j, "message"));
+    fmt::print("plan      {}\nwhy       {}\n", PlanLine(Field(j, "plan")), Text(j, "why"));
+    const json& p = Field(j, "progress");
+    fmt::print("progress  {:.0f} of {:.0f} tokens ({:.1f}%), step {}\n", Number(p, "tokens_done"),
+               Number(p, "tokens_total"), 100 * Number(p, "fraction"), Integer(p, "step"));
+    const json& m = Field(j, "memory");
+    const std::string note = Text(m, "note");
+    fmt::print("memory    predicted {} GiB, observed {} GiB per GPU{}\n",
+               Gib(Integer(m, "predicted_bytes")), Gib(Integer(m, "observed_bytes")),
+               note.empty() ? "" : "; " + note);
+    const json& events = Field(j, "events");
+    if (!events.is_array()) return;
+    for (const json& e : events) {
+      fmt::print("  {:.0f}  {:<12} {}\n", Number(e, "t_s"), Text(e, "kind"), Text(e, "detail"));
+    }
+  }));
+}
+
+// `frenzy cancel JOB`.
+void RegisterCancel(CLI::App& app) {
+  auto c = std::make_shared<ClientOptions>();
+  auto id = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand("cancel", "Cancel a job");
+  AddClientFlags(cmd, c);
+  cmd->add_option("job", *id, "Job id")->required();
+  cmd->callback(ClientCallback(c, [=] {
+    auto r = Call(*c, "DELETE", "/v1/jobs/" + *id);
+    if (!r.ok()) return Fail(r.status());
+    if (c->json) return PrintJson(*r);
+    if (Text(*r, "id").empty()) return Fail(Unexpected(*c, "the job's \"id\"", *r));
+    fmt::print("{} {}\n", Text(*r, "id"), Text(*r, "state"));
+  }));
+}
+
+// `frenzy cluster status`: the daemon's GPUs.
+void RegisterClusterStatus(CLI::App& app) {
+  auto c = std::make_shared<ClientOptions>();
+  // `frenzy cluster show C` describes a cluster file; `frenzy cluster status` asks frenzyd.
+  CLI::App* cluster = app.get_subcommand("cluster");
+  auto* cmd =
+      cluster->add_subcommand("status", "The daemon's cluster: GPUs per type, used and free");
+  AddClientFlags(cmd, c);
+  cmd->callback(ClientCallback(c, [=] {
+    auto r = Call(*c, "GET", "/v1/cluster");
+    if (!r.ok()) return Fail(r.status());
+    if (c->json) return PrintJson(*r);
+    const json& types = Field(*r, "types");
+    if (!types.is_array()) return Fail(Unexpected(*c, "a \"types\" list", *r));
+    fmt::print("backend {}\n{:<12} {:>6} {:>6} {:>8}\n", Text(*r, "backend"), "GPU", "GPUS", "FREE",
+               "MEM GiB");
+    for (const json& t : types) {
+      fmt::print("{:<12} {:>6} {:>6} {:>8}\n", Text(t, "gpu"), Integer(t, "gpus"),
+                 Integer(t, "free"), Gib(Integer(t, "memory_bytes")));
+    }
+  }));
+}
+
+// `frenzy agent`: heartbeats of this node's GPUs.
+void RegisterAgent(CLI::App& app) {
+  auto c = std::make_shared<ClientOptions>();
+  auto ao = std::make_shared<server::AgentOptions>();
+  auto every = std::make_shared<double>(0);
+  auto* cmd = app.add_subcommand(
+      "agent",
+      "Node agent: report this node's GPUs and their memory (NVML, nvidia-smi, or an "
+      "inventory file) to frenzyd");
+  AddClientFlags(cmd, c);
+  cmd->add_option("--node", ao->node_name, "Node name (default: the inventory's, else the host's)");
+  cmd->add_option("--inventory", ao->inventory_path, "Inventory file (last fallback)");
+  cmd->add_option("--every", *every, "Seconds between heartbeats (0: send one and exit)");
+  cmd->callback(ClientCallback(c, [=] {
+    do {
+      server::GpuSourceInfo info;
+      auto gpus = server::ReadGpus(*ao, &info);
+      if (!gpus.ok()) return Fail(gpus.status());
+      std::string node = !ao->node_name.empty() ? ao->node_name
+                         : !info.node.empty()   ? info.node
+                                                : [] {
+                                                  char h[256] = {0};
+                                                  gethostname(h, sizeof(h) - 1);
+                                                  return std::string(h);
+                                                }();
+      json body = server::HeartbeatJson(node, *gpus, info.source);
+      if (c->json) PrintJson(body);
+      auto r = Call(*c, "POST", "/v1/nodes/" + node + "/heartbeat", &body);
+      if (!r.ok()) return Fail(r.status());
+      if (*every > 0) std::this_thread::sleep_for(std::chrono::duration<double>(*every));
+    } while (*every > 0 && !g_stop.load());
+  }));
+}
+
 }  // namespace
 
 void RegisterServeOptions(CLI::App* cmd) {
   auto o = std::make_shared<ServeOptions>();
+  server::ServeConfig& s = o->settings;
   cmd->add_option("--config", o->config, "JSON file with any of these settings");
-  cmd->add_option("--backend", o->backend, "sim | local | slurm | k8s")->capture_default_str();
-  cmd->add_option("--listen", o->listen, "ADDR:PORT")->capture_default_str();
-  cmd->add_option("--db", o->db, "SQLite database (created if missing)")->capture_default_str();
-  cmd->add_option("--cluster", o->cluster, "Cluster of the sim backend")->capture_default_str();
-  cmd->add_option("--token", o->token, "API token (default $FRENZY_TOKEN)");
-  cmd->add_option("--time-scale", o->time_scale, "sim: simulated seconds per second")
+  cmd->add_option("--backend", s.backend, "sim | local | slurm | k8s")->capture_default_str();
+  cmd->add_option("--listen", s.listen, "ADDR:PORT")->capture_default_str();
+  cmd->add_option("--db", s.db, "SQLite database (created if missing)")->capture_default_str();
+  cmd->add_option("--cluster", s.cluster, "Cluster of the sim backend")->capture_default_str();
+  cmd->add_option("--token", s.token, "API token (default $FRENZY_TOKEN)");
+  cmd->add_option("--time-scale", s.time_scale, "sim: simulated seconds per second")
       ->capture_default_str();
-  cmd->add_option("--tick-s", o->tick_s, "Seconds between control-loop passes")
+  cmd->add_option("--tick-s", s.tick_s, "Seconds between control-loop passes")
       ->capture_default_str();
-  cmd->add_option("--runs-dir", o->runs_dir, "Folder for runs (logs, checkpoints)")
+  cmd->add_option("--runs-dir", s.runs_dir, "Folder for runs (logs, checkpoints)")
       ->capture_default_str();
-  cmd->add_option("--models-dir", o->models_dir,
+  cmd->add_option("--models-dir", s.models_dir,
                   "Folder of config.json files offered by name beside the zoo (API model names "
                   "reach no other file)");
-  cmd->add_option("--train-command", o->train_command, "Training command of one rank")
+  cmd->add_option("--train-command", s.train_command, "Training command of one rank")
       ->capture_default_str();
-  cmd->add_option("--policy", o->policy, "Scheduling policy")->capture_default_str();
-  cmd->add_option("--slurm-conf", o->slurm_conf, "slurm: slurm.conf (default $SLURM_CONF)");
-  cmd->add_option("--slurm-partition", o->slurm_partition, "slurm: partition");
-  cmd->add_option("--k8s-dir", o->k8s_dir, "k8s: folder for manifests")->capture_default_str();
-  cmd->add_flag("--k8s-apply", o->k8s_apply, "k8s: apply manifests with kubectl");
-  cmd->add_option("--inventory", o->inventory, "local: GPU inventory file when NVML is absent");
-  cmd->add_flag("--all-layouts", o->all_layouts,
+  cmd->add_option("--policy", s.policy, "Scheduling policy")->capture_default_str();
+  cmd->add_option("--slurm-conf", s.slurm_conf, "slurm: slurm.conf (default $SLURM_CONF)");
+  cmd->add_option("--slurm-partition", s.slurm_partition, "slurm: partition");
+  cmd->add_option("--k8s-dir", s.k8s_dir, "k8s: folder for manifests")->capture_default_str();
+  cmd->add_flag("--k8s-apply", s.k8s_apply, "k8s: apply manifests with kubectl");
+  cmd->add_option("--inventory", s.inventory, "local: GPU inventory file when NVML is absent");
+  cmd->add_flag("--all-layouts", s.all_layouts,
                 "Plan TP/PP/CP too (the training command supports them; examples/train.py does "
                 "data parallelism only)");
-  cmd->add_option("--report-url", o->report_url, "Base URL runs report to (default: --listen)");
+  cmd->add_option("--report-url", s.report_url, "Base URL runs report to (default: --listen)");
   cmd->callback([o, cmd] { RunServe(*o, *cmd); });
 }
 
 void RegisterServerCommands(CLI::App& app) {
   RegisterServeOptions(app.add_subcommand("serve", "Run frenzyd, the control plane"));
-
-  {
-    auto c = std::make_shared<ClientOptions>();
-    auto f = std::make_shared<std::string>();
-    auto model = std::make_shared<std::string>();
-    auto name = std::make_shared<std::string>();
-    auto precision = std::make_shared<std::string>();
-    auto tokens = std::make_shared<double>(0);
-    auto batch = std::make_shared<int64_t>(0);
-    auto seq = std::make_shared<int64_t>(0);
-    auto* cmd = app.add_subcommand("submit", "Submit a job: a model and goals, never GPUs");
-    AddClientFlags(cmd, c);
-    cmd->add_option("--file,-f", *f, "Job spec (JSON)");
-    cmd->add_option("--model,-m", *model, "Zoo name");
-    cmd->add_option("--tokens", *tokens, "Tokens to train on");
-    cmd->add_option("--global-batch", *batch, "Sequences per step");
-    cmd->add_option("--seq-len", *seq, "Sequence length");
-    cmd->add_option("--precision", *precision, "bf16 | fp16 | fp32 | bf16-pure");
-    cmd->add_option("--name", *name, "A name for listings");
-    cmd->callback(ClientCallback(c, [=] {
-      json spec = json::object();
-      if (!f->empty()) {
-        std::ifstream in(*f);
-        if (!in) return Fail(NotFound("cannot read", *f, "file"));
-        spec = json::parse(in, nullptr, false);
-        if (spec.is_discarded()) return Fail(InvalidArgument("not valid JSON", *f, "file"));
-        if (!spec.is_object()) return Fail(InvalidArgument("must be a JSON object", *f, "file"));
-      }
-      if (!model->empty()) spec["model"] = *model;
-      if (*tokens > 0) spec["tokens"] = *tokens;
-      if (*batch > 0) spec["global_batch"] = *batch;
-      if (*seq > 0) spec["seq_len"] = *seq;
-      if (!precision->empty()) spec["precision"] = *precision;
-      if (!name->empty()) spec["name"] = *name;
-      auto r = Call(*c, "POST", "/v1/jobs", &spec);
-      if (!r.ok()) return Fail(r.status());
-      if (c->json) return PrintJson(*r);
-      if (Text(*r, "id").empty()) return Fail(Unexpected(*c, "the new job's \"id\"", *r));
-      fmt::print("{}\n", Text(*r, "id"));
-    }));
-  }
-  {
-    auto c = std::make_shared<ClientOptions>();
-    auto state = std::make_shared<std::string>();
-    auto* cmd = app.add_subcommand("jobs", "List jobs");
-    AddClientFlags(cmd, c);
-    cmd->add_option("--state", *state, "queued | running | succeeded | failed | cancelled");
-    cmd->callback(ClientCallback(c, [=] {
-      auto r = Call(*c, "GET", state->empty() ? "/v1/jobs" : "/v1/jobs?state=" + *state);
-      if (!r.ok()) return Fail(r.status());
-      if (c->json) return PrintJson(*r);
-      const json& jobs = Field(*r, "jobs");
-      if (!jobs.is_array()) return Fail(Unexpected(*c, "a \"jobs\" list", *r));
-      fmt::print("{:<10} {:<14} {:<10} {:>6} {:<18} {}\n", "ID", "MODEL", "STATE", "DONE", "PLAN",
-                 "MESSAGE");
-      for (const json& j : jobs) {
-        fmt::print("{:<10} {:<14} {:<10} {:>5.0f}% {:<18} {}\n", Text(j, "id"), Text(j, "model"),
-                   Text(j, "state"), 100 * Number(Field(j, "progress"), "fraction"),
-                   PlanLine(Field(j, "plan")), Text(j, "message"));
-      }
-    }));
-  }
-  {
-    auto c = std::make_shared<ClientOptions>();
-    auto id = std::make_shared<std::string>();
-    auto* cmd = app.add_subcommand("status", "A job: its plan and why, progress, memory");
-    AddClientFlags(cmd, c);
-    cmd->add_option("job", *id, "Job id")->required();
-    cmd->callback(ClientCallback(c, [=] {
-      auto r = Call(*c, "GET", "/v1/jobs/" + *id);
-      if (!r.ok()) return Fail(r.status());
-      if (c->json) return PrintJson(*r);
-      const json& j = *r;
-      if (Text(j, "id").empty()) return Fail(Unexpected(*c, "the job's \"id\"", j));
-      fmt::print("job       {} ({})\nstate     {}  attempt {}  {}\n", Text(j, "id"),
-                 Text(j, "model"), Text(j, "state"), Integer(j, "attempt"), Text(j, "message"));
-      fmt::print("plan      {}\nwhy       {}\n", PlanLine(Field(j, "plan")), Text(j, "why"));
-      const json& p = Field(j, "progress");
-      fmt::print("progress  {:.0f} of {:.0f} tokens ({:.1f}%), step {}\n", Number(p, "tokens_done"),
-                 Number(p, "tokens_total"), 100 * Number(p, "fraction"), Integer(p, "step"));
-      const json& m = Field(j, "memory");
-      const std::string note = Text(m, "note");
-      fmt::print("memory    predicted {} GiB, observed {} GiB per GPU{}\n",
-                 Gib(Integer(m, "predicted_bytes")), Gib(Integer(m, "observed_bytes")),
-                 note.empty() ? "" : "; " + note);
-      const json& events = Field(j, "events");
-      if (!events.is_array()) return;
-      for (const json& e : events) {
-        fmt::print("  {:.0f}  {:<12} {}\n", Number(e, "t_s"), Text(e, "kind"), Text(e, "detail"));
-      }
-    }));
-  }
-  {
-    auto c = std::make_shared<ClientOptions>();
-    auto id = std::make_shared<std::string>();
-    auto* cmd = app.add_subcommand("cancel", "Cancel a job");
-    AddClientFlags(cmd, c);
-    cmd->add_option("job", *id, "Job id")->required();
-    cmd->callback(ClientCallback(c, [=] {
-      auto r = Call(*c, "DELETE", "/v1/jobs/" + *id);
-      if (!r.ok()) return Fail(r.status());
-      if (c->json) return PrintJson(*r);
-      if (Text(*r, "id").empty()) return Fail(Unexpected(*c, "the job's \"id\"", *r));
-      fmt::print("{} {}\n", Text(*r, "id"), Text(*r, "state"));
-    }));
-  }
-  {
-    auto c = std::make_shared<ClientOptions>();
-    // `frenzy cluster show C` describes a cluster file; `frenzy cluster status` asks frenzyd.
-    CLI::App* cluster = app.get_subcommand("cluster");
-    auto* cmd =
-        cluster->add_subcommand("status", "The daemon's cluster: GPUs per type, used and free");
-    AddClientFlags(cmd, c);
-    cmd->callback(ClientCallback(c, [=] {
-      auto r = Call(*c, "GET", "/v1/cluster");
-      if (!r.ok()) return Fail(r.status());
-      if (c->json) return PrintJson(*r);
-      const json& types = Field(*r, "types");
-      if (!types.is_array()) return Fail(Unexpected(*c, "a \"types\" list", *r));
-      fmt::print("backend {}\n{:<12} {:>6} {:>6} {:>8}\n", Text(*r, "backend"), "GPU", "GPUS",
-                 "FREE", "MEM GiB");
-      for (const json& t : types) {
-        fmt::print("{:<12} {:>6} {:>6} {:>8}\n", Text(t, "gpu"), Integer(t, "gpus"),
-                   Integer(t, "free"), Gib(Integer(t, "memory_bytes")));
-      }
-    }));
-  }
-  {
-    auto c = std::make_shared<ClientOptions>();
-    auto ao = std::make_shared<server::AgentOptions>();
-    auto every = std::make_shared<double>(0);
-    auto* cmd = app.add_subcommand(
-        "agent",
-        "Node agent: report this node's GPUs and their memory (NVML, nvidia-smi, or an "
-        "inventory file) to frenzyd");
-    AddClientFlags(cmd, c);
-    cmd->add_option("--node", ao->node_name,
-                    "Node name (default: the inventory's, else the host's)");
-    cmd->add_option("--inventory", ao->inventory_path, "Inventory file (last fallback)");
-    cmd->add_option("--every", *every, "Seconds between heartbeats (0: send one and exit)");
-    cmd->callback(ClientCallback(c, [=] {
-      do {
-        server::GpuSourceInfo info;
-        auto gpus = server::ReadGpus(*ao, &info);
-        if (!gpus.ok()) return Fail(gpus.status());
-        std::string node = !ao->node_name.empty() ? ao->node_name
-                           : !info.node.empty()   ? info.node
-                                                  : [] {
-                                                    char h[256] = {0};
-                                                    gethostname(h, sizeof(h) - 1);
-                                                    return std::string(h);
-                                                  }();
-        json body = server::HeartbeatJson(node, *gpus, info.source);
-        if (c->json) PrintJson(body);
-        auto r = Call(*c, "POST", "/v1/nodes/" + node + "/heartbeat", &body);
-        if (!r.ok()) return Fail(r.status());
-        if (*every > 0) std::this_thread::sleep_for(std::chrono::duration<double>(*every));
-      } while (*every > 0 && !g_stop.load());
-    }));
-  }
+  RegisterSubmit(app);
+  RegisterJobs(app);
+  RegisterStatus(app);
+  RegisterCancel(app);
+  RegisterClusterStatus(app);
+  RegisterAgent(app);
 }
 
 }  // namespace frenzy::cli
