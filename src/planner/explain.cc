@@ -65,17 +65,12 @@ std::string ExplainInfeasible(const Infeasible& why) {
 
 // A layout without speed: the fields of a Shortfall's least layout.
 nlohmann::json LayoutToJson(const Plan& p) {
-  return {{"gpus", p.gpus},
-          {"tp", p.tp},
-          {"pp", p.pp},
-          {"dp", p.dp},
-          {"cp", p.cp},
-          {"micro_batch", p.micro_batch},
-          {"zero", p.zero},
-          {"distributed_optimizer", p.distributed_optimizer},
-          {"recompute", RecomputeName(p.recompute)},
-          {"peak_bytes", p.peak_bytes},
-          {"device_bytes", p.device_bytes}};
+  nlohmann::json j = PlanToJson(p);
+  for (const char* speed : {"gpu", "gpu_memory_bytes", "iteration_s", "tokens_per_s", "mfu",
+                            "total_s", "cost", "pareto"}) {
+    j.erase(speed);
+  }
+  return j;
 }
 
 }  // namespace

@@ -52,19 +52,6 @@ Result<std::vector<TypeInfo>> TypesFor(const JobSpec& job, const Cluster& cluste
   return types;
 }
 
-// The training spec of the job on one GPU type (micro-batch and recomputation set per layout).
-TrainingSpec TrainingFor(const JobSpec& job, const GpuType& g) {
-  TrainingSpec t;
-  if (job.model.arch == ArchKind::kEncoder) t.head = HeadType::kMaskedLm;
-  t.seq_len = job.seq_len;
-  t.global_batch = job.global_batch;
-  t.framework = job.framework;
-  t.precision = job.precision;
-  if ((t.precision == Precision::kBf16 || t.precision == Precision::kBf16Pure) && !g.bf16_tflops) {
-    t.precision = Precision::kFp16;  // no bf16 tensor cores (V100, T4): fp16 mixed precision
-  }
-  return t;
-}
 
 // The values of each dimension tried on one GPU type; a pin is the only value of its dimension.
 // DP is not here: its values depend on TP x PP x CP.
@@ -363,6 +350,19 @@ Infeasible Diagnose(const JobSpec& job, const std::vector<TypeInfo>& types,
 }
 
 }  // namespace
+
+TrainingSpec TrainingFor(const JobSpec& job, const GpuType& g) {
+  TrainingSpec t;
+  if (job.model.arch == ArchKind::kEncoder) t.head = HeadType::kMaskedLm;
+  t.seq_len = job.seq_len;
+  t.global_batch = job.global_batch;
+  t.framework = job.framework;
+  t.precision = job.precision;
+  if ((t.precision == Precision::kBf16 || t.precision == Precision::kBf16Pure) && !g.bf16_tflops) {
+    t.precision = Precision::kFp16;  // no bf16 tensor cores (V100, T4): fp16 mixed precision
+  }
+  return t;
+}
 
 const char* InfeasibleKindName(InfeasibleKind k) {
   switch (k) {

@@ -131,6 +131,11 @@ struct ClusterGpuType {
 };
 std::vector<ClusterGpuType> ClusterGpuTypes(const Cluster& cluster, const GpuCatalog& catalog);
 
+// The training spec of the job on one GPU type, micro-batch and recomputation left to the
+// layout: an encoder trains its masked-LM head; bf16 falls back to fp16 mixed precision on GPUs
+// without bf16 tensor cores (V100, T4).
+TrainingSpec TrainingFor(const JobSpec& job, const GpuType& gpu);
+
 // A plan as JSON (the fields of Plan; `cost` null when unknown).
 nlohmann::json PlanToJson(const Plan& p);
 

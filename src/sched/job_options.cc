@@ -17,15 +17,7 @@ std::optional<RunOption> PlainDataParallel(const JobSpec& job, const TypeOfClust
                                            int64_t gpus) {
   if (job.global_batch % gpus != 0) return std::nullopt;
   const GpuType& g = *ti.gpu;
-  TrainingSpec t;
-  if (job.model.arch == ArchKind::kEncoder) t.head = HeadType::kMaskedLm;
-  t.seq_len = job.seq_len;
-  t.global_batch = job.global_batch;
-  t.framework = job.framework;
-  t.precision = job.precision;
-  if ((t.precision == Precision::kBf16 || t.precision == Precision::kBf16Pure) && !g.bf16_tflops) {
-    t.precision = Precision::kFp16;
-  }
+  TrainingSpec t = TrainingFor(job, g);
   t.micro_batch = 1;
   ParallelPlan p;
   p.dp = gpus;
