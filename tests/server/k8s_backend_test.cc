@@ -820,8 +820,11 @@ json TerminatedPod(const std::string& name, int exit_code, const std::string& re
                                                   {"state", {{"terminated", terminated}}}}})}});
 }
 
-json PodList(json items) {
-  return {{"apiVersion", "v1"}, {"kind", "List"}, {"items", std::move(items)}};
+// A vector, not a json: `json{pod}` is an array under one compiler and the pod under another.
+json PodList(const std::vector<json>& items) {
+  json list = json::array();
+  for (const json& item : items) list.push_back(item);
+  return {{"apiVersion", "v1"}, {"kind", "List"}, {"items", list}};
 }
 
 TEST(K8sPodFailure, ClassifiesByContainerAndPodReasons) {
@@ -865,7 +868,7 @@ TEST(K8sPodFailure, ClassifiesByContainerAndPodReasons) {
        137, "pod p3"},
       {"a container that succeeded tells nothing",
        PodList({TerminatedPod("p0", 0, "Completed"), peer}), FailureKind::kCrashed, 1, "p-peer"},
-      {"no pods left", PodList(json::array()), FailureKind::kCrashed, 0, "pods are gone"},
+      {"no pods left", PodList({}), FailureKind::kCrashed, 0, "pods are gone"},
       {"pods still pending", PodList({Pod("p0", {{"phase", "Pending"}})}), FailureKind::kCrashed, 0,
        "no pod reports a failed container"},
   };
