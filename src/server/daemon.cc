@@ -267,6 +267,7 @@ Result<json> Daemon::Report(const std::string& id, const json& body) {
       r.predicted_bytes = predicted;
       r.capacity_bytes = capacity;
       monitor_.Report(key, r);
+      reported_ = true;  // the runtime plans its actions at the next pass
       double factor = monitor_.Factor(key).value_or(0.0);
       if (factor != row.memory_factor) dirty_ = true;
       row.memory_factor = factor;
