@@ -256,25 +256,13 @@ Result<json> Daemon::Report(const std::string& id, const json& body) {
   row.updated_s = now_s_();
   if (peak && *peak) {
     row.observed_bytes = static_cast<int64_t>(*peak);
-    json plan = ParseOr(row.plan, json::object());
-    int64_t predicted = plan.value("device_bytes", int64_t{0});
-    int64_t capacity = plan.value("gpu_memory_bytes", int64_t{0});
-    if (predicted > 0 && capacity > 0) {
-      runtime::MemoryReport r;
-      r.t_s = row.updated_s;
-      r.progress = row.total_tokens > 0 ? row.done_tokens / row.total_tokens : 0;
-      r.peak_bytes = row.observed_bytes;
-      r.predicted_bytes = predicted;
-      r.capacity_bytes = capacity;
-      monitor_.Report(key, r);
-      reported_ = true;  // the runtime plans its actions at the next pass
-      double factor = monitor_.Factor(key).value_or(0.0);
-      if (factor != row.memory_factor) dirty_ = true;
-      row.memory_factor = factor;
-      row.memory_note = monitor_.Explain(key);
+    if (FeedMonitor(row, ParseOr(row.plan, json::object()), row.observed_bytes, row.updated_s)) {
+      dirty_ = true;  // a new memory factor: the policy should see it
     }
   }
   RETURN_IF_ERROR(Save(row, "", ""));
+  // What the monitor learned survives a restart, as from a backend's reading.
+  if (peak && *peak) RETURN_IF_ERROR(SaveRuntime(key, row.id));
   return json{{"ok", true}, {"memory_factor", row.memory_factor}};
 }
 

@@ -128,6 +128,11 @@ class Daemon {
   Status FollowRuns(double now, const std::unordered_map<int64_t, Polled>& polled, int& changes);
   // A poll's progress and memory; true when the row changed.
   bool Observe(JobRow& row, const RunStatus& st, double now);
+  // One memory reading of the run (a backend's poll or the run's own report) to the monitor:
+  // the row's factor and note follow, and the runtime plans at the next pass. True when the
+  // factor changed; false, and nothing fed, when the plan lacks the prediction or the GPU's
+  // memory.
+  bool FeedMonitor(JobRow& row, const nlohmann::json& plan, int64_t peak_bytes, double now);
   // A failed run, by its kind: the runtime learns from an out-of-memory crash (and the layout is
   // never retried), a lost node requeues it, any other crash is retried after a back-off.
   Status OnRunFailed(JobRow& row, const RunStatus& st, double now);

@@ -164,17 +164,25 @@ bool Daemon::Observe(JobRow& row, const RunStatus& st, double now) {
   const double run_start = plan.value("run_start_s", now);
   if (now - std::max(rt.last_report_s, run_start) < opt_.report_interval_s) return changed;
   rt.last_report_s = now;
+  FeedMonitor(row, plan, st.peak_bytes, now);
+  return true;
+}
+
+bool Daemon::FeedMonitor(JobRow& row, const json& plan, int64_t peak_bytes, double now) {
   runtime::MemoryReport r;
   r.t_s = now;
   r.progress = row.total_tokens > 0 ? row.done_tokens / row.total_tokens : 0;
-  r.peak_bytes = st.peak_bytes;
+  r.peak_bytes = peak_bytes;
   r.predicted_bytes = plan.value("device_bytes", int64_t{0});
   r.capacity_bytes = plan.value("gpu_memory_bytes", int64_t{0});
+  if (r.predicted_bytes <= 0 || r.capacity_bytes <= 0) return false;
+  const int64_t key = KeyOf(row.id);
   monitor_.Report(key, r);
-  reported_ = true;
+  reported_ = true;  // the runtime plans its actions at the next pass
+  const double before = row.memory_factor;
   row.memory_factor = monitor_.Factor(key).value_or(0.0);
   row.memory_note = monitor_.Explain(key);
-  return true;
+  return row.memory_factor != before;
 }
 
 Status Daemon::SaveRuntime(int64_t key, const std::string& id) {
