@@ -19,9 +19,6 @@
 namespace frenzy {
 namespace {
 
-using frenzy::testing::MakeCluster;
-using frenzy::testing::Opt;
-using frenzy::testing::Table;
 
 Snapshot At(double now_s, const ClusterView& c, const std::vector<JobView>& jobs) {
   Snapshot s;
@@ -60,21 +57,8 @@ JobView Job(int64_t key, const JobOptions* table) {
 // calls together; `slowest_round_ms`: the slowest single round seen (the test's old limit was
 // 1,000 ms).
 void BM_SiaFiveRounds100Jobs64Gpus(benchmark::State& state) {
-  const ClusterView empty =
-      MakeCluster({{"h100", 80, 4, 8}, {"a100", 80, 2, 8}, {"v100", 32, 2, 8}});
-  std::vector<JobOptions> tables;
-  tables.reserve(12);
-  for (int k = 0; k < 12; ++k) {
-    std::vector<RunOption> opts;
-    for (int t = 0; t < 3; ++t) {
-      for (int64_t g = 1; g <= 32; g *= 2) {
-        if (g > empty.TotalOfType(t)) break;
-        const double speed = (100.0 + 17 * k) * (3 - t) * g * (1.0 - 0.02 * (k % 5) * g / 8);
-        opts.push_back(Opt(t, g, speed, t == 2 && k % 3 == 0 ? 40 : 16));
-      }
-    }
-    tables.push_back(Table(empty, opts));
-  }
+  const ClusterView empty = testing::SiaScaleCluster();
+  const std::vector<JobOptions> tables = testing::SiaScaleTables(empty);
   double slowest_s = 0;
   for (auto _ : state) {
     ClusterView c = empty;
@@ -103,23 +87,10 @@ BENCHMARK(BM_SiaFiveRounds100Jobs64Gpus)->UseManualTime()->Unit(benchmark::kMill
 // Gavel: 1,000 active jobs on 4 types x 16 GPUs (the scenario of
 // Gavel.SolvesTheAllocationLpForAThousandJobs; the test's old limit on the first round was 30 s).
 struct GavelThousandJobs {
-  ClusterView cluster =
-      MakeCluster({{"h100", 80, 2, 8}, {"a100", 80, 2, 8}, {"v100", 32, 2, 8}, {"t4", 16, 4, 4}});
-  std::vector<JobOptions> tables;
+  ClusterView cluster = testing::GavelScaleCluster();
+  std::vector<JobOptions> tables = testing::GavelScaleTables(cluster);
   std::vector<JobView> jobs;
   GavelThousandJobs() {
-    tables.reserve(20);
-    for (int k = 0; k < 20; ++k) {
-      const double base = 100.0 + 37.0 * k;
-      std::vector<RunOption> opts;
-      for (int t = 0; t < 4; ++t) {
-        for (int64_t g : {1, 2, 4, 8}) {
-          const double speed = base * (4 - t) * (1.0 + 0.1 * ((k + t) % 3)) * g * 0.9;
-          opts.push_back(Opt(t, g, speed, 8 + (k % 4) * 4));
-        }
-      }
-      tables.push_back(Table(cluster, opts));
-    }
     for (int i = 0; i < 1000; ++i) {
       const JobOptions& table = tables[static_cast<size_t>(i % 20)];
       jobs.push_back(Job(i, &table));

@@ -200,21 +200,8 @@ TEST(Gavel, PicksTheFastestUsableLayoutForTheRequestedCount) {
 // Scale: 1,000 active jobs on 4 types x 16 GPUs. The LP (4,000 time fractions) must solve and
 // the round must respect every type's capacity.
 TEST(Gavel, SolvesTheAllocationLpForAThousandJobs) {
-  ClusterView c =
-      MakeCluster({{"h100", 80, 2, 8}, {"a100", 80, 2, 8}, {"v100", 32, 2, 8}, {"t4", 16, 4, 4}});
-  std::vector<JobOptions> tables;
-  tables.reserve(20);
-  for (int k = 0; k < 20; ++k) {
-    const double base = 100.0 + 37.0 * k;
-    std::vector<RunOption> opts;
-    for (int t = 0; t < 4; ++t) {
-      for (int64_t g : {1, 2, 4, 8}) {
-        const double speed = base * (4 - t) * (1.0 + 0.1 * ((k + t) % 3)) * g * 0.9;
-        opts.push_back(Opt(t, g, speed, 8 + (k % 4) * 4));
-      }
-    }
-    tables.push_back(Table(c, opts));
-  }
+  ClusterView c = testing::GavelScaleCluster();
+  const std::vector<JobOptions> tables = testing::GavelScaleTables(c);
   std::vector<JobView> jobs;
   for (int i = 0; i < 1000; ++i) {
     jobs.push_back(MakeJob(i, &tables[static_cast<size_t>(i % 20)], int64_t{1} << (i % 3)));

@@ -53,6 +53,49 @@ inline JobOptions Table(const ClusterView& c, std::vector<RunOption> opts) {
   return t;
 }
 
+// The scale scenario of Sia's tests and benchmark: 64 GPUs of three types, and 12 option tables
+// (job kinds) whose speed grows with the GPU count less than linearly, some too big for v100.
+inline ClusterView SiaScaleCluster() {
+  return MakeCluster({{"h100", 80, 4, 8}, {"a100", 80, 2, 8}, {"v100", 32, 2, 8}});
+}
+inline std::vector<JobOptions> SiaScaleTables(const ClusterView& c) {
+  std::vector<JobOptions> tables;
+  tables.reserve(12);
+  for (int k = 0; k < 12; ++k) {
+    std::vector<RunOption> opts;
+    for (int t = 0; t < 3; ++t) {
+      for (int64_t g = 1; g <= 32; g *= 2) {
+        if (g > c.TotalOfType(t)) break;
+        const double speed = (100.0 + 17 * k) * (3 - t) * g * (1.0 - 0.02 * (k % 5) * g / 8);
+        opts.push_back(Opt(t, g, speed, t == 2 && k % 3 == 0 ? 40 : 16));
+      }
+    }
+    tables.push_back(Table(c, opts));
+  }
+  return tables;
+}
+
+// The scale scenario of Gavel's tests and benchmark: 4 types x 16 GPUs and 20 option tables.
+inline ClusterView GavelScaleCluster() {
+  return MakeCluster({{"h100", 80, 2, 8}, {"a100", 80, 2, 8}, {"v100", 32, 2, 8}, {"t4", 16, 4, 4}});
+}
+inline std::vector<JobOptions> GavelScaleTables(const ClusterView& c) {
+  std::vector<JobOptions> tables;
+  tables.reserve(20);
+  for (int k = 0; k < 20; ++k) {
+    const double base = 100.0 + 37.0 * k;
+    std::vector<RunOption> opts;
+    for (int t = 0; t < 4; ++t) {
+      for (int64_t g : {1, 2, 4, 8}) {
+        const double speed = base * (4 - t) * (1.0 + 0.1 * ((k + t) % 3)) * g * 0.9;
+        opts.push_back(Opt(t, g, speed, 8 + (k % 4) * 4));
+      }
+    }
+    tables.push_back(Table(c, opts));
+  }
+  return tables;
+}
+
 }  // namespace frenzy::testing
 
 #endif  // FRENZY_TESTS_SCHED_SCHED_FIXTURES_H_

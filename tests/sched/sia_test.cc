@@ -239,20 +239,8 @@ TEST(Sia, NeverRetriesAnOptionThatCrashedOutOfMemory) {
 // paper evaluates: every round's allocation fits the cluster. (How fast it solves is measured
 // by bench/sched_bench.cc, not asserted here.)
 TEST(Sia, SolvesARoundWithAHundredJobsOn64Gpus) {
-  ClusterView c = MakeCluster({{"h100", 80, 4, 8}, {"a100", 80, 2, 8}, {"v100", 32, 2, 8}});
-  std::vector<JobOptions> tables;
-  tables.reserve(12);
-  for (int k = 0; k < 12; ++k) {
-    std::vector<RunOption> opts;
-    for (int t = 0; t < 3; ++t) {
-      for (int64_t g = 1; g <= 32; g *= 2) {
-        if (g > c.TotalOfType(t)) break;
-        const double speed = (100.0 + 17 * k) * (3 - t) * g * (1.0 - 0.02 * (k % 5) * g / 8);
-        opts.push_back(Opt(t, g, speed, t == 2 && k % 3 == 0 ? 40 : 16));
-      }
-    }
-    tables.push_back(Table(c, opts));
-  }
+  ClusterView c = testing::SiaScaleCluster();
+  const std::vector<JobOptions> tables = testing::SiaScaleTables(c);
   std::vector<JobView> jobs;
   for (int i = 0; i < 100; ++i) {
     jobs.push_back(MakeJob(i, &tables[static_cast<size_t>(i % 12)]));
