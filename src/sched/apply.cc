@@ -72,9 +72,8 @@ int ChooseLayout(const JobView& v, const Allocation& a, const ClusterView& clust
   return layout;
 }
 
-Result<AppliedDecisions> ApplyDecisions(const Decisions& d, const ClusterView& cluster,
-                                        std::string_view policy, double now_s,
-                                        DecisionTarget& target) {
+Status ApplyDecisions(const Decisions& d, const ClusterView& cluster, std::string_view policy,
+                      double now_s, DecisionTarget& target) {
   auto bad = [&](int64_t key, const std::string& why) {
     const JobView* v = target.Find(key);
     return Status(StatusCode::kInternal,
@@ -83,7 +82,6 @@ Result<AppliedDecisions> ApplyDecisions(const Decisions& d, const ClusterView& c
                               why));
   };
   Ledger ledger(cluster);
-  AppliedDecisions applied;
   std::set<int64_t> stopped, started;
   for (int64_t key : d.stop) {
     const JobView* v = target.Find(key);
@@ -92,7 +90,6 @@ Result<AppliedDecisions> ApplyDecisions(const Decisions& d, const ClusterView& c
     ledger.Release(v->alloc);
     stopped.insert(key);
     RETURN_IF_ERROR(target.Stop(*v, now_s, /*move=*/false));
-    ++applied.stops;
   }
   for (const auto& [key, alloc] : d.start) {
     const JobView* v = target.Find(key);
@@ -101,18 +98,10 @@ Result<AppliedDecisions> ApplyDecisions(const Decisions& d, const ClusterView& c
     const bool move = v->running && !stopped.count(key);
     if (move) ledger.Release(v->alloc);
     if (std::string why = ledger.Take(*v, alloc); !why.empty()) return bad(key, why);
-    if (move) {
-      RETURN_IF_ERROR(target.Stop(*v, now_s, /*move=*/true));
-      ++applied.moves;
-    } else if (stopped.count(key)) {
-      --applied.stops;  // stopped and started again in one pass: a move
-      ++applied.moves;
-    } else {
-      ++applied.starts;
-    }
+    if (move) RETURN_IF_ERROR(target.Stop(*v, now_s, /*move=*/true));
     RETURN_IF_ERROR(target.Start(*v, alloc, now_s));
   }
-  return applied;
+  return Status::Ok();
 }
 
 const JobView* ViewsTarget::Find(int64_t key) const {

@@ -37,16 +37,9 @@ class DecisionTarget {
   virtual Status Start(const JobView& job, const Allocation& alloc, double now_s) = 0;
 };
 
-struct AppliedDecisions {
-  int stops = 0;   // preemptions (stops not followed by a start of the same job)
-  int starts = 0;  // starts of queued jobs
-  int moves = 0;   // running jobs started elsewhere
-};
-
 // REQUIRES: `cluster` is the snapshot's cluster (what the policy decided on).
-Result<AppliedDecisions> ApplyDecisions(const Decisions& decisions, const ClusterView& cluster,
-                                        std::string_view policy, double now_s,
-                                        DecisionTarget& target);
+Status ApplyDecisions(const Decisions& decisions, const ClusterView& cluster,
+                      std::string_view policy, double now_s, DecisionTarget& target);
 
 // Why `alloc` cannot be placed for `job` on `cluster` as it is now (its free GPUs), or "" when it
 // can: the check ApplyDecisions makes of each start, for callers placing a job themselves (the

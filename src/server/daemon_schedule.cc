@@ -178,7 +178,7 @@ class Daemon::Applier : public DecisionTarget {
 Status Daemon::ApplySchedule(double now, Pass& pass, const Decisions& d, int& changes) {
   // Validated against the snapshot the policy saw; applied to the cluster as it is now.
   Applier applier(*this, pass, changes);
-  return ApplyDecisions(d, pass.view, policy_->name(), now, applier).status();
+  return ApplyDecisions(d, pass.view, policy_->name(), now, applier);
 }
 
 Result<int> Daemon::Tick() {

@@ -273,7 +273,7 @@ Status Engine::Invoke(double now, bool& acted) {
   double t1 = opt_.wall_now_s ? opt_.wall_now_s() : 0.0;
   overhead_ms_.push_back((t1 - t0) * 1e3);
   acted = !d.stop.empty() || !d.start.empty();
-  return ApplyDecisions(d, view_, policy_.name(), now, *this).status();
+  return ApplyDecisions(d, view_, policy_.name(), now, *this);
 }
 
 Result<SimResult> Engine::Run() {

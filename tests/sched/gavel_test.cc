@@ -44,7 +44,7 @@ void Apply(const Decisions& d, double now_s, ClusterView& c, std::vector<JobView
   ViewsTarget target(c, jobs);
   const ClusterView snapshot = c;
   auto applied = ApplyDecisions(d, snapshot, "gavel", now_s, target);
-  ASSERT_TRUE(applied.ok()) << applied.status().ToString();
+  ASSERT_TRUE(applied.ok()) << applied.ToString();
 }
 
 Snapshot Snap(double now_s, const ClusterView& c, const std::vector<JobView>& jobs, int64_t seq) {

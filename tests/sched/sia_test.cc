@@ -53,7 +53,7 @@ void Apply(const Decisions& d, double now_s, ClusterView& c, std::vector<JobView
   ViewsTarget target(c, jobs);
   const ClusterView snapshot = c;
   auto applied = ApplyDecisions(d, snapshot, "sia", now_s, target);
-  ASSERT_TRUE(applied.ok()) << applied.status().ToString();
+  ASSERT_TRUE(applied.ok()) << applied.ToString();
 }
 
 // Puts a job on `gpus` GPUs of `type` (first nodes with room), as if it had been running.
