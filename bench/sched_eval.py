@@ -23,8 +23,8 @@ import sys
 import tempfile
 
 BASELINES = ["fifo-static", "tiresias", "gavel", "sia"]
-ABLATION = ["frenzy", "frenzy-no-marp", "frenzy-no-sjf", "frenzy-no-hetero", "frenzy-no-elastic",
-            "frenzy-no-backfill", "frenzy-no-preempt", "frenzy-no-move"]
+ABLATION = ["frenzy", "frenzy-no-marp", "frenzy-no-srpt", "frenzy-no-swap", "frenzy-no-elastic",
+            "frenzy-no-preempt", "frenzy-no-move", "frenzy-no-tick"]
 
 
 def run(cmd):

@@ -91,14 +91,20 @@ Status ApplyDecisions(const Decisions& d, const ClusterView& cluster, std::strin
     stopped.insert(key);
     RETURN_IF_ERROR(target.Stop(*v, now_s, /*move=*/false));
   }
+  // Moves free their GPUs before any start takes some: a decision may move a job onto GPUs that
+  // another job moved in the same decision leaves.
+  std::set<int64_t> moving;
   for (const auto& [key, alloc] : d.start) {
     const JobView* v = target.Find(key);
     if (v == nullptr) return bad(key, "started a job it was not shown");
+    if (!v->running || stopped.count(key) || !moving.insert(key).second) continue;
+    ledger.Release(v->alloc);
+    RETURN_IF_ERROR(target.Stop(*v, now_s, /*move=*/true));
+  }
+  for (const auto& [key, alloc] : d.start) {
+    const JobView* v = target.Find(key);
     if (!started.insert(key).second) return bad(key, "started the same job twice");
-    const bool move = v->running && !stopped.count(key);
-    if (move) ledger.Release(v->alloc);
     if (std::string why = ledger.Take(*v, alloc); !why.empty()) return bad(key, why);
-    if (move) RETURN_IF_ERROR(target.Stop(*v, now_s, /*move=*/true));
     RETURN_IF_ERROR(target.Start(*v, alloc, now_s));
   }
   return Status::Ok();

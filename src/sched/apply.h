@@ -5,8 +5,9 @@
 // exists and (for a stop) runs, the option exists, the nodes exist, are up, are of the option's
 // GPU type and have the GPUs free once the decisions before it are applied, the placement adds
 // up to the option's GPU count, no job is started twice — and hands each one to a
-// DecisionTarget in order: stops first, then starts (a start of a running job is a move: a stop,
-// then a start). A decision that fails validation is a policy bug: kInternal, naming the policy,
+// DecisionTarget in order: stops first, then the moves' stops (a start of a running job is a
+// move: all movers leave their GPUs before any start, so a job may move onto GPUs another mover
+// leaves), then the starts in order. A decision that fails validation is a policy bug: kInternal, naming the policy,
 // the job and what is wrong, and nothing after it is applied.
 //
 // What a stop or start means is the target's: the engine advances its simulated world, the
@@ -31,7 +32,7 @@ class DecisionTarget {
   // The job as the policy saw it; nullptr when the snapshot had no such job.
   virtual const JobView* Find(int64_t key) const = 0;
   // Stops a running job gracefully: it checkpoints and returns to the queue (`move`: to be
-  // started again at once, by the Start that follows).
+  // started again in this decision, by a Start that follows).
   virtual Status Stop(const JobView& job, double now_s, bool move) = 0;
   // Starts a queued job (a running one was stopped just before: a move).
   virtual Status Start(const JobView& job, const Allocation& alloc, double now_s) = 0;

@@ -72,4 +72,14 @@ void FreeMap::Take(const std::vector<std::pair<int, int64_t>>& placement) {
   }
 }
 
+bool FreeMap::TryTake(const std::vector<std::pair<int, int64_t>>& placement) {
+  for (const auto& [n, g] : placement) {
+    if (n < 0 || static_cast<size_t>(n) >= free_.size() || free_[static_cast<size_t>(n)] < g) {
+      return false;
+    }
+  }
+  Take(placement);
+  return true;
+}
+
 }  // namespace frenzy

@@ -28,6 +28,8 @@ class FreeMap {
   void Release(const std::vector<std::pair<int, int64_t>>& placement);
   // Takes exactly these GPUs (REQUIRES: they are free), e.g. to undo a Release.
   void Take(const std::vector<std::pair<int, int64_t>>& placement);
+  // Takes these GPUs if they are all free; false (and nothing taken) otherwise.
+  bool TryTake(const std::vector<std::pair<int, int64_t>>& placement);
 
  private:
   const ClusterView& cluster_;

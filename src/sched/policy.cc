@@ -97,22 +97,26 @@ int64_t ClusterView::FreeOfType(int type) const {
 namespace {
 
 // Frenzy's ablations: one ingredient switched off each (docs/scheduling.md).
-constexpr std::pair<std::string_view, bool FrenzyKnobs::*> kFrenzyAblations[] = {
-    {"frenzy-no-marp", &FrenzyKnobs::memory_aware},
-    {"frenzy-no-sjf", &FrenzyKnobs::shortest_first},
-    {"frenzy-no-hetero", &FrenzyKnobs::hetero_choice},
-    {"frenzy-no-elastic", &FrenzyKnobs::elastic_count},
-    {"frenzy-no-backfill", &FrenzyKnobs::backfill},
-    {"frenzy-no-preempt", &FrenzyKnobs::preempt},
-    {"frenzy-no-move", &FrenzyKnobs::move},
-    {"frenzy-no-dynamic", &FrenzyKnobs::dynamic_memory},
+struct Ablation {
+  std::string_view name;
+  void (*off)(FrenzyKnobs&);
+};
+constexpr Ablation kFrenzyAblations[] = {
+    {"frenzy-no-marp", [](FrenzyKnobs& k) { k.memory_aware = false; }},
+    {"frenzy-no-srpt", [](FrenzyKnobs& k) { k.core.shortest_first = false; }},
+    {"frenzy-no-elastic", [](FrenzyKnobs& k) { k.core.elastic = false; }},
+    {"frenzy-no-swap", [](FrenzyKnobs& k) { k.core.swap_types = false; }},
+    {"frenzy-no-preempt", [](FrenzyKnobs& k) { k.core.preempt = false; }},
+    {"frenzy-no-move", [](FrenzyKnobs& k) { k.core.move = false; }},
+    {"frenzy-no-tick", [](FrenzyKnobs& k) { k.round_s = 0; }},
+    {"frenzy-no-dynamic", [](FrenzyKnobs& k) { k.dynamic_memory = false; }},
 };
 
 }  // namespace
 
 std::vector<std::string> PolicyNames() {
   std::vector<std::string> names = {"fifo-static", "tiresias", "gavel", "sia", "frenzy"};
-  for (const auto& [name, knob] : kFrenzyAblations) names.emplace_back(name);
+  for (const Ablation& a : kFrenzyAblations) names.emplace_back(a.name);
   return names;
 }
 
@@ -123,10 +127,10 @@ Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name) {
   if (name == "gavel") p = MakeGavelPolicy();
   if (name == "sia") p = MakeSiaPolicy();
   if (name == "frenzy") p = MakeFrenzyPolicy();
-  for (const auto& [ablation, knob] : kFrenzyAblations) {
-    if (name != ablation) continue;
+  for (const Ablation& a : kFrenzyAblations) {
+    if (name != a.name) continue;
     FrenzyKnobs k;
-    k.*knob = false;
+    a.off(k);
     p = MakeFrenzyPolicy(k, std::string(name));
   }
   if (p == nullptr) {

@@ -171,7 +171,8 @@ struct Snapshot {
 struct Decisions {
   std::vector<int64_t> stop;  // running jobs to stop (they checkpoint and return to the queue)
   // Jobs to start, applied in order after the stops. A running job listed here without being
-  // stopped first is moved (stopped and restarted on the new allocation).
+  // stopped first is moved (stopped and restarted on the new allocation); every mover leaves its
+  // GPUs before the first start takes any.
   std::vector<std::pair<int64_t, Allocation>> start;
 };
 

@@ -47,8 +47,9 @@ struct DaemonOptions {
   // like.
   bool data_parallel_only = true;
   // The control loop asks the policy again when something changed (a submission, a cancel, a
-  // run that ended, a new memory factor) and otherwise at least this often (decisions also
-  // depend on time and progress).
+  // run that ended, a new memory factor) and otherwise every round of a round-based policy
+  // (Policy::round_s, as the simulator's engine does), or at least this often for the others
+  // (decisions also depend on time and progress).
   double idle_pass_s = 5;
   double checkpoint_every_s = 5;  // see Checkpoint()
   // What a restart costs here (checkpoint load), as the policy and the runtime price moves.

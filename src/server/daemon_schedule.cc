@@ -205,7 +205,8 @@ Result<int> Daemon::Tick() {
     now = now_s_();
     ++ticks_;
     RETURN_IF_ERROR(FollowRuns(now, polled, changes));
-    if (!dirty_ && changes == 0 && last_pass_s_ >= 0 && now - last_pass_s_ < opt_.idle_pass_s) {
+    const double every = policy_->round_s() > 0 ? policy_->round_s() : opt_.idle_pass_s;
+    if (!dirty_ && changes == 0 && last_pass_s_ >= 0 && now - last_pass_s_ < every) {
       return changes;  // nothing new for the policy
     }
     if (dirty_ || changes > 0) ++change_seq_;

@@ -1,7 +1,11 @@
-// The frenzy policy (HAS) on tiny hand-checked scenarios.
+// The frenzy policy (HAS v2: the allocation core of sched/has_core.h, then placement) on tiny
+// hand-checked scenarios. The objective is the sum of 1 / T over jobs (T: predicted remaining
+// time on the option a job gets); every expectation below is derived by hand from it.
 #include "sched/frenzy_policy.h"
 
 #include <gtest/gtest.h>
+
+#include "sched/apply.h"
 
 namespace frenzy {
 namespace {
@@ -104,6 +108,36 @@ TEST(FrenzyPolicy, OffersOnlyWhatFitsInMemory) {
   EXPECT_EQ(Chosen(t, d, 0).gpus, 1);
 }
 
+// A table of options on 1, 2 and 4 GPUs of the fast type with these speeds (tokens/s).
+JobOptions FastOnly(double s1, double s2, double s4) {
+  JobOptions o = Table(100, 0);
+  for (RunOption& r : o.options) r.plan.tokens_per_s = r.gpus == 1 ? s1 : r.gpus == 2 ? s2 : s4;
+  return o;
+}
+
+// Marks job `j` as running option (type, gpus) on node `node` since t = 0.
+void SetRunning(JobView& j, ClusterView& c, int type, int64_t gpus, int node) {
+  const RunOption* o = j.options->Find(type, gpus);
+  ASSERT_NE(o, nullptr);
+  j.running = true;
+  j.alloc.option = static_cast<int>(o - j.options->options.data());
+  j.alloc.placement = {{node, gpus}};
+  j.run_start_s = 0;
+  j.first_start_s = 0;
+  j.progress_since_s = 0;
+  j.rate_tokens_per_s = o->plan.tokens_per_s;
+  c.nodes[static_cast<size_t>(node)].free -= gpus;
+}
+
+int64_t GpusOf(const JobOptions& t, const Decisions& d, int64_t key) {
+  for (size_t i = 0; i < d.start.size(); ++i) {
+    if (d.start[i].first == key) return Chosen(t, d, i).gpus;
+  }
+  return 0;
+}
+
+// One fast GPU free: job 0 needs 1e7 / 100 = 1e5 s, job 1 (later) 1e5 / 100 = 1e3 s. 1 / T is
+// higher for job 1, so it starts; in arrival order (shortest_first off) job 0 does.
 TEST(FrenzyPolicy, ShortestPredictedJobFirst) {
   ClusterView c = TwoTypes();
   c.nodes[1].free = 0;
@@ -115,27 +149,37 @@ TEST(FrenzyPolicy, ShortestPredictedJobFirst) {
   ASSERT_EQ(d.start.size(), 1u);
   EXPECT_EQ(d.start[0].first, 1);  // arrived later, but much shorter
   FrenzyKnobs fifo;
-  fifo.shortest_first = false;
+  fifo.core.shortest_first = false;
   d = MakeFrenzyPolicy(fifo)->Schedule(At(20, c, jobs));
   ASSERT_EQ(d.start.size(), 1u);
   EXPECT_EQ(d.start[0].first, 0);
 }
 
+// Two jobs, two types, one free GPU of each. Both run at 100 tokens/s on the fast GPU; on the
+// slow one the sensitive job runs at 10, the indifferent one at 80. Same tokens R = 1e6, so the
+// greedy sees the same gain per GPU on the fast type (100 / R) and, on a tie, serves the first
+// in line (the indifferent job): sum 1 / T = (100 + 10) / R. The type swap raises it to
+// (100 + 80) / R: the sensitive job gets the fast GPU, the indifferent one the slow GPU.
 TEST(FrenzyPolicy, EachJobGetsTheTypeWhereItGainsMost) {
   ClusterView c = TwoTypes();
   c.nodes[0].free = 1;
   c.nodes[1].free = 1;
   JobOptions sensitive = Table(100, 10);  // 10x faster on the fast type
   JobOptions indifferent = Table(100, 80);
-  // Same predicted time on the fast type; the indifferent job is first in line.
   std::vector<JobView> jobs = {Waiting(0, indifferent, 1e6), Waiting(1, sensitive, 1e6, 1)};
-  auto p = MakeFrenzyPolicy();
-  Decisions d = p->Schedule(At(5, c, jobs));
-  ASSERT_EQ(d.start.size(), 2u);
-  for (size_t i = 0; i < 2; ++i) {
-    const JobOptions& t = d.start[i].first == 0 ? indifferent : sensitive;
-    EXPECT_EQ(Chosen(t, d, i).type, d.start[i].first == 0 ? 1 : 0) << "job " << d.start[i].first;
-  }
+  auto check = [&](const Decisions& d, int indifferent_type) {
+    ASSERT_EQ(d.start.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      const bool is_indifferent = d.start[i].first == 0;
+      const JobOptions& t = is_indifferent ? indifferent : sensitive;
+      EXPECT_EQ(Chosen(t, d, i).type, is_indifferent ? indifferent_type : 1 - indifferent_type)
+          << "job " << d.start[i].first;
+    }
+  };
+  check(MakeFrenzyPolicy()->Schedule(At(5, c, jobs)), /*indifferent_type=*/1);
+  FrenzyKnobs no_swap;
+  no_swap.core.swap_types = false;
+  check(MakeFrenzyPolicy(no_swap)->Schedule(At(5, c, jobs)), /*indifferent_type=*/0);
 }
 
 TEST(FrenzyPolicy, NeverRetriesAnOptionThatCrashed) {
@@ -150,73 +194,149 @@ TEST(FrenzyPolicy, NeverRetriesAnOptionThatCrashed) {
   EXPECT_EQ(Chosen(t, d, 0).type, 1);
 }
 
-TEST(FrenzyPolicy, LongRunningJobShrinksForAShortOne) {
+// Linear speed-up, 4 fast GPUs, all held by a long job (1e9 tokens at 400/s: T = 2.5e6 s). A
+// short job arrives (1e5 tokens: T = 1e3 s on 1 GPU, 250 s on 4). Its gain per GPU (1e-3) beats
+// anything the long job gets back from its GPUs (~1e-7), at every count: shortest remaining time
+// first, it takes all 4 and the long job stops. Without preemption the long job keeps them.
+TEST(FrenzyPolicy, ShortJobTakesTheGpusOfALongOne) {
   ClusterView c = TwoTypes();
   c.nodes[1].free = 0;  // the slow node is busy with something else
-  JobOptions fast_only = Table(100, 0);
-  std::vector<JobView> jobs = {Waiting(0, fast_only, 1e9), Waiting(1, fast_only, 1e5, 7200)};
-  // Job 0 runs on all 4 fast GPUs since t=0 with a long way to go.
-  jobs[0].running = true;
-  jobs[0].alloc.option = static_cast<int>(fast_only.Find(0, 4) - fast_only.options.data());
-  jobs[0].alloc.placement = {{0, 4}};
-  jobs[0].run_start_s = 0;
-  jobs[0].first_start_s = 0;
-  jobs[0].rate_tokens_per_s = 400;
-  c.nodes[0].free = 0;
+  JobOptions t = FastOnly(100, 200, 400);
+  std::vector<JobView> jobs = {Waiting(0, t, 1e9), Waiting(1, t, 1e5, 7200)};
+  SetRunning(jobs[0], c, 0, 4, 0);
   Decisions d = MakeFrenzyPolicy()->Schedule(At(7200, c, jobs));
   EXPECT_EQ(d.stop, std::vector<int64_t>{0});
-  ASSERT_EQ(d.start.size(), 2u);
-  EXPECT_EQ(d.start[0].first, 1);  // the short job starts
-  EXPECT_EQ(d.start[1].first, 0);  // the long one restarts on 2 GPUs
-  EXPECT_EQ(Chosen(fast_only, d, 1).gpus, 2);
-  int64_t used = 0;
-  for (size_t i = 0; i < d.start.size(); ++i) used += Chosen(fast_only, d, i).gpus;
-  EXPECT_LE(used, 4);
+  ASSERT_EQ(d.start.size(), 1u);
+  EXPECT_EQ(d.start[0].first, 1);
+  EXPECT_EQ(Chosen(t, d, 0).gpus, 4);
 
   FrenzyKnobs no_preempt;
-  no_preempt.preempt = false;
-  EXPECT_TRUE(MakeFrenzyPolicy(no_preempt)->Schedule(At(7200, c, jobs)).start.empty());
+  no_preempt.core.preempt = false;
+  d = MakeFrenzyPolicy(no_preempt)->Schedule(At(7200, c, jobs));
+  EXPECT_TRUE(d.start.empty());
+  EXPECT_TRUE(d.stop.empty());
 }
 
-TEST(FrenzyPolicy, RunningJobMovesToFreeFasterGpusWhenNobodyWaits) {
+// The same, but the short job does not scale (100 tokens/s on 1, 2 or 4 GPUs): more GPUs gain
+// it nothing, so it takes 1. The long job (1e7 tokens) then gets back what is left: 3 GPUs, of
+// which its options can use 2 (T = 1e7 / 200 + 60 s restart); it shrinks from 4 to 2 (a move).
+TEST(FrenzyPolicy, LongJobShrinksForAShortOneThatDoesNotScale) {
+  ClusterView c = TwoTypes();
+  c.nodes[1].free = 0;
+  JobOptions long_t = FastOnly(100, 200, 400);
+  JobOptions short_t = FastOnly(100, 100, 100);
+  std::vector<JobView> jobs = {Waiting(0, long_t, 1e7), Waiting(1, short_t, 1e5, 7200)};
+  SetRunning(jobs[0], c, 0, 4, 0);
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(7200, c, jobs));
+  EXPECT_TRUE(d.stop.empty());  // a move, not a stop
+  EXPECT_EQ(GpusOf(short_t, d, 1), 1);
+  EXPECT_EQ(GpusOf(long_t, d, 0), 2);
+}
+
+// Concave speed-up (100, 150, 200 tokens/s on 1, 2, 4 GPUs), two equal jobs, 4 fast GPUs. First
+// GPUs: 100 / R each. Second: 50 / R each, which beats a third and fourth for either job
+// (50 / R over 2 GPUs = 25 / R per GPU). So 2 + 2 (sum 300 / R), not 4 + 0 (200 / R).
+TEST(FrenzyPolicy, ConcaveSpeedUpSplitsTheGpus) {
+  ClusterView c = TwoTypes();
+  c.nodes[1].free = 0;
+  JobOptions t = FastOnly(100, 150, 200);
+  std::vector<JobView> jobs = {Waiting(0, t, 1e6), Waiting(1, t, 1e6, 1)};
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(5, c, jobs));
+  EXPECT_EQ(GpusOf(t, d, 0), 2);
+  EXPECT_EQ(GpusOf(t, d, 1), 2);
+  FrenzyKnobs rigid;
+  rigid.core.elastic = false;  // only the smallest count of a type
+  d = MakeFrenzyPolicy(rigid)->Schedule(At(5, c, jobs));
+  EXPECT_EQ(GpusOf(t, d, 0), 1);
+  EXPECT_EQ(GpusOf(t, d, 1), 1);
+}
+
+// A job alone on the cluster takes its final option in one decision (all 4 fast GPUs: linear
+// speed-up, 100 per GPU there against 50 on the slow type), and the next decision on the same
+// state changes nothing: no start-small relaunch, no churn.
+TEST(FrenzyPolicy, FinalOptionAtOnceAndNoChurn) {
+  ClusterView c = TwoTypes();
+  JobOptions t = Table(100, 50);
+  std::vector<JobView> jobs = {Waiting(0, t, 1e9)};
+  auto p = MakeFrenzyPolicy();
+  Decisions d = p->Schedule(At(0, c, jobs));
+  ASSERT_EQ(d.start.size(), 1u);
+  EXPECT_EQ(Chosen(t, d, 0).type, 0);
+  EXPECT_EQ(Chosen(t, d, 0).gpus, 4);
+  SetRunning(jobs[0], c, 0, 4, 0);
+  d = p->Schedule(At(600, c, jobs));
+  EXPECT_TRUE(d.start.empty());
+  EXPECT_TRUE(d.stop.empty());
+}
+
+// A running job on the slow type (20 tokens/s per GPU) with the fast node free: 1e9 tokens take
+// 1.25e7 s where it is and 2.5e6 s + 60 s on 4 fast GPUs, so it moves. Without moves it stays.
+TEST(FrenzyPolicy, RunningJobMovesToFasterGpus) {
   ClusterView c = TwoTypes();
   JobOptions t = Table(100, 20);
   std::vector<JobView> jobs = {Waiting(0, t, 1e9)};
-  jobs[0].running = true;
-  jobs[0].alloc.option = static_cast<int>(t.Find(1, 4) - t.options.data());
-  jobs[0].alloc.placement = {{1, 4}};
-  jobs[0].run_start_s = 0;
-  jobs[0].first_start_s = 0;
-  jobs[0].rate_tokens_per_s = 80;
-  c.nodes[1].free = 0;
+  SetRunning(jobs[0], c, 1, 4, 1);
   Decisions d = MakeFrenzyPolicy()->Schedule(At(100, c, jobs));
   ASSERT_EQ(d.start.size(), 1u);
+  EXPECT_TRUE(d.stop.empty());
   EXPECT_EQ(Chosen(t, d, 0).type, 0);
   FrenzyKnobs stay;
-  stay.move = false;
-  EXPECT_TRUE(MakeFrenzyPolicy(stay)->Schedule(At(100, c, jobs)).start.empty());
+  stay.core.move = false;
+  d = MakeFrenzyPolicy(stay)->Schedule(At(100, c, jobs));
+  EXPECT_TRUE(d.start.empty());
+  EXPECT_TRUE(d.stop.empty());
 }
 
-}  // namespace
-}  // namespace frenzy
-
-namespace frenzy {
-namespace {
-
-// Regression: a job whose smallest count runs at under 80% of its best per-GPU speed (it needs
-// recomputation to fit there) and whose larger counts exceed its fair share must still start:
-// the smallest count of a type is always a candidate.
-TEST(FrenzyPolicy, SmallestCountStartsEvenWhenItScalesPoorly) {
+// The restart is priced: a job 10 s from its end on the slow type does not move to the fast one
+// (10 s where it is against 60 s of restart there), though the fast type runs it 5x faster.
+TEST(FrenzyPolicy, NoMoveThatTheRestartDoesNotPayFor) {
   ClusterView c = TwoTypes();
-  JobOptions t = Table(100, 0);
-  for (auto& o : t.options) {
-    if (o.gpus == 1) o.plan.tokens_per_s = 50;  // half the per-GPU speed of 2 or 4 GPUs
+  JobOptions t = Table(100, 20);
+  std::vector<JobView> jobs = {Waiting(0, t, 1e9)};
+  SetRunning(jobs[0], c, 1, 4, 1);
+  jobs[0].done_tokens = 1e9 - 800;  // 800 tokens at 80 tokens/s: 10 s left
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(100, c, jobs));
+  EXPECT_TRUE(d.start.empty());
+  EXPECT_TRUE(d.stop.empty());
+}
+
+// A job in its restart pause keeps its GPUs: a shorter job that would take them waits.
+TEST(FrenzyPolicy, JobInItsRestartPauseKeepsItsGpus) {
+  ClusterView c = TwoTypes();
+  c.nodes[1].free = 0;
+  JobOptions t = FastOnly(100, 200, 400);
+  std::vector<JobView> jobs = {Waiting(0, t, 1e9), Waiting(1, t, 1e5, 7200)};
+  SetRunning(jobs[0], c, 0, 4, 0);
+  jobs[0].progress_since_s = 7230;  // restarted at 7170 s, loading its checkpoint for 60 s
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(7200, c, jobs));
+  EXPECT_TRUE(d.start.empty());
+  EXPECT_TRUE(d.stop.empty());
+}
+
+// Moves are applied as one: two running jobs trade nodes in a decision (each onto GPUs the
+// other leaves) and ApplyDecisions accepts it. Job 0 (sensitive: 100 fast, 10 slow) runs on the
+// slow node, job 1 (indifferent: 100, 80) on the fast one; the type swap exchanges them.
+TEST(FrenzyPolicy, TwoJobsTradeTypesInOneDecision) {
+  ClusterView c = TwoTypes();
+  JobOptions sensitive = Table(100, 10);
+  JobOptions indifferent = Table(100, 80);
+  std::vector<JobView> jobs = {Waiting(0, sensitive, 1e9), Waiting(1, indifferent, 1e9)};
+  SetRunning(jobs[0], c, 1, 4, 1);
+  SetRunning(jobs[1], c, 0, 4, 0);
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(100, c, jobs));
+  ASSERT_EQ(d.start.size(), 2u);
+  EXPECT_TRUE(d.stop.empty());
+  for (size_t i = 0; i < 2; ++i) {
+    const JobOptions& t = d.start[i].first == 0 ? sensitive : indifferent;
+    EXPECT_EQ(Chosen(t, d, i).type, d.start[i].first == 0 ? 0 : 1);
   }
-  std::vector<JobView> jobs;
-  for (int k = 0; k < 6; ++k) jobs.push_back(Waiting(k, t, 1e6, k));  // share: 4/6 GPU each
-  Decisions d = MakeFrenzyPolicy()->Schedule(At(10, c, jobs));
-  ASSERT_FALSE(d.start.empty());
-  EXPECT_EQ(Chosen(t, d, 0).gpus, 1);
+  const ClusterView before = c;
+  ViewsTarget target(c, jobs);
+  ASSERT_TRUE(ApplyDecisions(d, before, "frenzy", 100, target).ok());
+  EXPECT_EQ(jobs[0].alloc.placement, (std::vector<std::pair<int, int64_t>>{{0, 4}}));
+  EXPECT_EQ(jobs[1].alloc.placement, (std::vector<std::pair<int, int64_t>>{{1, 4}}));
+  EXPECT_EQ(c.nodes[0].free, 0);
+  EXPECT_EQ(c.nodes[1].free, 0);
 }
 
 }  // namespace

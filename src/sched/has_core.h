@@ -1,0 +1,72 @@
+// The allocation core of HAS (Frenzy's scheduler, docs/scheduling.md): from every active job's
+// remaining work and its memory-safe options, which option (GPU type and count) each job should
+// hold now. No solver: a marginal-gain greedy on one objective.
+//
+// Objective: maximise the sum over jobs of 1 / T_j, T_j the job's predicted remaining time on the
+// option it gets (a job without GPUs contributes 0). With linear speed-up this is shortest
+// remaining time first (all GPUs to the shortest job); with concave speed-up it spreads GPUs so
+// that the last GPU of every job buys the same gain — the allocation heSRPT and AFS derive for
+// mean JCT. Restarts are priced into T_j: an option other than the one a job runs on costs its
+// restart, so a running job changes only when that pays over its remaining time (this is the
+// only hysteresis: an extra margin on top measured no difference, docs/scheduling.md).
+//
+// Greedy (lazy, with a max-heap): every job proposes its best step — from what it holds to a
+// larger option of its type or to an option of another type — scored by the gain in 1 / T per
+// GPU the step takes; the best step in the cluster is granted, the job proposes its next one; a
+// step that no longer fits is re-proposed against what is left. Each grant raises one job's
+// 1 / T, so the loop ends; it makes at most one grant per (job, option). A job's first step on a
+// type is its most GPU-efficient option there (the highest gain per GPU); it grows while its
+// next GPUs gain more than any other job's, and a running job shrinks or stops when others gain
+// more from its GPUs (shortest remaining time first, elastic).
+//
+// Cost for J jobs with at most K options: O(J K) for the first proposals, O(S (K + log J)) for S
+// grants and re-proposals (S <= J K; in practice a few per job). No iteration to convergence.
+#ifndef FRENZY_SCHED_HAS_CORE_H_
+#define FRENZY_SCHED_HAS_CORE_H_
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sched/job_options.h"
+
+namespace frenzy {
+
+// One job as the core sees it.
+struct CoreJob {
+  const JobOptions* options = nullptr;
+  // Per option of `options`: its speed in tokens/s if the job may run it (memory-safe, not
+  // crashed), else 0.
+  std::vector<double> speed;
+  double remaining_tokens = 0;
+  int current = -1;       // the option it runs on; -1: none
+  bool pinned = false;    // keeps `current` whatever happens (e.g. in its restart pause)
+  double restart_s = 0;   // added to T on any option but `current` (0: a first start)
+  double current_extra_s = 0;  // added to T on `current` (what is left of a restart pause)
+  int64_t order = 0;      // ties: lower first (arrival)
+};
+
+struct CoreKnobs {
+  // Weigh steps by the job's remaining time (1 / T); off: by arrival (first come, first served;
+  // a job's growth still by its marginal gain).
+  bool shortest_first = true;
+  // Jobs may hold more than their smallest option of a type; off: only the smallest.
+  bool elastic = true;
+  // Running jobs may lose their GPUs (stop or shrink) to others; off: they keep at least what
+  // they hold.
+  bool preempt = true;
+  // Running jobs may change option (grow, shrink, change type); off: they keep theirs or stop.
+  bool move = true;
+  // After the greedy, jobs trade GPU types where both gain (comparative advantage); off: the
+  // greedy's choice stands.
+  bool swap_types = true;
+};
+
+// The option each job should hold (index into its options, -1: none), given `capacity` GPUs per
+// type (cluster order; pinned jobs' GPUs must not be counted in it).
+std::vector<int> AllocateGpus(std::span<const CoreJob> jobs, std::vector<int64_t> capacity,
+                              const CoreKnobs& knobs);
+
+}  // namespace frenzy
+
+#endif  // FRENZY_SCHED_HAS_CORE_H_
