@@ -14,6 +14,7 @@
 #include "sched/frenzy_policy.h"
 
 #include <algorithm>
+#include <map>
 #include <vector>
 
 #include "sched/placement.h"
@@ -32,9 +33,8 @@ class FrenzyPolicy final : public Policy {
   bool uses_runtime() const override { return k_.dynamic_memory; }
 
   Decisions Schedule(const Snapshot& s) override {
-    std::vector<int64_t> capacity = Describe(s);
-    const std::vector<int> target = AllocateGpus(core_, std::move(capacity), k_.core);
-    return Place(s, target);
+    const std::vector<int64_t> capacity = Describe(s);
+    return Place(s, core_engine_.Allocate(core_, capacity, k_.core));
   }
 
  private:
@@ -48,28 +48,54 @@ class FrenzyPolicy final : public Policy {
     }
     core_.clear();
     of_.clear();
+    rows_.clear();
+    size_t rows = 0;
+    for (const JobView& j : s.jobs) rows += j.options->options.size();
+    speed_.assign(rows, 0.0);  // sized once: the spans into it stay valid
+    size_t row = 0;
     for (size_t i = 0; i < s.jobs.size(); ++i) {
       const JobView& j = s.jobs[i];
+      const size_t n = j.options->options.size();
+      double* speed = speed_.data() + row;
+      row += n;
       CoreJob cj;
       cj.options = j.options;
       cj.order = j.key;
-      cj.speed.assign(j.options->options.size(), 0.0);
-      bool any = false;
-      for (size_t k = 0; k < cj.speed.size(); ++k) {
-        const int o = static_cast<int>(k);
-        if (!j.Runnable(o, c)) continue;
-        cj.speed[k] = j.PlanOf(o, j.Layout(o, c)).tokens_per_s;
-        any = any || cj.speed[k] > 0;
+      cj.speed = std::span<const double>(speed, n);
+      // Jobs of one class (option table) with the same memory factor have the same speeds: the
+      // row is computed once per decision and copied.
+      const RowKey key{j.options, j.memory_factor.value_or(0)};
+      // (A running job's row is changed below: it neither shares a class nor is copied from.)
+      const bool plain = j.failed_options.empty() && !j.running;
+      if (auto it = rows_.find(key); it != rows_.end()) {
+        std::copy_n(speed_.data() + it->second, n, speed);
+        if (plain) cj.speed_class = static_cast<int64_t>(it->second);
+      } else {
+        for (size_t k = 0; k < n; ++k) {
+          const int o = static_cast<int>(k);
+          const int layout = j.Layout(o, c);  // JobView::Runnable, with its layout kept
+          if (layout < 0 || j.option(o).plan.tokens_per_s <= 0) continue;
+          speed[k] = j.PlanOf(o, layout).tokens_per_s;
+        }
+        if (plain) {
+          cj.speed_class = static_cast<int64_t>(speed - speed_.data());
+          rows_.emplace(key, static_cast<size_t>(cj.speed_class));
+        }
       }
+      for (int o : j.failed_options) {
+        if (o >= 0 && static_cast<size_t>(o) < n) speed[static_cast<size_t>(o)] = 0;
+      }
+      const bool any = std::any_of(speed, speed + n, [](double v) { return v > 0; });
       cj.remaining_tokens = std::max(0.0, j.total_tokens - j.DoneAt(s.now_s));
       cj.restart_s = j.running || j.first_start_s >= 0 ? s.costs.restart_s : 0;
       if (j.running) {
         cj.current = j.alloc.option;
         const RunOption& o = j.option(j.alloc.option);
         // What it runs now is an option it has, whatever the runtime learned since.
-        cj.speed[static_cast<size_t>(cj.current)] = j.PlanOf(cj.current, j.layout).tokens_per_s;
+        speed[static_cast<size_t>(cj.current)] = j.PlanOf(cj.current, j.layout).tokens_per_s;
         cj.current_extra_s = std::max(0.0, j.progress_since_s - s.now_s);
-        cj.pinned = cj.current_extra_s > 0 || cj.speed[static_cast<size_t>(cj.current)] <= 0;
+        const bool settling = s.now_s - j.run_start_s < k_.residence * s.costs.restart_s;
+        cj.pinned = settling || cj.current_extra_s > 0 || speed[static_cast<size_t>(cj.current)] <= 0;
         if (!cj.pinned) capacity[static_cast<size_t>(o.type)] += o.gpus;
       } else if (!any) {
         continue;  // nothing it can run now (e.g. nodes down); it waits
@@ -131,8 +157,13 @@ class FrenzyPolicy final : public Policy {
 
   FrenzyKnobs k_;
   std::string name_;
-  std::vector<CoreJob> core_;  // reused between decisions
+  // Reused between decisions (a decision on a steady state then allocates little).
+  std::vector<CoreJob> core_;
   std::vector<size_t> of_;
+  std::vector<double> speed_;  // the core jobs' speeds, one row per option
+  using RowKey = std::pair<const JobOptions*, double>;  // (table, memory factor or 0)
+  std::map<RowKey, size_t> rows_;  // where in speed_ the first row of each key is
+  AllocationCore core_engine_;
 };
 
 }  // namespace

@@ -28,6 +28,9 @@ struct FrenzyKnobs {
   bool dynamic_memory = true;
   // The allocation core's own switches and constants (sched/has_core.h).
   CoreKnobs core;
+  // A running job keeps its option for at least `residence` x the restart cost after it
+  // (re)started: what changes cost in restart pauses stays under 1 / residence of the GPU time.
+  double residence = 10;
   // Also decide every round_s seconds, not only at events: progress shortens running jobs'
   // remaining time, which can make a re-allocation pay (docs/scheduling.md measures it).
   double round_s = 300;

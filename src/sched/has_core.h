@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "sched/job_options.h"
@@ -36,14 +37,17 @@ namespace frenzy {
 struct CoreJob {
   const JobOptions* options = nullptr;
   // Per option of `options`: its speed in tokens/s if the job may run it (memory-safe, not
-  // crashed), else 0.
-  std::vector<double> speed;
+  // crashed), else 0. Owned by the caller.
+  std::span<const double> speed;
   double remaining_tokens = 0;
-  int current = -1;       // the option it runs on; -1: none
-  bool pinned = false;    // keeps `current` whatever happens (e.g. in its restart pause)
-  double restart_s = 0;   // added to T on any option but `current` (0: a first start)
+  int current = -1;            // the option it runs on; -1: none
+  bool pinned = false;         // keeps `current` whatever happens (e.g. in its restart pause)
+  double restart_s = 0;        // added to T on any option but `current` (0: a first start)
   double current_extra_s = 0;  // added to T on `current` (what is left of a restart pause)
-  int64_t order = 0;      // ties: lower first (arrival)
+  int64_t order = 0;           // ties: lower first (arrival)
+  // Jobs with the same class >= 0 have identical `speed` rows (the core then shares work
+  // between them); -1: unknown.
+  int64_t speed_class = -1;
 };
 
 struct CoreKnobs {
@@ -62,8 +66,49 @@ struct CoreKnobs {
   bool swap_types = true;
 };
 
-// The option each job should hold (index into its options, -1: none), given `capacity` GPUs per
-// type (cluster order; pinned jobs' GPUs must not be counted in it).
+// The core with its working memory, kept between decisions (a decision then allocates nothing).
+class AllocationCore {
+ public:
+  // The option each job should hold (index into its options, -1: none), given `capacity` GPUs
+  // per type (cluster order; pinned jobs' GPUs must not be counted in it). The result is valid
+  // until the next call.
+  const std::vector<int>& Allocate(std::span<const CoreJob> jobs, std::span<const int64_t> capacity,
+                                   const CoreKnobs& knobs);
+
+  struct Step {
+    double key = 0;
+    size_t job = 0;
+    int option = -1;
+    int64_t version = 0;
+    bool operator<(const Step& o) const;  // heap order: higher key, then lower job index, first
+  };
+
+ private:
+  double T(size_t i, int o) const;
+  double Inv(size_t i, int o) const { return inv_t_[first_[i] + static_cast<size_t>(o)]; }
+  int64_t Need(size_t i, int o) const;
+  void Seed();
+  bool Allowed(size_t i, int o) const;
+  void Propose(size_t i);
+  int Same(size_t i, int type, int64_t gpus) const;
+  void SwapTypes();
+  void Grant(size_t i, int o);
+
+  std::span<const CoreJob> jobs_;
+  const CoreKnobs* k_ = nullptr;
+  std::vector<int64_t> cap_;
+  std::vector<int> choice_;
+  std::vector<int64_t> version_;
+  std::vector<int64_t> smallest_;  // per (job, type): GPUs of its smallest usable option
+  std::vector<size_t> first_;      // per job: its first row in the flat tables below
+  std::vector<double> inv_t_;      // per (job, option): 1 / T, 0 where it may not run
+  std::vector<int64_t> gpus_;
+  std::vector<int> type_;
+  std::vector<Step> heap_;
+  std::unordered_map<int64_t, int> first_step_;  // per speed class: its best first start
+};
+
+// One-off form of AllocationCore::Allocate.
 std::vector<int> AllocateGpus(std::span<const CoreJob> jobs, std::vector<int64_t> capacity,
                               const CoreKnobs& knobs);
 

@@ -276,13 +276,13 @@ TEST(FrenzyPolicy, RunningJobMovesToFasterGpus) {
   JobOptions t = Table(100, 20);
   std::vector<JobView> jobs = {Waiting(0, t, 1e9)};
   SetRunning(jobs[0], c, 1, 4, 1);
-  Decisions d = MakeFrenzyPolicy()->Schedule(At(100, c, jobs));
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(7200, c, jobs));
   ASSERT_EQ(d.start.size(), 1u);
   EXPECT_TRUE(d.stop.empty());
   EXPECT_EQ(Chosen(t, d, 0).type, 0);
   FrenzyKnobs stay;
   stay.core.move = false;
-  d = MakeFrenzyPolicy(stay)->Schedule(At(100, c, jobs));
+  d = MakeFrenzyPolicy(stay)->Schedule(At(7200, c, jobs));
   EXPECT_TRUE(d.start.empty());
   EXPECT_TRUE(d.stop.empty());
 }
@@ -295,7 +295,7 @@ TEST(FrenzyPolicy, NoMoveThatTheRestartDoesNotPayFor) {
   std::vector<JobView> jobs = {Waiting(0, t, 1e9)};
   SetRunning(jobs[0], c, 1, 4, 1);
   jobs[0].done_tokens = 1e9 - 800;  // 800 tokens at 80 tokens/s: 10 s left
-  Decisions d = MakeFrenzyPolicy()->Schedule(At(100, c, jobs));
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(7200, c, jobs));
   EXPECT_TRUE(d.start.empty());
   EXPECT_TRUE(d.stop.empty());
 }
@@ -313,6 +313,25 @@ TEST(FrenzyPolicy, JobInItsRestartPauseKeepsItsGpus) {
   EXPECT_TRUE(d.stop.empty());
 }
 
+// Residence: a job that (re)started 5 minutes ago keeps its GPUs for 10 restarts' worth (600 s)
+// whatever arrives; with residence 0 the short job takes them (as in ShortJobTakesTheGpus...).
+TEST(FrenzyPolicy, AJobJustStartedKeepsItsGpusForAWhile) {
+  ClusterView c = TwoTypes();
+  c.nodes[1].free = 0;
+  JobOptions t = FastOnly(100, 200, 400);
+  std::vector<JobView> jobs = {Waiting(0, t, 1e9), Waiting(1, t, 1e5, 7200)};
+  SetRunning(jobs[0], c, 0, 4, 0);
+  jobs[0].run_start_s = jobs[0].progress_since_s = 6900;
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(7200, c, jobs));
+  EXPECT_TRUE(d.start.empty());
+  EXPECT_TRUE(d.stop.empty());
+  FrenzyKnobs eager;
+  eager.residence = 0;
+  d = MakeFrenzyPolicy(eager)->Schedule(At(7200, c, jobs));
+  EXPECT_EQ(d.stop, std::vector<int64_t>{0});
+  EXPECT_EQ(GpusOf(t, d, 1), 4);
+}
+
 // Moves are applied as one: two running jobs trade nodes in a decision (each onto GPUs the
 // other leaves) and ApplyDecisions accepts it. Job 0 (sensitive: 100 fast, 10 slow) runs on the
 // slow node, job 1 (indifferent: 100, 80) on the fast one; the type swap exchanges them.
@@ -323,7 +342,7 @@ TEST(FrenzyPolicy, TwoJobsTradeTypesInOneDecision) {
   std::vector<JobView> jobs = {Waiting(0, sensitive, 1e9), Waiting(1, indifferent, 1e9)};
   SetRunning(jobs[0], c, 1, 4, 1);
   SetRunning(jobs[1], c, 0, 4, 0);
-  Decisions d = MakeFrenzyPolicy()->Schedule(At(100, c, jobs));
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(7200, c, jobs));
   ASSERT_EQ(d.start.size(), 2u);
   EXPECT_TRUE(d.stop.empty());
   for (size_t i = 0; i < 2; ++i) {
@@ -332,7 +351,7 @@ TEST(FrenzyPolicy, TwoJobsTradeTypesInOneDecision) {
   }
   const ClusterView before = c;
   ViewsTarget target(c, jobs);
-  ASSERT_TRUE(ApplyDecisions(d, before, "frenzy", 100, target).ok());
+  ASSERT_TRUE(ApplyDecisions(d, before, "frenzy", 7200, target).ok());
   EXPECT_EQ(jobs[0].alloc.placement, (std::vector<std::pair<int, int64_t>>{{0, 4}}));
   EXPECT_EQ(jobs[1].alloc.placement, (std::vector<std::pair<int, int64_t>>{{1, 4}}));
   EXPECT_EQ(c.nodes[0].free, 0);
