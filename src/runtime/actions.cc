@@ -101,7 +101,7 @@ std::vector<MemoryAction> PlanMemoryActions(const Snapshot& s, const MemoryMonit
     const Plan& next = LayoutPlan(o, faster);
     if (cur.tp != next.tp) continue;  // a different TP may not fit the same nodes
     double saved = left / cur.tokens_per_s - left / next.tokens_per_s;
-    if (saved < opt.reverse_gain * s.costs.restart_s) continue;
+    if (saved < opt.reverse_gain * s.costs.restart.Of(j.options->checkpoint_bytes)) continue;
     MemoryAction a;
     a.job = j.key;
     a.kind = ActionKind::kReplan;
@@ -109,7 +109,7 @@ std::vector<MemoryAction> PlanMemoryActions(const Snapshot& s, const MemoryMonit
     a.layout = faster;
     a.factor = *factor;
     a.time_to_oom_s = tto;
-    a.expected_left_s = s.costs.restart_s + left / next.tokens_per_s;
+    a.expected_left_s = s.costs.restart.Of(j.options->checkpoint_bytes) + left / next.tokens_per_s;
     a.why = fmt::format("uses {:.2f}x the prediction: back to the faster {}, saving {:.0f} s",
                         m->ProjectedRatio(1.0), Describe(c, o, next), saved);
     out.push_back(std::move(a));
@@ -139,7 +139,7 @@ std::vector<MemoryAction> PlanMemoryActions(const Snapshot& s, const MemoryMonit
         best.kind = ActionKind::kReplan;
         best.alloc = j.alloc;
         best.layout = lean;
-        best.expected_left_s = s.costs.restart_s + left / p.tokens_per_s;
+        best.expected_left_s = s.costs.restart.Of(j.options->checkpoint_bytes) + left / p.tokens_per_s;
         best.why = fmt::format("re-plan on its GPUs to {}", Describe(c, cur, p));
       }
     }
@@ -154,7 +154,7 @@ std::vector<MemoryAction> PlanMemoryActions(const Snapshot& s, const MemoryMonit
       if (layout < 0) continue;
       const Plan& p = LayoutPlan(o, layout);
       if (p.tokens_per_s <= 0) continue;
-      double t = s.costs.restart_s + left / p.tokens_per_s;
+      double t = s.costs.restart.Of(j.options->checkpoint_bytes) + left / p.tokens_per_s;
       if (t >= best.expected_left_s || o.gpus > free.FreeOfType(o.type)) continue;
       auto place = free.Place(o.type, o.gpus, p.tp);
       if (!place) continue;

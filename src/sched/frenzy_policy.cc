@@ -87,14 +87,15 @@ class FrenzyPolicy final : public Policy {
       }
       const bool any = std::any_of(speed, speed + n, [](double v) { return v > 0; });
       cj.remaining_tokens = std::max(0.0, j.total_tokens - j.DoneAt(s.now_s));
-      cj.restart_s = j.running || j.first_start_s >= 0 ? s.costs.restart_s : 0;
+      const double restart_s = s.costs.restart.Of(j.options->checkpoint_bytes);
+      cj.restart_s = j.running || j.first_start_s >= 0 ? restart_s : 0;
       if (j.running) {
         cj.current = j.alloc.option;
         const RunOption& o = j.option(j.alloc.option);
         // What it runs now is an option it has, whatever the runtime learned since.
         speed[static_cast<size_t>(cj.current)] = j.PlanOf(cj.current, j.layout).tokens_per_s;
         cj.current_extra_s = std::max(0.0, j.progress_since_s - s.now_s);
-        const bool settling = s.now_s - j.run_start_s < k_.residence * s.costs.restart_s;
+        const bool settling = s.now_s - j.run_start_s < k_.residence * restart_s;
         cj.pinned = settling || cj.current_extra_s > 0 || speed[static_cast<size_t>(cj.current)] <= 0;
         if (!cj.pinned) capacity[static_cast<size_t>(o.type)] += o.gpus;
       } else if (!any) {

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "memory/memory_model.h"
+#include "model/param_count.h"
 #include "perf/perf_model.h"
 
 namespace frenzy {
@@ -72,6 +73,19 @@ std::vector<const RunOption*> JobOptions::OfType(int type) const {
   return out;
 }
 
+int64_t CheckpointBytes(const JobSpec& job) {
+  // Per parameter: the weights (4 B in fp32, 2 B otherwise); AdamW's two moments (fp32, 8 B; in
+  // bf16 for pure bf16, 4 B); the fp32 master copy of mixed precision (4 B).
+  int64_t per = 0;
+  switch (job.precision) {
+    case Precision::kFp32: per = 4 + 8; break;
+    case Precision::kBf16:
+    case Precision::kFp16: per = 2 + 4 + 8; break;
+    case Precision::kBf16Pure: per = 2 + 4; break;
+  }
+  return TotalParams(job.model) * per;
+}
+
 Result<JobOptions> BuildJobOptions(const JobSpec& job_in, const Cluster& cluster,
                                    const GpuCatalog& catalog, OptionKind kind, double margin) {
   JobSpec job = job_in;
@@ -84,6 +98,7 @@ Result<JobOptions> BuildJobOptions(const JobSpec& job_in, const Cluster& cluster
   ASSIGN_OR_RETURN(PlanResult planned, PlanJob(job, cluster, catalog, po));
 
   JobOptions out;
+  out.checkpoint_bytes = CheckpointBytes(job);
   std::vector<TypeOfCluster> types = ClusterGpuTypes(cluster, catalog);
   for (const auto& t : types) out.types.push_back(t.gpu->name);
   auto type_index = [&](const std::string& name) {

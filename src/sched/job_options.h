@@ -44,6 +44,10 @@ struct RunOption {
 
 struct JobOptions {
   std::vector<std::string> types;  // the cluster's GPU types, in cluster order
+  // What a checkpoint of the job holds, whatever the layout: its weights in the training
+  // precision plus AdamW's state (fp32 master weights in mixed precision, two moments) — what a
+  // restart loads (RestartModel).
+  int64_t checkpoint_bytes = 0;
   // Sorted by (type, gpus); at most one option per pair.
   std::vector<RunOption> options;
 
@@ -56,6 +60,9 @@ struct JobOptions {
 };
 
 enum class OptionKind { kMarp, kHand };
+
+// The bytes of a checkpoint of `job` (JobOptions::checkpoint_bytes).
+int64_t CheckpointBytes(const JobSpec& job);
 
 // The option table of `job` (its model, tokens, batch, sequence length and precision; GPU pins
 // are ignored) on `cluster`. Counts are limited to what the cluster has of each type.

@@ -52,8 +52,9 @@ struct DaemonOptions {
   // (decisions also depend on time and progress).
   double idle_pass_s = 5;
   double checkpoint_every_s = 5;  // see Checkpoint()
-  // What a restart costs here (checkpoint load), as the policy and the runtime price moves.
-  double restart_s = kDefaultRestartS;
+  // What a restart costs here (start-up and checkpoint load), as the policy and the runtime
+  // price moves: the simulator's model by default.
+  RestartModel restart;
   // The runtime, as the simulator drives it (SimOptions): how soon a projected out-of-memory
   // crash is acted on, crashes before a job is given up, and the back-off of other crashes.
   runtime::RuntimeOptions runtime;

@@ -77,7 +77,7 @@ Status Daemon::PrepareSchedule(double now, Pass& pass, int& changes) {
     s.cluster = &view_;
     s.jobs = pass.views;
     s.change_seq = passes_;
-    s.costs.restart_s = opt_.restart_s;
+    s.costs.restart = opt_.restart;
     std::vector<runtime::MemoryAction> actions =
         runtime::PlanMemoryActions(s, monitor_, opt_.runtime);
     for (const runtime::MemoryAction& a : actions) {
@@ -222,7 +222,7 @@ Result<int> Daemon::Tick() {
   s.cluster = &pass.view;
   s.jobs = pass.views;
   s.change_seq = seq;
-  s.costs.restart_s = opt_.restart_s;
+  s.costs.restart = opt_.restart;
   Decisions d = policy_->Schedule(s);
   std::lock_guard<std::mutex> lock(mu_);
   const double apply_start = now_s_();

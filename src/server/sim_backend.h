@@ -35,7 +35,8 @@ class SimBackend : public Backend {
   Result<std::string> Launch(const LaunchSpec& spec) override;
   Result<RunStatus> Status(const std::string& handle) override;
   ::frenzy::Status Cancel(const std::string& handle) override;
-  // Memory truths by job id; `oom_after_s` and `restart_s` as in SimOptions (simulated seconds).
+  // Memory truths by job id; `oom_after_s` as in SimOptions, `restart_s` a fixed restart cost
+  // (SimOptions::restart.fixed_s; simulated seconds).
   void SetTruths(std::map<std::string, JobTruth> truths, double oom_after_s, double restart_s);
 
  private:

@@ -167,7 +167,7 @@ Status Engine::StartRun(JobView& v, const Allocation& a, double now, int layout)
   v.alloc = a;
   v.layout = layout;
   v.run_start_s = now;
-  v.progress_since_s = now + (restart ? opt_.restart_s : 0.0);
+  v.progress_since_s = now + (restart ? opt_.restart.Of(v.options->checkpoint_bytes) : 0.0);
   v.rate_tokens_per_s = plan.tokens_per_s * Speed(a);
   ++js.version;
   js.record.gpu = view_.types[static_cast<size_t>(o.type)];
@@ -249,7 +249,7 @@ Snapshot Engine::SnapshotAt(double now) const {
   s.cluster = &view_;
   s.jobs = std::span<const JobView* const>(active_.data(), active_.size());
   s.change_seq = change_seq_;
-  s.costs.restart_s = opt_.restart_s;
+  s.costs.restart = opt_.restart;
   return s;
 }
 
@@ -347,7 +347,11 @@ Status SimOptions::Validate() const {
     return bad("memory_error_pct", "must be in [0, 50) percent");
   }
   if (!(memory_margin >= 0)) return bad("memory_margin", "must be >= 0");
-  if (!(restart_s >= 0)) return bad("restart_s", "must be >= 0");
+  if (!(restart.fixed_s >= 0 || restart.fixed_s == -1)) {
+    return bad("restart_s", "must be >= 0 (or unset: from the job's checkpoint)");
+  }
+  if (!(restart.startup_s >= 0)) return bad("startup_s", "must be >= 0");
+  if (!(restart.storage_gbs > 0)) return bad("storage_gbs", "must be > 0");
   if (!(checkpoint_interval_s > 0)) return bad("checkpoint_interval_s", "must be > 0");
   if (!(oom_after_s >= 0)) return bad("oom_after_s", "must be >= 0");
   if (max_ooms < 1) return bad("max_ooms", "must be at least 1");

@@ -9,8 +9,9 @@
 //
 // Model of a job (see docs/simulator.md):
 //  * it progresses at its option's predicted tokens/s (perf model) while running;
-//  * a restart (any start after the first) first pays `restart_s` (checkpoint load) without
-//    progress; a job stopped by its policy checkpoints first and loses nothing;
+//  * a restart (any start after the first) first pays its restart (RestartModel: start-up and
+//    checkpoint load) without progress; a job stopped by its policy checkpoints first and loses
+//    nothing;
 //  * memory truth: the job's real peak = MARP's prediction x its memory factor, drawn once per
 //    job (`memory_error_pct`: normal with that standard deviation; unset: drawn from MARP's
 //    measured errors on published Megatron runs). Placed where the real peak exceeds the GPU,
@@ -53,7 +54,7 @@ struct SimOptions {
   uint64_t seed = 1;
   std::optional<double> memory_error_pct;  // std. deviation, %; unset: measured distribution
   double memory_margin = 0.10;             // MARP margin for the kMarp option tables
-  double restart_s = kDefaultRestartS;     // paid by every restart (sched/policy.h)
+  RestartModel restart;                    // what every restart pays (sched/policy.h)
   double checkpoint_interval_s = 1800;     // of progress between checkpoints
   double oom_after_s = 30;                 // into a run, when an OOM crash happens
   int max_ooms = 5;                        // crashes before a job is given up

@@ -44,7 +44,8 @@ void Engine::Cordon(int node, double now) {
     if (!on) continue;
     double left = std::max(0.0, v.total_tokens - v.DoneAt(now));
     double predicted = v.PlanOf(v.alloc.option, v.layout).tokens_per_s;
-    if (runtime::ShouldLeaveSlowNode(left, v.rate_tokens_per_s, predicted, opt_.restart_s)) {
+    if (runtime::ShouldLeaveSlowNode(left, v.rate_tokens_per_s, predicted,
+                                     opt_.restart.Of(v.options->checkpoint_bytes))) {
       StopRun(v, now, /*graceful=*/true);
       jobs_[static_cast<size_t>(v.key)].record.note =
           fmt::format("left node {} (running at {:.0f}% of the predicted speed)", node,

@@ -91,4 +91,32 @@ std::vector<TimelinePoint> ThinTimeline(const std::vector<TimelinePoint>& timeli
   return out;
 }
 
+CommonFigures ComputeCommon(const std::vector<SimResult>& results) {
+  CommonFigures c;
+  if (results.empty()) return c;
+  const size_t n = results.front().jobs.size();
+  std::vector<char> all(n, 1);
+  for (const SimResult& r : results) {
+    for (size_t i = 0; i < n; ++i) {
+      if (i >= r.jobs.size() || r.jobs[i].outcome != JobOutcome::kFinished) all[i] = 0;
+    }
+  }
+  c.jobs = std::count(all.begin(), all.end(), 1);
+  for (const SimResult& r : results) {
+    std::vector<double> jct;
+    double gpu_s = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (!all[i]) continue;
+      jct.push_back(r.jobs[i].jct_s());
+      gpu_s += r.jobs[i].gpu_s;
+    }
+    double sum = 0;
+    for (double v : jct) sum += v;
+    c.avg_jct_s.push_back(jct.empty() ? 0 : sum / static_cast<double>(jct.size()));
+    c.p99_jct_s.push_back(Percentile(std::move(jct), 0.99));
+    c.gpu_hours.push_back(gpu_s / 3600);
+  }
+  return c;
+}
+
 }  // namespace frenzy

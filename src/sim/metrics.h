@@ -24,6 +24,17 @@ struct RunTotals {
 PolicyMetrics ComputeMetrics(PolicyMetrics counts, const std::vector<JobRecord>& jobs,
                              const std::vector<double>& overhead_ms, const RunTotals& totals);
 
+// A fair comparison of policies run on one workload: the jobs every one of them finished, and
+// each policy's figures over exactly those (a policy that loses its longest jobs, e.g. to
+// out-of-memory crashes, looks faster on its own finished jobs alone).
+struct CommonFigures {
+  int64_t jobs = 0;  // finished under every policy
+  // Per result, in the order given, over those jobs:
+  std::vector<double> avg_jct_s, p99_jct_s, gpu_hours;
+};
+// REQUIRES: every result replayed the same workload (jobs in workload order).
+CommonFigures ComputeCommon(const std::vector<SimResult>& results);
+
 // The timeline thinned to about `points` samples, keeping the last.
 std::vector<TimelinePoint> ThinTimeline(const std::vector<TimelinePoint>& timeline,
                                         size_t points = 4000);

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sim/metrics.h"
+
 namespace frenzy {
 namespace {
 
@@ -181,6 +183,15 @@ std::string ComparisonTable(const std::vector<SimResult>& results) {
         Hours(m.avg_queue_s), m.gpu_hours, 100 * m.gpu_util, 100 * m.gpu_util_useful, m.oom_events,
         m.memory_replans + m.memory_moves + m.memory_requeues, m.wasted_gpu_hours,
         m.sched_overhead_ms_mean, m.sched_overhead_ms_max);
+  }
+  if (results.size() > 1) {
+    const CommonFigures c = ComputeCommon(results);
+    s += fmt::format("\nOver the {} jobs every policy finished:\n", c.jobs);
+    for (size_t i = 0; i < results.size(); ++i) {
+      s += fmt::format("{:<18} avg JCT {:>9} h, p99 JCT {:>9} h, {:>9.0f} GPU-hours\n",
+                       results[i].metrics.policy, Hours(c.avg_jct_s[i]), Hours(c.p99_jct_s[i]),
+                       c.gpu_hours[i]);
+    }
   }
   return s;
 }

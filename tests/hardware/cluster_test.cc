@@ -26,7 +26,11 @@ TEST(Cluster, BundledClustersHaveTheAdvertisedShape) {
   Cluster c2048 = Bundled("cluster2048");
   EXPECT_EQ(c2048.total_gpus(), 2048);
   EXPECT_EQ(c2048.totals().size(), 5u);
-  EXPECT_EQ(BundledClusterNames(), (std::vector<std::string>{"cluster2048", "cluster64", "lab"}));
+  Cluster sia64 = Bundled("sia64");  // 16 A100-40GB + 24 V100-32GB + 24 T4
+  EXPECT_EQ(sia64.total_gpus(), 64);
+  EXPECT_EQ(sia64.totals().size(), 3u);
+  EXPECT_EQ(BundledClusterNames(),
+            (std::vector<std::string>{"cluster2048", "cluster64", "lab", "sia64"}));
 }
 
 TEST(Cluster, GroupsExpandToNamedNodes) {

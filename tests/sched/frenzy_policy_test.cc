@@ -56,6 +56,7 @@ Snapshot At(double now, const ClusterView& c, const std::vector<JobView>& jobs) 
   s.now_s = now;
   s.cluster = &c;
   s.jobs = jobs;
+  s.costs.restart.fixed_s = 60;  // every restart below costs 60 s
   return s;
 }
 

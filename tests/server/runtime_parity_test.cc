@@ -58,8 +58,12 @@ Workload Scenario() {
   return w;
 }
 
+// Both sides price and pay restarts alike: one fixed cost (the sim backend takes no model).
+constexpr double kParityRestartS = 60;
+
 SimOptions Truths() {
   SimOptions o;
+  o.restart.fixed_s = kParityRestartS;
   o.seed = 7;
   o.memory_error_pct = 0;   // the truth is the bias and the drift alone
   o.memory_bias_pct = 25;   // every real peak 25% above MARP's prediction
@@ -113,13 +117,13 @@ TEST(RuntimeParity, EngineAndDaemonTakeTheSameMemoryActions) {
   const std::string base = Base("actions");
   double now = 0;
   auto backend = std::make_unique<SimBackend>(*cluster, 1.0, [&] { return now; });
-  backend->SetTruths(truths, so.oom_after_s, so.restart_s);
+  backend->SetTruths(truths, so.oom_after_s, so.restart.fixed_s);
   DaemonOptions o;
   o.runs_dir = base + "/runs";
   o.policy = "frenzy";
   o.data_parallel_only = false;  // plan every layout, as the engine does
   o.memory_margin = so.memory_margin;
-  o.restart_s = so.restart_s;
+  o.restart = so.restart;
   o.report_interval_s = so.report_interval_s;
   o.runtime.max_ooms = so.max_ooms;
   o.runtime.act_horizon_s = 3 * so.report_interval_s;  // as the engine sets it
@@ -180,7 +184,7 @@ std::unique_ptr<Daemon> MakeDaemon(const std::string& base, const std::map<std::
   auto cluster = ResolveCluster("lab", GpuCatalog::Default());
   EXPECT_TRUE(cluster.ok());
   auto backend = std::make_unique<SimBackend>(*cluster, 1.0, [&now] { return now; });
-  backend->SetTruths(truths, 30, kDefaultRestartS);
+  backend->SetTruths(truths, 30, kParityRestartS);
   DaemonOptions o;
   o.runs_dir = base + "/runs";
   o.data_parallel_only = false;

@@ -73,7 +73,7 @@ class ScriptedPolicy : public Policy {
 SimOptions NoError() {
   SimOptions o;
   o.memory_error_pct = 0;
-  o.restart_s = 100;
+  o.restart.fixed_s = 100;
   return o;
 }
 
@@ -204,7 +204,7 @@ TEST(SimEngine, NodeFailureLosesProgressSinceCheckpoint) {
   ASSERT_GT(j.failures, 0);
   EXPECT_GT(j.wasted_gpu_s, 0);
   // At most one checkpoint interval plus the restart pause is lost per failure.
-  EXPECT_LE(j.wasted_gpu_s, j.failures * (o.checkpoint_interval_s + o.restart_s) + 1e-6);
+  EXPECT_LE(j.wasted_gpu_s, j.failures * (o.checkpoint_interval_s + o.restart.fixed_s) + 1e-6);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "sim/metrics.h"
+
 namespace frenzy {
 namespace {
 
@@ -56,6 +58,43 @@ TEST(Report, SvgPlotsAreCompleteDocumentsWithOneLinePerPolicy) {
   // Utilisation as a step line: busy 8 of 8 GPUs from t=10 s holds until the next sample.
   std::string tl = TimelineSvg(rs, 8);
   EXPECT_NE(tl.find("utilisation"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace frenzy
+
+namespace frenzy {
+namespace {
+
+// Policy A finishes jobs 0, 1, 2 in 1, 2 and 10 h; policy B finishes 0 and 1 in 2 and 3 h and
+// loses job 2 (its longest). On their own finished jobs A averages 13/3 = 4.33 h and B 2.5 h;
+// over the 2 jobs both finished, A 1.5 h and B 2.5 h.
+TEST(CommonFigures, ComparePoliciesOnTheJobsAllOfThemFinished) {
+  auto result = [](std::vector<double> jct_h, std::vector<bool> done) {
+    SimResult r;
+    for (size_t i = 0; i < jct_h.size(); ++i) {
+      JobRecord j;
+      j.submit_s = 100;
+      j.finish_s = done[i] ? 100 + jct_h[i] * 3600 : -1;
+      j.outcome = done[i] ? JobOutcome::kFinished : JobOutcome::kGivenUp;
+      j.gpu_s = 3600 * static_cast<double>(i + 1);  // 1, 2, 3 GPU-hours
+      r.jobs.push_back(j);
+    }
+    return r;
+  };
+  const std::vector<SimResult> results = {result({1, 2, 10}, {true, true, true}),
+                                          result({2, 3, 0}, {true, true, false})};
+  const CommonFigures c = ComputeCommon(results);
+  EXPECT_EQ(c.jobs, 2);
+  ASSERT_EQ(c.avg_jct_s.size(), 2u);
+  EXPECT_DOUBLE_EQ(c.avg_jct_s[0], 1.5 * 3600);
+  EXPECT_DOUBLE_EQ(c.avg_jct_s[1], 2.5 * 3600);
+  EXPECT_DOUBLE_EQ(c.gpu_hours[0], 3);  // jobs 0 and 1: 1 + 2 GPU-hours
+  EXPECT_DOUBLE_EQ(c.gpu_hours[1], 3);
+  // p99 of two values by linear interpolation: lo + 0.99 (hi - lo).
+  EXPECT_DOUBLE_EQ(c.p99_jct_s[0], (1 + 0.99 * (2 - 1)) * 3600);
+  EXPECT_NE(ComparisonTable(results).find("Over the 2 jobs every policy finished"),
+            std::string::npos);
 }
 
 }  // namespace
