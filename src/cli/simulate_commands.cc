@@ -28,6 +28,7 @@ struct SimulateOptions {
   std::string policies = "fifo-static,tiresias,gavel,sia";
   uint64_t seed = 1;
   std::optional<double> memory_error;
+  std::optional<double> perf_error;
   std::optional<double> restart_s;  // unset: from each job's checkpoint
   double startup_s = kDefaultStartupS;
   double storage_gbs = kDefaultStorageGbs;
@@ -103,6 +104,7 @@ void RunSimulate(const SimulateOptions& o) {
   so.straggler_fraction = o.stragglers;
   so.straggler_speed = o.straggler_speed;
   so.memory_error_pct = o.memory_error;
+  so.perf_error_pct = o.perf_error;
   so.memory_margin = o.margin;
   so.restart.fixed_s = o.restart_s.value_or(-1);
   so.restart.startup_s = o.startup_s;
@@ -114,13 +116,21 @@ void RunSimulate(const SimulateOptions& o) {
   if (Status valid = so.Validate(); !valid.ok()) {
     // The engine names its option; the user typed the flag.
     static const std::map<std::string, std::string> kFlag = {
-        {"memory_error_pct", "memory-error"},      {"memory_margin", "margin"},
-        {"restart_s", "restart-s"},                {"startup_s", "startup-s"},
-        {"storage_gbs", "storage-gbs"},                {"checkpoint_interval_s", "checkpoint-min"},
-        {"node_mtbf_s", "mtbf-h"},                 {"node_repair_s", "repair-h"},
-        {"memory_drift_pct", "memory-drift"},      {"memory_bias_pct", "memory-bias"},
-        {"report_interval_s", "report-min"},       {"job_crash_mtbf_s", "crash-mtbf-h"},
-        {"straggler_fraction", "stragglers"},      {"straggler_speed", "straggler-speed"},
+        {"memory_error_pct", "memory-error"},
+        {"perf_error_pct", "perf-error"},
+        {"memory_margin", "margin"},
+        {"restart_s", "restart-s"},
+        {"startup_s", "startup-s"},
+        {"storage_gbs", "storage-gbs"},
+        {"checkpoint_interval_s", "checkpoint-min"},
+        {"node_mtbf_s", "mtbf-h"},
+        {"node_repair_s", "repair-h"},
+        {"memory_drift_pct", "memory-drift"},
+        {"memory_bias_pct", "memory-bias"},
+        {"report_interval_s", "report-min"},
+        {"job_crash_mtbf_s", "crash-mtbf-h"},
+        {"straggler_fraction", "stragglers"},
+        {"straggler_speed", "straggler-speed"},
         {"max_time_s", "max-hours"}};
     auto flag = kFlag.find(valid.field());
     return Fail(InvalidArgument(valid.message(), {},
@@ -196,6 +206,9 @@ void RegisterSimulateCommands(CLI::App& app) {
   cmd->add_option("--policy,-p", o->policies, "Policies, comma-separated")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the memory truth and failures")
       ->capture_default_str();
+  cmd->add_option("--perf-error", o->perf_error,
+                  "Std. deviation of the throughput model's error, percent (default: its measured "
+                  "errors on held-out published runs; 0: none)");
   cmd->add_option("--memory-error", o->memory_error,
                   "Std. deviation of MARP's error, percent (default: its measured errors; 0: "
                   "none)");
@@ -204,7 +217,8 @@ void RegisterSimulateCommands(CLI::App& app) {
   cmd->add_option("--restart-s", o->restart_s,
                   "Every restart costs this many s (default: start-up plus the job's checkpoint "
                   "over the storage bandwidth)");
-  cmd->add_option("--startup-s", o->startup_s, "Start-up of a restarted run (launch, rendezvous), s")
+  cmd->add_option("--startup-s", o->startup_s,
+                  "Start-up of a restarted run (launch, rendezvous), s")
       ->capture_default_str();
   cmd->add_option("--storage-gbs", o->storage_gbs, "Checkpoint load bandwidth per job, GB/s")
       ->capture_default_str();
@@ -216,8 +230,9 @@ void RegisterSimulateCommands(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-hours", o->max_hours, "Stop the simulated clock here (0: never)")
       ->capture_default_str();
-  cmd->add_option("--memory-drift", o->memory_drift,
-                  "Jobs' real peak grows by up to this much (percent, uniform per job) by their end")
+  cmd->add_option(
+         "--memory-drift", o->memory_drift,
+         "Jobs' real peak grows by up to this much (percent, uniform per job) by their end")
       ->capture_default_str();
   cmd->add_option("--memory-bias", o->memory_bias,
                   "Every job's real peak is this much above its drawn truth (percent)")

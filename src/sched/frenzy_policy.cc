@@ -66,7 +66,7 @@ class FrenzyPolicy final : public Policy {
       // row is computed once per decision and copied.
       const RowKey key{j.options, j.memory_factor.value_or(0)};
       // (A running job's row is changed below: it neither shares a class nor is copied from.)
-      const bool plain = j.failed_options.empty() && !j.running;
+      const bool plain = j.failed_options.empty() && !j.running && j.speed_factor.empty();
       if (auto it = rows_.find(key); it != rows_.end()) {
         std::copy_n(speed_.data() + it->second, n, speed);
         if (plain) cj.speed_class = static_cast<int64_t>(it->second);
@@ -85,6 +85,16 @@ class FrenzyPolicy final : public Policy {
       for (int o : j.failed_options) {
         if (o >= 0 && static_cast<size_t>(o) < n) speed[static_cast<size_t>(o)] = 0;
       }
+      // What it runs now is an option it has, whatever the runtime learned since.
+      if (j.running) {
+        speed[static_cast<size_t>(j.alloc.option)] =
+            j.PlanOf(j.alloc.option, j.layout).tokens_per_s;
+      }
+      // What the runtime learned of the job's real speed corrects the prediction, per type.
+      for (size_t k = 0; k < n && !j.speed_factor.empty(); ++k) {
+        const size_t t = static_cast<size_t>(j.options->options[k].type);
+        if (t < j.speed_factor.size() && j.speed_factor[t] > 0) speed[k] *= j.speed_factor[t];
+      }
       const bool any = std::any_of(speed, speed + n, [](double v) { return v > 0; });
       cj.remaining_tokens = std::max(0.0, j.total_tokens - j.DoneAt(s.now_s));
       const double restart_s = s.costs.restart.Of(j.options->checkpoint_bytes);
@@ -92,11 +102,10 @@ class FrenzyPolicy final : public Policy {
       if (j.running) {
         cj.current = j.alloc.option;
         const RunOption& o = j.option(j.alloc.option);
-        // What it runs now is an option it has, whatever the runtime learned since.
-        speed[static_cast<size_t>(cj.current)] = j.PlanOf(cj.current, j.layout).tokens_per_s;
         cj.current_extra_s = std::max(0.0, j.progress_since_s - s.now_s);
         const bool settling = s.now_s - j.run_start_s < k_.residence * restart_s;
-        cj.pinned = settling || cj.current_extra_s > 0 || speed[static_cast<size_t>(cj.current)] <= 0;
+        cj.pinned =
+            settling || cj.current_extra_s > 0 || speed[static_cast<size_t>(cj.current)] <= 0;
         if (!cj.pinned) capacity[static_cast<size_t>(o.type)] += o.gpus;
       } else if (!any) {
         continue;  // nothing it can run now (e.g. nodes down); it waits
@@ -122,8 +131,11 @@ class FrenzyPolicy final : public Policy {
       }
       if (target[i] >= 0) place.push_back(i);
     }
-    auto gpus = [&](size_t i) { return core_[i].options->options[static_cast<size_t>(target[i])].gpus; };
-    std::stable_sort(place.begin(), place.end(), [&](size_t a, size_t b) { return gpus(a) > gpus(b); });
+    auto gpus = [&](size_t i) {
+      return core_[i].options->options[static_cast<size_t>(target[i])].gpus;
+    };
+    std::stable_sort(place.begin(), place.end(),
+                     [&](size_t a, size_t b) { return gpus(a) > gpus(b); });
     Decisions d;
     for (size_t i : place) {
       const JobView& j = s.jobs[of_[i]];
@@ -161,7 +173,7 @@ class FrenzyPolicy final : public Policy {
   // Reused between decisions (a decision on a steady state then allocates little).
   std::vector<CoreJob> core_;
   std::vector<size_t> of_;
-  std::vector<double> speed_;  // the core jobs' speeds, one row per option
+  std::vector<double> speed_;                           // the core jobs' speeds, one row per option
   using RowKey = std::pair<const JobOptions*, double>;  // (table, memory factor or 0)
   std::map<RowKey, size_t> rows_;  // where in speed_ the first row of each key is
   AllocationCore core_engine_;
@@ -174,4 +186,3 @@ std::unique_ptr<Policy> MakeFrenzyPolicy(FrenzyKnobs knobs, std::string name) {
 }
 
 }  // namespace frenzy
-

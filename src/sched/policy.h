@@ -58,6 +58,10 @@ struct JobView {
   // which learns it from the job's own memory reports (policies with uses_runtime). Unset:
   // unknown, the option table's margin is all there is.
   std::optional<double> memory_factor;
+  // Per GPU type (cluster order): the job's real speed over the throughput model's prediction,
+  // as the runtime learned it from the job's progress (runtime/speed.h; policies with
+  // uses_runtime); 0 or absent: not known there.
+  std::vector<double> speed_factor;
 
   double total_tokens = 0;
   double done_tokens = 0;        // progress kept at `progress_since_s` (checkpointed or not)

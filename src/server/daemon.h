@@ -27,6 +27,7 @@
 #include "runtime/actions.h"
 #include "runtime/faults.h"
 #include "runtime/monitor.h"
+#include "runtime/speed.h"
 #include "sched/job_options.h"
 #include "sched/policy.h"
 #include "server/backend.h"
@@ -183,6 +184,7 @@ class Daemon {
   OptionCache cache_;
   std::unique_ptr<Policy> policy_;
   runtime::MemoryMonitor monitor_;
+  runtime::SpeedLearner speed_;  // learned again after a restart of the daemon
   bool use_runtime_ = false;  // the policy runs with the runtime (Policy::uses_runtime)
   // Per job: the runtime's state beside the monitor's (as the engine keeps it per job).
   struct JobRuntime {

@@ -179,6 +179,14 @@ bool Daemon::FeedMonitor(JobRow& row, const json& plan, int64_t peak_bytes, doub
   const int64_t key = KeyOf(row.id);
   monitor_.Report(key, r);
   reported_ = true;  // the runtime plans its actions at the next pass
+  // Speed, from the same reports, as in the engine (runtime/speed.h).
+  const int option = plan.value("option", -1);
+  auto table = options_of_.find(key);
+  if (table != options_of_.end() && option >= 0 &&
+      static_cast<size_t>(option) < table->second->options.size()) {
+    speed_.Report(key, table->second->options[static_cast<size_t>(option)].type, row.attempt, now,
+                  row.done_tokens, plan.value("tokens_per_s", 0.0));
+  }
   const double before = row.memory_factor;
   row.memory_factor = monitor_.Factor(key).value_or(0.0);
   row.memory_note = monitor_.Explain(key);

@@ -64,6 +64,19 @@ Status Engine::PrepareJob(size_t key, const WorkloadJob& wj,
   auto opts = cache_.Get(wj.model, js.spec, policy_.options_kind());
   if (!opts.ok()) return Status(opts.status().code(), opts.status().ToString(), where, "model");
   js.options = *opts;
+  // The memory and speed truth of this job (drawn for every job, in key order, whatever the
+  // policy).
+  js.truth = world_.DrawJob(view_.types.size());
+  if (policy_.uses_profiled_memory() && !js.truth.speed.empty()) {
+    // A policy that profiles sees the job's true speeds: its own copy of the table.
+    auto profiled = std::make_shared<JobOptions>(*js.options);
+    for (RunOption& o : profiled->options) {
+      o.plan.tokens_per_s *= js.truth.Speed(o.type);
+      for (Plan& p : o.leaner) p.tokens_per_s *= js.truth.Speed(o.type);
+    }
+    js.options = std::move(profiled);
+    js.profiled = true;
+  }
   int requested = -1;
   if (wj.requested_gpu && wj.requested_gpus) {
     const GpuType* g = catalog_.Find(*wj.requested_gpu);
@@ -79,8 +92,6 @@ Status Engine::PrepareJob(size_t key, const WorkloadJob& wj,
     }
   }
   requested_[key] = requested;
-  // The memory truth of this job (drawn for every job, in key order, whatever the policy).
-  js.truth = world_.DrawJob();
   js.record.id = wj.id;
   js.record.model = wj.model;
   js.record.submit_s = wj.submit_s;
@@ -167,12 +178,19 @@ Status Engine::StartRun(JobView& v, const Allocation& a, double now, int layout)
   v.alloc = a;
   v.layout = layout;
   v.run_start_s = now;
-  v.progress_since_s = now + (restart ? opt_.restart.Of(v.options->checkpoint_bytes) : 0.0);
-  v.rate_tokens_per_s = plan.tokens_per_s * Speed(a);
+  double pause = restart ? opt_.restart.Of(v.options->checkpoint_bytes) : 0.0;
+  if (!restart && policy_.uses_profiled_memory()) {
+    pause = opt_.profile_s_per_type * static_cast<double>(view_.types.size());
+  }
+  v.progress_since_s = now + pause;
+  // The true speed; a profiled table (below) already holds it.
+  const double known = js.profiled ? js.truth.Speed(o.type) : 1.0;
+  v.rate_tokens_per_s = plan.tokens_per_s * Speed(a) * js.truth.Speed(o.type) / known;
   ++js.version;
   js.record.gpu = view_.types[static_cast<size_t>(o.type)];
   js.record.gpus = o.gpus;
   js.record.restarts = v.restarts;
+  js.record.speed_factor = js.truth.Speed(o.type);
   if (js.record.first_start_s < 0) js.record.first_start_s = now;
   // When the run ends: finished, out of memory (at once, or when drift crosses the GPU's
   // memory), or crashed for another reason, whichever comes first.
@@ -345,6 +363,12 @@ Status SimOptions::Validate() const {
   auto bad = [](const char* field, const char* why) { return InvalidArgument(why, {}, field); };
   if (memory_error_pct && !(*memory_error_pct >= 0 && *memory_error_pct < 50)) {
     return bad("memory_error_pct", "must be in [0, 50) percent");
+  }
+  if (perf_error_pct && !(*perf_error_pct >= 0 && *perf_error_pct < 100)) {
+    return bad("perf_error_pct", "must be in [0, 100) percent");
+  }
+  if (!(profile_s_per_type >= 0)) {
+    return bad("profile_s_per_type", "must be >= 0");
   }
   if (!(memory_margin >= 0)) return bad("memory_margin", "must be >= 0");
   if (!(restart.fixed_s >= 0 || restart.fixed_s == -1)) {

@@ -53,6 +53,13 @@ namespace frenzy {
 struct SimOptions {
   uint64_t seed = 1;
   std::optional<double> memory_error_pct;  // std. deviation, %; unset: measured distribution
+  // The throughput model's error (std. deviation, %): a job runs at its prediction times a truth
+  // drawn per (job, GPU type); unset: drawn from the model's measured errors on held-out
+  // published runs; 0: the prediction is the truth.
+  std::optional<double> perf_error_pct;
+  // Policies that profile (Policy::uses_profiled_memory: Gavel, Sia) see every job's true speeds
+  // after profiling it: its first start pays this per GPU type of the cluster, without progress.
+  double profile_s_per_type = 60;
   double memory_margin = 0.10;             // MARP margin for the kMarp option tables
   RestartModel restart;                    // what every restart pays (sched/policy.h)
   double checkpoint_interval_s = 1800;     // of progress between checkpoints
@@ -108,6 +115,7 @@ struct JobRecord {
   double wasted_gpu_s = 0;  // of which lost: crashed runs, lost progress, restart pauses
   double oom_wasted_gpu_s = 0;  // of which lost to out-of-memory crashes (and their restarts)
   double memory_factor = 1;
+  double speed_factor = 1;  // its real speed over the prediction on the GPU type of its last run
   double jct_s() const { return finish_s - submit_s; }
 };
 

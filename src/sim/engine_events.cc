@@ -24,11 +24,20 @@ void Engine::Report(JobView& v, double now) {
   monitor_.Report(v.key, r);
   v.memory_factor = monitor_.Factor(v.key);
   reported_ = true;
-  // Speed: a gang runs at its slowest node's pace.
+  // Speed: what the job runs at over the prediction (the runtime learns it), and, against what
+  // it ran at before on the type, whether its nodes are slow (a gang runs at its slowest node's
+  // pace).
+  const auto observed =
+      speed_.Report(v.key, o.type, js.version, now, v.DoneAt(now), plan.tokens_per_s);
+  v.speed_factor = speed_.Factors(v.key, view_.types.size());
+  // A job's first run on a type cannot tell a slow node from the model's error: it is compared
+  // with the slowest the model was ever measured to be wrong by.
+  if (!observed) return;
+  const double prior = speed_.PriorFactor(v.key, o.type);
+  const double expected = prior > 0 ? prior : runtime::kSlowestMeasuredSpeedRatio;
   std::vector<int> nodes;
   for (const auto& [n, g] : v.alloc.placement) nodes.push_back(n);
-  double ratio = plan.tokens_per_s > 0 ? v.rate_tokens_per_s / plan.tokens_per_s : 1.0;
-  for (int n : stragglers_.Report(nodes, ratio)) Cordon(n, now);
+  for (int n : stragglers_.Report(nodes, *observed / expected)) Cordon(n, now);
 }
 
 void Engine::Cordon(int node, double now) {

@@ -15,6 +15,7 @@
 #include "runtime/actions.h"
 #include "runtime/faults.h"
 #include "runtime/monitor.h"
+#include "runtime/speed.h"
 #include "sched/apply.h"
 #include "sim/engine.h"
 #include "sim/world.h"
@@ -47,7 +48,8 @@ struct Event {
 struct JobState {
   JobSpec spec;
   std::shared_ptr<const JobOptions> options;
-  JobTruth truth;          // real peak / predicted, and its growth
+  JobTruth truth;          // real peak / predicted, and its growth; real speed / predicted
+  bool profiled = false;   // `options` holds the true speeds (a profiling policy's copy)
   bool after_oom = false;  // the current (or next) run follows an out-of-memory crash
   runtime::RetryState retry;
   int64_t version = 0;  // bumped whenever the job starts or stops
@@ -59,6 +61,7 @@ inline WorldOptions WorldOf(const SimOptions& o) {
   WorldOptions w;
   w.seed = o.seed;
   w.memory_error_pct = o.memory_error_pct;
+  w.perf_error_pct = o.perf_error_pct;
   w.memory_bias_pct = o.memory_bias_pct;
   w.memory_drift_pct = o.memory_drift_pct;
   w.straggler_fraction = o.straggler_fraction;
@@ -156,6 +159,7 @@ class Engine : private DecisionTarget {
   runtime::RetryOptions retry_opt_;
   runtime::MemoryMonitor monitor_;
   runtime::StragglerDetector stragglers_;
+  runtime::SpeedLearner speed_;
   std::vector<double> node_speed_;  // 1, or straggler_speed for a straggler
   std::set<int64_t> held_;          // crashed jobs waiting out their back-off (not active)
   std::vector<char> node_failed_;   // by node: down after a failure (not only cordoned)

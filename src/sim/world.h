@@ -3,7 +3,8 @@
 // which nodes are stragglers, when nodes fail and when runs crash for other reasons — and, from
 // them, how a run placed on a GPU ends: it finishes, runs out of memory, or crashes.
 //
-// Separate random streams (memory truth and node failures; drift and stragglers; crashes), so
+// Separate random streams (memory truth and node failures; drift and stragglers; crashes; speed),
+// so
 // that switching one model on leaves the others' draws unchanged. The simulator's engine draws
 // from it; the daemon's sim backend can be given the same truths (JobTruth) so that the same
 // scenario runs through both.
@@ -21,6 +22,9 @@ namespace frenzy {
 struct WorldOptions {
   uint64_t seed = 1;
   std::optional<double> memory_error_pct;  // std. deviation, %; unset: MARP's measured errors
+  // The throughput model's error: std. deviation, %; unset: its measured errors on held-out
+  // published runs; 0: the prediction is the truth.
+  std::optional<double> perf_error_pct;
   double memory_bias_pct = 0;              // every job's real peak is this much higher (%)
   double memory_drift_pct = 0;             // a job's peak grows by up to this much by its end
   double straggler_fraction = 0;           // of nodes, running at straggler_speed
@@ -35,6 +39,12 @@ struct WorldOptions {
 struct JobTruth {
   double factor = 1;
   double drift = 0;
+  // Per GPU type (cluster order): its real speed / the throughput model's prediction; empty:
+  // 1 everywhere.
+  std::vector<double> speed;
+  double Speed(int type) const {
+    return static_cast<size_t>(type) < speed.size() ? speed[static_cast<size_t>(type)] : 1.0;
+  }
   double RealPeak(int64_t predicted_bytes, double progress) const {
     return static_cast<double>(predicted_bytes) * factor * (1.0 + drift * progress);
   }
@@ -67,8 +77,9 @@ RunEnd MemoryEnd(const JobTruth& truth, const RunShape& run, double oom_after_s)
 class World {
  public:
   explicit World(const WorldOptions& o);
-  // The next job's memory truth (call once per job, in arrival order).
-  JobTruth DrawJob();
+  // The next job's memory and speed truth on a cluster of `types` GPU types (call once per job,
+  // in arrival order).
+  JobTruth DrawJob(size_t types = 0);
   // Per node: 1, or straggler_speed for a straggler (call once, after the jobs).
   std::vector<double> DrawNodeSpeeds(size_t nodes);
   // Seconds until a node's next failure. REQUIRES: node_mtbf_s > 0.
@@ -78,9 +89,10 @@ class World {
 
  private:
   WorldOptions o_;
-  std::mt19937_64 rng_, rng_drift_, rng_crash_;
+  std::mt19937_64 rng_, rng_drift_, rng_crash_, rng_perf_;
   std::normal_distribution<double> normal_;  // keeps its second draw: one object for the run
-  std::uniform_int_distribution<size_t> pick_;
+  std::normal_distribution<double> perf_normal_;
+  std::uniform_int_distribution<size_t> pick_, perf_pick_;
 };
 
 }  // namespace frenzy

@@ -333,6 +333,21 @@ TEST(FrenzyPolicy, AJobJustStartedKeepsItsGpusForAWhile) {
   EXPECT_EQ(GpusOf(t, d, 1), 4);
 }
 
+// The runtime learned that the job runs at a tenth of its predicted speed on the fast type
+// (10 tokens/s per GPU there against 50 on the slow one): it goes to the slow type.
+TEST(FrenzyPolicy, LearnedSpeedCorrectsThePrediction) {
+  ClusterView c = TwoTypes();
+  JobOptions t = Table(100, 50);
+  std::vector<JobView> jobs = {Waiting(0, t, 1e9)};
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(0, c, jobs));
+  ASSERT_EQ(d.start.size(), 1u);
+  EXPECT_EQ(Chosen(t, d, 0).type, 0);
+  jobs[0].speed_factor = {0.1, 0};  // 0: nothing learned on the slow type
+  d = MakeFrenzyPolicy()->Schedule(At(0, c, jobs));
+  ASSERT_EQ(d.start.size(), 1u);
+  EXPECT_EQ(Chosen(t, d, 0).type, 1);
+}
+
 // Moves are applied as one: two running jobs trade nodes in a decision (each onto GPUs the
 // other leaves) and ApplyDecisions accepts it. Job 0 (sensitive: 100 fast, 10 slow) runs on the
 // slow node, job 1 (indifferent: 100, 80) on the fast one; the type swap exchanges them.

@@ -66,6 +66,7 @@ SimOptions Truths() {
   o.restart.fixed_s = kParityRestartS;
   o.seed = 7;
   o.memory_error_pct = 0;   // the truth is the bias and the drift alone
+  o.perf_error_pct = 0;     // the sim backend runs at the predicted speed
   o.memory_bias_pct = 25;   // every real peak 25% above MARP's prediction
   o.memory_drift_pct = 30;  // and growing by up to 30% more by the end
   return o;
@@ -105,7 +106,7 @@ TEST(RuntimeParity, EngineAndDaemonTakeTheSameMemoryActions) {
     engine[r.id].ooms = r.ooms;
     engine[r.id].replans = r.memory_actions;  // replans, moves and requeues, summed below
     engine[r.id].outcome = JobOutcomeName(r.outcome);
-    truths[fmt::format("j-{:06d}", i + 1)] = JobTruth{r.memory_factor, r.memory_drift};
+    truths[fmt::format("j-{:06d}", i + 1)] = JobTruth{r.memory_factor, r.memory_drift, {}};
     actions += r.ooms + r.memory_actions;
   }
   const PolicyMetrics& m = sim->metrics;
@@ -212,7 +213,7 @@ std::vector<std::string> Kinds(Daemon& d, const std::string& id) {
 // `max_ooms` crashes. A daemon restarted after the first crash must carry the count and the
 // learned floor on: the same crashes, the same outcome, as without the restart.
 TEST(RuntimeParity, ARestartedDaemonKeepsWhatItsRuntimeLearned) {
-  const std::map<std::string, JobTruth> truths = {{"j-000001", JobTruth{6.0, 0}}};
+  const std::map<std::string, JobTruth> truths = {{"j-000001", JobTruth{6.0, 0, {}}}};
   const json spec = {{"model", "llama-2-7b"}, {"tokens", 2e8}, {"global_batch", 64}};
   auto run = [&](bool restart) {
     const std::string base = Base(restart ? "restart" : "straight");

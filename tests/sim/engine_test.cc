@@ -73,6 +73,7 @@ class ScriptedPolicy : public Policy {
 SimOptions NoError() {
   SimOptions o;
   o.memory_error_pct = 0;
+  o.perf_error_pct = 0;
   o.restart.fixed_s = 100;
   return o;
 }

@@ -1,0 +1,58 @@
+#include "runtime/speed.h"
+
+#include <algorithm>
+
+namespace frenzy::runtime {
+
+std::optional<double> SpeedLearner::Report(int64_t key, int type, int64_t run, double t_s,
+                                           double done_tokens, double predicted_tokens_per_s) {
+  Job& j = jobs_[key];
+  std::optional<double> ratio;
+  if (j.run == run && j.type == type && t_s > j.t_s && done_tokens >= j.done &&
+      predicted_tokens_per_s > 0) {
+    ratio = (done_tokens - j.done) / (t_s - j.t_s) / predicted_tokens_per_s;
+    j.run_best = std::max(j.run_best, *ratio);
+  }
+  if (j.run != run) {  // a new run: the one before joins the earlier runs
+    if (j.type >= 0 && j.run_best > 0) {
+      if (j.best.size() <= static_cast<size_t>(j.type))
+        j.best.resize(static_cast<size_t>(j.type) + 1);
+      double& b = j.best[static_cast<size_t>(j.type)];
+      b = std::max(b, j.run_best);
+    }
+    j.run_best = 0;
+  }
+  j.run = run;
+  j.type = type;
+  j.t_s = t_s;
+  j.done = done_tokens;
+  return ratio;
+}
+
+double SpeedLearner::PriorFactor(int64_t key, int type) const {
+  auto it = jobs_.find(key);
+  if (it == jobs_.end() || type < 0 || static_cast<size_t>(type) >= it->second.best.size()) {
+    return 0;
+  }
+  return it->second.best[static_cast<size_t>(type)];
+}
+
+std::vector<double> SpeedLearner::Factors(int64_t key, size_t types) const {
+  std::vector<double> out(types, 0.0);
+  auto it = jobs_.find(key);
+  if (it == jobs_.end()) return out;
+  const Job& j = it->second;
+  for (size_t t = 0; t < types && t < j.best.size(); ++t) out[t] = j.best[t];
+  if (j.type >= 0 && static_cast<size_t>(j.type) < types) {
+    out[static_cast<size_t>(j.type)] = std::max(out[static_cast<size_t>(j.type)], j.run_best);
+  }
+  return out;
+}
+
+double SpeedLearner::Factor(int64_t key, int type) const {
+  if (type < 0) return 1.0;
+  const std::vector<double> f = Factors(key, static_cast<size_t>(type) + 1);
+  return f[static_cast<size_t>(type)] > 0 ? f[static_cast<size_t>(type)] : 1.0;
+}
+
+}  // namespace frenzy::runtime

@@ -1,0 +1,58 @@
+// What the runtime learns of a job's speed: the throughput model predicts every option's
+// tokens/s, but a real job runs faster or slower (bench/RESULTS.md: a 7.8% median error on
+// held-out published runs, up to 77%). Jobs report their progress; two reports of one run give
+// its observed speed, and its ratio to the prediction of the layout it runs is the job's speed
+// factor on that GPU type. The factor kept is the best ratio seen on the type: a slow node only
+// slows a gang down, so the best run is the job's own speed there, and a report below it says
+// something about the nodes (the straggler detector's input) rather than about the job.
+//
+// For the straggler detector, a run is compared with what the job showed on its earlier runs of
+// the type (PriorFactor): a job slower than predicted everywhere is the model's error, not a bad
+// node; a run slower than the job's own earlier runs points at the nodes.
+//
+// The simulator's engine and the daemon feed it the same way (progress at report times).
+#ifndef FRENZY_RUNTIME_SPEED_H_
+#define FRENZY_RUNTIME_SPEED_H_
+
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+namespace frenzy::runtime {
+
+// The slowest of the held-out published runs against the throughput model's prediction
+// (bench/RESULTS.md, "Throughput accuracy": an error of +74.6%, so 1 / 1.746 of the prediction).
+// A job's first run on a type is only suspect below this: slower than the model is ever wrong.
+inline constexpr double kSlowestMeasuredSpeedRatio = 0.57;
+
+class SpeedLearner {
+ public:
+  // A progress report of job `key`'s run number `run` on GPU type `type`: `done_tokens` at `t_s`,
+  // the layout predicted at `predicted_tokens_per_s`. Reports must come after the run's restart
+  // pause. Returns the run's observed speed over the prediction since its previous report, when
+  // there was one.
+  std::optional<double> Report(int64_t key, int type, int64_t run, double t_s, double done_tokens,
+                               double predicted_tokens_per_s);
+  // The learned factor on each of `types` GPU types (cluster order): 0 where the job has not run.
+  std::vector<double> Factors(int64_t key, size_t types) const;
+  // The learned factor on one type, or 1 where the job has not run there.
+  double Factor(int64_t key, int type) const;
+  // The factor its runs before the current one showed on the type; 0: none ran there.
+  double PriorFactor(int64_t key, int type) const;
+  void Forget(int64_t key) { jobs_.erase(key); }
+
+ private:
+  struct Job {
+    int64_t run = -1;
+    double t_s = 0, done = 0;
+    int type = -1;             // of the current run
+    double run_best = 0;       // the current run's best ratio
+    std::vector<double> best;  // per type, over the earlier runs; 0: not seen
+  };
+  std::unordered_map<int64_t, Job> jobs_;
+};
+
+}  // namespace frenzy::runtime
+
+#endif  // FRENZY_RUNTIME_SPEED_H_

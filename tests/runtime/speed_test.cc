@@ -1,0 +1,49 @@
+// The runtime's speed learner on hand-computed progress reports.
+#include "runtime/speed.h"
+
+#include <gtest/gtest.h>
+
+namespace frenzy::runtime {
+namespace {
+
+// Run 1 on type 0, predicted 100 tokens/s: 0 tokens at t = 100 s, 6,000 at 200 s (60/s: 0.6 of
+// the prediction), 12,000 at 300 s (0.6 again). Nothing is known from the first report alone.
+TEST(SpeedLearner, LearnsObservedOverPredictedFromTwoReportsOfARun) {
+  SpeedLearner l;
+  EXPECT_FALSE(l.Report(7, 0, 1, 100, 0, 100).has_value());
+  EXPECT_DOUBLE_EQ(l.Factor(7, 0), 1.0);  // not known yet
+  auto r = l.Report(7, 0, 1, 200, 6000, 100);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_DOUBLE_EQ(*r, 0.6);
+  EXPECT_DOUBLE_EQ(l.Factor(7, 0), 0.6);
+  EXPECT_EQ(l.Factors(7, 3), (std::vector<double>{0.6, 0, 0}));
+  EXPECT_DOUBLE_EQ(l.PriorFactor(7, 0), 0);  // the current run is the only one
+  EXPECT_DOUBLE_EQ(l.Factor(7, 1), 1.0);     // never ran on type 1
+  EXPECT_DOUBLE_EQ(l.Factor(8, 0), 1.0);     // another job
+}
+
+// A new run (number 2, after a restart) starts its own pair of reports: its first report gives
+// nothing (the pause lies before it), and the earlier run becomes the prior. On a slow node it
+// runs at 0.3 of the prediction: the learned factor stays at the best run (0.6) and the report
+// against the prior says 0.5 (the straggler detector's input).
+TEST(SpeedLearner, KeepsTheBestRunAndComparesARunWithTheEarlierOnes) {
+  SpeedLearner l;
+  l.Report(7, 0, 1, 100, 0, 100);
+  l.Report(7, 0, 1, 200, 6000, 100);
+  EXPECT_FALSE(l.Report(7, 0, 2, 1000, 6000, 100).has_value());
+  EXPECT_DOUBLE_EQ(l.PriorFactor(7, 0), 0.6);
+  auto r = l.Report(7, 0, 2, 1100, 9000, 100);  // 3,000 tokens in 100 s
+  ASSERT_TRUE(r.has_value());
+  EXPECT_DOUBLE_EQ(*r, 0.3);
+  EXPECT_DOUBLE_EQ(*r / l.PriorFactor(7, 0), 0.5);
+  EXPECT_DOUBLE_EQ(l.Factor(7, 0), 0.6);
+  // Run 3 on type 1 at 2x its prediction of 50 tokens/s.
+  l.Report(7, 1, 3, 2000, 9000, 50);
+  l.Report(7, 1, 3, 2010, 10000, 50);
+  EXPECT_EQ(l.Factors(7, 2), (std::vector<double>{0.6, 2.0}));
+  l.Forget(7);
+  EXPECT_DOUBLE_EQ(l.Factor(7, 0), 1.0);
+}
+
+}  // namespace
+}  // namespace frenzy::runtime
