@@ -96,6 +96,14 @@ Result<JobOptions> BuildJobOptions(const JobSpec& job_in, const Cluster& cluster
   po.memory_margin = kind == OptionKind::kMarp ? margin : 0.0;
   po.top = std::numeric_limits<int64_t>::max();
   ASSIGN_OR_RETURN(PlanResult planned, PlanJob(job, cluster, catalog, po));
+  // A job that fits nowhere with the margin would never run: it is offered what fits with half
+  // of it, then with none (the runtime's memory monitor watches it, and re-plans or requeues it
+  // before it runs out of memory).
+  for (double m : {margin / 2, 0.0}) {
+    if (kind != OptionKind::kMarp || !planned.plans.empty() || m >= po.memory_margin) break;
+    po.memory_margin = m;
+    ASSIGN_OR_RETURN(planned, PlanJob(job, cluster, catalog, po));
+  }
 
   JobOptions out;
   out.checkpoint_bytes = CheckpointBytes(job);

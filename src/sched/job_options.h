@@ -4,7 +4,8 @@
 //
 // Two tables are built per job, with different knowledge of memory:
 //  * kMarp: layouts whose MARP-predicted device memory fits with the planner's safety margin
-//    (what Frenzy offers a scheduler);
+//    (what Frenzy offers a scheduler); for a job that fits nowhere with it, those that fit with
+//    half the margin, else with none (it would otherwise never run; the runtime watches it);
 //  * kHand: what a user tuning by hand would run — the fastest layout whose predicted memory
 //    fits with no margin at all, and where nothing fits, the plain data-parallel layout (micro-
 //    batch 1, no recomputation, TP = PP = 1) whatever its memory: the job that will crash.

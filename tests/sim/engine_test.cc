@@ -103,6 +103,27 @@ TEST(SimEngine, OneJobFinishesAtTokensOverSpeed) {
   EXPECT_NEAR(r->metrics.gpu_util, 1.0 / static_cast<double>(Lab().total_gpus()), 1e-9);
 }
 
+// With a throughput error, the job runs at its prediction times its speed truth on the type
+// (the record's speed_factor), and a world drawn with 0% error runs it at the prediction: the
+// two finishing times are in the ratio of that factor.
+TEST(SimEngine, AJobRunsAtItsTrueSpeedWhenThePredictionErrs) {
+  Workload w = Parse("job_id,submit_s,model,tokens,global_batch,seq_len\nj1,50,gpt2,1e9,64,1024\n");
+  OptionCache cache(Lab(), GpuCatalog::Default(), 0.10);
+  ScriptedPolicy p(0, 1);
+  SimOptions o = NoError();
+  auto exact = Simulate(w, Lab(), GpuCatalog::Default(), p, o, cache);
+  o.perf_error_pct = 30;
+  o.seed = 3;
+  auto off = Simulate(w, Lab(), GpuCatalog::Default(), p, o, cache);
+  ASSERT_TRUE(exact.ok() && off.ok());
+  const JobRecord& a = exact->jobs[0];
+  const JobRecord& b = off->jobs[0];
+  ASSERT_EQ(b.outcome, JobOutcome::kFinished);
+  EXPECT_DOUBLE_EQ(a.speed_factor, 1.0);
+  EXPECT_NE(b.speed_factor, 1.0);
+  EXPECT_NEAR((b.finish_s - 50) * b.speed_factor, a.finish_s - 50, 1e-6 * (a.finish_s - 50));
+}
+
 TEST(SimEngine, SameSeedSameRunOtherSeedOtherMemoryTruth) {
   std::string csv = "job_id,submit_s,model,tokens,global_batch,seq_len\n";
   for (int i = 0; i < 12; ++i) {
