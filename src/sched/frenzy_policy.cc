@@ -85,8 +85,13 @@ class FrenzyPolicy final : public Policy {
       for (int o : j.failed_options) {
         if (o >= 0 && static_cast<size_t>(o) < n) speed[static_cast<size_t>(o)] = 0;
       }
-      // What it runs now is an option it has, whatever the runtime learned since.
+      // What it runs now is an option it has, whatever the runtime learned since; but if it is
+      // the only one, a stopped job could never start again.
+      bool elsewhere = false;
       if (j.running) {
+        for (size_t k = 0; k < n && !elsewhere; ++k) {
+          elsewhere = speed[k] > 0 && k != static_cast<size_t>(j.alloc.option);
+        }
         speed[static_cast<size_t>(j.alloc.option)] =
             j.PlanOf(j.alloc.option, j.layout).tokens_per_s;
       }
@@ -104,8 +109,9 @@ class FrenzyPolicy final : public Policy {
         const RunOption& o = j.option(j.alloc.option);
         cj.current_extra_s = std::max(0.0, j.progress_since_s - s.now_s);
         const bool settling = s.now_s - j.run_start_s < k_.residence * restart_s;
-        cj.pinned =
-            settling || cj.current_extra_s > 0 || speed[static_cast<size_t>(cj.current)] <= 0;
+        const bool stranded = !elsewhere && !j.Runnable(cj.current, c);
+        cj.pinned = settling || stranded || cj.current_extra_s > 0 ||
+                    speed[static_cast<size_t>(cj.current)] <= 0;
         if (!cj.pinned) capacity[static_cast<size_t>(o.type)] += o.gpus;
       } else if (!any) {
         continue;  // nothing it can run now (e.g. nodes down); it waits

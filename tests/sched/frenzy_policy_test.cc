@@ -348,6 +348,25 @@ TEST(FrenzyPolicy, LearnedSpeedCorrectsThePrediction) {
   EXPECT_EQ(Chosen(t, d, 0).type, 1);
 }
 
+// A running job whose learned memory factor fits none of its options any more (it runs on a
+// plan that no longer fits on paper) would never start again if stopped: it keeps its GPUs,
+// though a shorter job waits. Without the factor the short job takes them.
+TEST(FrenzyPolicy, ARunningJobThatCouldNotRestartAnywhereKeepsItsGpus) {
+  constexpr int64_t kGiB = 1LL << 30;
+  ClusterView c = TwoTypes();
+  c.nodes[1].free = 0;
+  JobOptions t = FastOnly(100, 200, 400);
+  for (RunOption& o : t.options) o.plan.device_bytes = 70 * kGiB;  // of 80 GiB
+  std::vector<JobView> jobs = {Waiting(0, t, 1e9), Waiting(1, t, 1e5, 7200)};
+  SetRunning(jobs[0], c, 0, 4, 0);
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(7200, c, jobs));
+  EXPECT_EQ(d.stop, std::vector<int64_t>{0});
+  jobs[0].memory_factor = 1.2;  // 84 GiB on every option
+  d = MakeFrenzyPolicy()->Schedule(At(7200, c, jobs));
+  EXPECT_TRUE(d.stop.empty());
+  EXPECT_TRUE(d.start.empty());
+}
+
 // Moves are applied as one: two running jobs trade nodes in a decision (each onto GPUs the
 // other leaves) and ApplyDecisions accepts it. Job 0 (sensitive: 100 fast, 10 slow) runs on the
 // slow node, job 1 (indifferent: 100, 80) on the fast one; the type swap exchanges them.
