@@ -5,8 +5,8 @@
 //    most `backoff_max_s`). A crash after the job has checkpointed new progress starts the count
 //    again. After `max_attempts` crashes in a row without progress the job fails, with the log
 //    line of its last crash in the message.
-//  * A straggler is a GPU far slower than predicted. Jobs report their speed; a report under
-//    `slow_ratio` of the prediction adds suspicion to each of the job's nodes (shared between
+//  * A straggler is a GPU far slower than expected. Jobs report their speed against what they
+//    ran at before (runtime/speed.h); a report under `slow_ratio` of it adds suspicion to each of the job's nodes (shared between
 //    them: a gang runs at its slowest node's pace), a report at speed clears it (every node of
 //    that job is fine). A node with `min_reports` worth of suspicion is declared slow, to be
 //    avoided until repaired; a job on it leaves when the time it saves beats a restart.

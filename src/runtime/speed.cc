@@ -8,10 +8,12 @@ std::optional<double> SpeedLearner::Report(int64_t key, int type, int64_t run, d
                                            double done_tokens, double predicted_tokens_per_s) {
   Job& j = jobs_[key];
   std::optional<double> ratio;
+  // Since the run's first report: one long interval, not the luckiest of many short ones.
   if (j.run == run && j.type == type && t_s > j.t_s && done_tokens >= j.done &&
       predicted_tokens_per_s > 0) {
     ratio = (done_tokens - j.done) / (t_s - j.t_s) / predicted_tokens_per_s;
-    j.run_best = std::max(j.run_best, *ratio);
+    j.run_best = *ratio;
+    return ratio;
   }
   if (j.run != run) {  // a new run: the one before joins the earlier runs
     if (j.type >= 0 && j.run_best > 0) {

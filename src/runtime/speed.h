@@ -1,16 +1,18 @@
 // What the runtime learns of a job's speed: the throughput model predicts every option's
 // tokens/s, but a real job runs faster or slower (bench/RESULTS.md: a 7.8% median error on
-// held-out published runs, up to 77%). Jobs report their progress; two reports of one run give
-// its observed speed, and its ratio to the prediction of the layout it runs is the job's speed
-// factor on that GPU type. The factor kept is the best ratio seen on the type: a slow node only
-// slows a gang down, so the best run is the job's own speed there, and a report below it says
-// something about the nodes (the straggler detector's input) rather than about the job.
+// held-out published runs, up to 77%). Jobs report their progress; a run's observed speed is
+// measured from its first report to its latest (one long interval, not the luckiest of many short
+// ones), and its ratio to the prediction of the layout it runs is the job's speed factor on that
+// GPU type. The factor kept is the best run's on the type: a slow node only slows a gang down, so
+// the best run is the job's own speed there, and a run below it says something about the nodes
+// (the straggler detector's input) rather than about the job.
 //
 // For the straggler detector, a run is compared with what the job showed on its earlier runs of
 // the type (PriorFactor): a job slower than predicted everywhere is the model's error, not a bad
 // node; a run slower than the job's own earlier runs points at the nodes.
 //
-// The simulator's engine and the daemon feed it the same way (progress at report times).
+// The simulator's engine feeds it at every report interval of a run; the daemon at the memory
+// reports it feeds the monitor (a run's polls and its own reports).
 #ifndef FRENZY_RUNTIME_SPEED_H_
 #define FRENZY_RUNTIME_SPEED_H_
 

@@ -110,7 +110,12 @@ class FrenzyPolicy final : public Policy {
         cj.current_extra_s = std::max(0.0, j.progress_since_s - s.now_s);
         const bool settling = s.now_s - j.run_start_s < k_.residence * restart_s;
         const bool stranded = !elsewhere && !j.Runnable(cj.current, c);
-        cj.pinned = settling || stranded || cj.current_extra_s > 0 ||
+        // On a node that is down (cordoned as slow): whether it leaves is the runtime's call.
+        const bool cordoned = std::any_of(j.alloc.placement.begin(), j.alloc.placement.end(),
+                                          [&](const auto& ng) {
+                                            return !c.nodes[static_cast<size_t>(ng.first)].up;
+                                          });
+        cj.pinned = settling || stranded || cordoned || cj.current_extra_s > 0 ||
                     speed[static_cast<size_t>(cj.current)] <= 0;
         if (!cj.pinned) capacity[static_cast<size_t>(o.type)] += o.gpus;
       } else if (!any) {
@@ -159,12 +164,17 @@ class FrenzyPolicy final : public Policy {
   }
 
   // Places option `o` of job `j`, or the largest smaller option of its type that it may run and
-  // that places (the free GPUs of a type can be spread over too many nodes for a gang).
+  // that places (the free GPUs of a type can be spread over too many nodes for a gang). A
+  // running job never falls back to its own option, nor, when it was to grow, below it: that
+  // would be a restart for nothing (the caller keeps it where it is).
   static std::optional<Allocation> PlaceAtMost(const JobView& j, const CoreJob& cj, int o,
                                                const ClusterView& c, FreeMap& free) {
     const auto& opts = j.options->options;
     const int type = opts[static_cast<size_t>(o)].type;
+    const bool grow = cj.current >= 0 && opts[static_cast<size_t>(cj.current)].type == type &&
+                      o > cj.current;
     for (int k = o; k >= 0 && opts[static_cast<size_t>(k)].type == type; --k) {
+      if (k == cj.current || (grow && k < cj.current)) break;
       if (cj.speed[static_cast<size_t>(k)] <= 0 || !j.Runnable(k, c)) continue;
       const int64_t tp = std::max<int64_t>(1, j.PlanOf(k, j.Layout(k, c)).tp);
       if (auto p = free.Place(type, opts[static_cast<size_t>(k)].gpus, tp)) {

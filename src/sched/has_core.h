@@ -7,8 +7,9 @@
 // remaining time first (all GPUs to the shortest job); with concave speed-up it spreads GPUs so
 // that the last GPU of every job buys the same gain — the allocation heSRPT and AFS derive for
 // mean JCT. Restarts are priced into T_j: an option other than the one a job runs on costs its
-// restart, so a running job changes only when that pays over its remaining time (this is the
-// only hysteresis: an extra margin on top measured no difference, docs/scheduling.md).
+// restart, so a running job changes only when that pays over its remaining time (with the
+// policy's residence, the only hysteresis: an extra margin on top measured no difference,
+// docs/scheduling.md).
 //
 // Greedy (lazy, with a max-heap): every job proposes its best step — from what it holds to a
 // larger option of its type or to an option of another type — scored by the gain in 1 / T per
@@ -66,7 +67,7 @@ struct CoreKnobs {
   bool swap_types = true;
 };
 
-// The core with its working memory, kept between decisions (a decision then allocates nothing).
+// The core with its working memory, kept between decisions (a decision then reallocates little).
 class AllocationCore {
  public:
   // The option each job should hold (index into its options, -1: none), given `capacity` GPUs

@@ -60,6 +60,7 @@ std::optional<std::vector<std::pair<int, int64_t>>> FreeMap::Place(int type, int
 
 void FreeMap::Release(const std::vector<std::pair<int, int64_t>>& placement) {
   for (const auto& [n, g] : placement) {
+    if (!cluster_.nodes[static_cast<size_t>(n)].up) continue;  // a down node's GPUs stay out
     free_[static_cast<size_t>(n)] += g;
     free_of_type_[static_cast<size_t>(cluster_.nodes[static_cast<size_t>(n)].type)] += g;
   }
@@ -67,6 +68,7 @@ void FreeMap::Release(const std::vector<std::pair<int, int64_t>>& placement) {
 
 void FreeMap::Take(const std::vector<std::pair<int, int64_t>>& placement) {
   for (const auto& [n, g] : placement) {
+    if (!cluster_.nodes[static_cast<size_t>(n)].up) continue;  // as Release
     free_[static_cast<size_t>(n)] -= g;
     free_of_type_[static_cast<size_t>(cluster_.nodes[static_cast<size_t>(n)].type)] -= g;
   }
@@ -74,9 +76,8 @@ void FreeMap::Take(const std::vector<std::pair<int, int64_t>>& placement) {
 
 bool FreeMap::TryTake(const std::vector<std::pair<int, int64_t>>& placement) {
   for (const auto& [n, g] : placement) {
-    if (n < 0 || static_cast<size_t>(n) >= free_.size() || free_[static_cast<size_t>(n)] < g) {
-      return false;
-    }
+    if (n < 0 || static_cast<size_t>(n) >= free_.size()) return false;
+    if (cluster_.nodes[static_cast<size_t>(n)].up && free_[static_cast<size_t>(n)] < g) return false;
   }
   Take(placement);
   return true;

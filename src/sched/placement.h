@@ -24,7 +24,8 @@ class FreeMap {
   // Reserves `gpus` GPUs of `type` with TP groups of `tp` GPUs; nullopt (and nothing reserved)
   // when it cannot.
   std::optional<std::vector<std::pair<int, int64_t>>> Place(int type, int64_t gpus, int64_t tp);
-  // Returns a placement's GPUs (e.g. of a job the policy decided to stop).
+  // Returns a placement's GPUs (e.g. of a job the policy decided to stop); GPUs on a node that is
+  // down stay unavailable (Take and TryTake skip them alike).
   void Release(const std::vector<std::pair<int, int64_t>>& placement);
   // Takes exactly these GPUs (REQUIRES: they are free), e.g. to undo a Release.
   void Take(const std::vector<std::pair<int, int64_t>>& placement);

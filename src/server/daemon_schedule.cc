@@ -44,7 +44,12 @@ Status Daemon::PrepareSchedule(double now, Pass& pass, int& changes) {
       v->first_start_s = r.started_s;
       v->restarts = static_cast<int>(std::max<int64_t>(0, r.attempt - 1));
       if (use_runtime_ && r.memory_factor > 0) v->memory_factor = r.memory_factor;
-      if (use_runtime_) v->speed_factor = speed_.Factors(key, view_.types.size());
+      if (use_runtime_) {
+        std::vector<double> f = speed_.Factors(key, view_.types.size());
+        if (std::any_of(f.begin(), f.end(), [](double x) { return x > 0; })) {
+          v->speed_factor = std::move(f);
+        }
+      }
       if (r.state == JobState::kRunning) {
         json plan = ParseOr(r.plan, json::object());
         v->running = true;
@@ -207,7 +212,10 @@ Result<int> Daemon::Tick() {
     ++ticks_;
     RETURN_IF_ERROR(FollowRuns(now, polled, changes));
     const double every = policy_->round_s() > 0 ? policy_->round_s() : opt_.idle_pass_s;
-    if (!dirty_ && changes == 0 && last_pass_s_ >= 0 && now - last_pass_s_ < every) {
+    // Memory reports the runtime has not acted on yet count too (the engine acts on them
+    // after the batch they arrive in).
+    const bool fresh = dirty_ || changes > 0 || (use_runtime_ && reported_);
+    if (!fresh && last_pass_s_ >= 0 && now - last_pass_s_ < every) {
       return changes;  // nothing new for the policy
     }
     if (dirty_ || changes > 0) ++change_seq_;

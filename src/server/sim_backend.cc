@@ -32,7 +32,7 @@ void SimBackend::SetTruths(std::map<std::string, JobTruth> truths, double oom_af
                            double restart_s) {
   truths_ = std::move(truths);
   oom_after_s_ = oom_after_s;
-  restart_s_ = restart_s;
+  restart_s_ = std::max(0.0, restart_s);
 }
 
 Result<std::string> SimBackend::Launch(const LaunchSpec& spec) {

@@ -52,7 +52,12 @@ void Engine::Cordon(int node, double now) {
                           [&](const auto& p) { return p.first == node; });
     if (!on) continue;
     double left = std::max(0.0, v.total_tokens - v.DoneAt(now));
-    double predicted = v.PlanOf(v.alloc.option, v.layout).tokens_per_s;
+    // What it would run at elsewhere: the prediction corrected by its earlier runs (as the
+    // detector compared it), not the model's error, which follows the job.
+    const int type = v.option(v.alloc.option).type;
+    const double prior = speed_.PriorFactor(v.key, type);
+    const double predicted = v.PlanOf(v.alloc.option, v.layout).tokens_per_s *
+                             (prior > 0 ? prior : runtime::kSlowestMeasuredSpeedRatio);
     if (runtime::ShouldLeaveSlowNode(left, v.rate_tokens_per_s, predicted,
                                      opt_.restart.Of(v.options->checkpoint_bytes))) {
       StopRun(v, now, /*graceful=*/true);

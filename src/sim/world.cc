@@ -76,7 +76,7 @@ JobTruth World::DrawJob(size_t types) {
       // prediction (the measured ones stay within 0.57x-4.3x).
       const double err =
           o_.perf_error_pct ? perf_normal_(rng_perf_) : kMeasuredPerfErrors[perf_pick_(rng_perf_)];
-      s = std::clamp(1.0 / (1.0 + err), 0.2, 5.0);
+      s = 1.0 / std::clamp(1.0 + err, 0.2, 5.0);
     }
   }
   return t;

@@ -295,7 +295,8 @@ TEST(FrenzyPolicy, NoMoveThatTheRestartDoesNotPayFor) {
   JobOptions t = Table(100, 20);
   std::vector<JobView> jobs = {Waiting(0, t, 1e9)};
   SetRunning(jobs[0], c, 1, 4, 1);
-  jobs[0].done_tokens = 1e9 - 800;  // 800 tokens at 80 tokens/s: 10 s left
+  jobs[0].done_tokens = 1e9 - 880;  // at 7199 s; 800 tokens at 80 tokens/s (10 s) left at 7200 s
+  jobs[0].progress_since_s = 7199;
   Decisions d = MakeFrenzyPolicy()->Schedule(At(7200, c, jobs));
   EXPECT_TRUE(d.start.empty());
   EXPECT_TRUE(d.stop.empty());
@@ -308,7 +309,7 @@ TEST(FrenzyPolicy, JobInItsRestartPauseKeepsItsGpus) {
   JobOptions t = FastOnly(100, 200, 400);
   std::vector<JobView> jobs = {Waiting(0, t, 1e9), Waiting(1, t, 1e5, 7200)};
   SetRunning(jobs[0], c, 0, 4, 0);
-  jobs[0].progress_since_s = 7230;  // restarted at 7170 s, loading its checkpoint for 60 s
+  jobs[0].progress_since_s = 7230;  // loading its checkpoint until 7230 s (its run began long ago)
   Decisions d = MakeFrenzyPolicy()->Schedule(At(7200, c, jobs));
   EXPECT_TRUE(d.start.empty());
   EXPECT_TRUE(d.stop.empty());

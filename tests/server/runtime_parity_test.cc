@@ -190,6 +190,7 @@ std::unique_ptr<Daemon> MakeDaemon(const std::string& base, const std::map<std::
   o.runs_dir = base + "/runs";
   o.data_parallel_only = false;
   o.runtime.max_ooms = max_ooms;
+  o.restart.fixed_s = kParityRestartS;  // what the sim backend pays
   auto store = Store::Open(base + "/d.db");
   EXPECT_TRUE(store.ok());
   auto d = Daemon::Create(o, std::move(store).value(), std::move(backend), [&now] { return now; });
