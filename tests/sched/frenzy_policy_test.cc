@@ -368,6 +368,25 @@ TEST(FrenzyPolicy, ARunningJobThatCouldNotRestartAnywhereKeepsItsGpus) {
   EXPECT_TRUE(d.start.empty());
 }
 
+// A node that is down (the runtime cordoned it as slow) keeps its GPUs out of every decision:
+// the job on it stays (whether it leaves is the runtime's call), and the short job that would
+// take those GPUs from it waits. The decision is valid (ApplyDecisions rejects a start on a
+// down node).
+TEST(FrenzyPolicy, NothingIsPlacedOnADownNode) {
+  ClusterView c = TwoTypes();
+  c.nodes[1].free = 0;
+  JobOptions t = FastOnly(100, 200, 400);
+  std::vector<JobView> jobs = {Waiting(0, t, 1e9), Waiting(1, t, 1e5, 7200)};
+  SetRunning(jobs[0], c, 0, 4, 0);
+  c.nodes[0].up = false;
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(7200, c, jobs));
+  EXPECT_TRUE(d.stop.empty());
+  EXPECT_TRUE(d.start.empty());
+  const ClusterView before = c;
+  ViewsTarget target(c, jobs);
+  EXPECT_TRUE(ApplyDecisions(d, before, "frenzy", 7200, target).ok());
+}
+
 // Moves are applied as one: two running jobs trade nodes in a decision (each onto GPUs the
 // other leaves) and ApplyDecisions accepts it. Job 0 (sensitive: 100 fast, 10 slow) runs on the
 // slow node, job 1 (indifferent: 100, 80) on the fast one; the type swap exchanges them.

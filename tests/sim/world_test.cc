@@ -53,5 +53,23 @@ TEST(World, SpeedTruthLeavesTheMemoryDrawsAlone) {
   }
 }
 
+// A wide normal error: an error under -80% would be a negative or tiny speed; it folds to the
+// fast bound (5x, an error of -80%), and a large positive one to the slow bound (0.2x).
+TEST(World, WideNormalErrorsStayWithinBoundsOnTheRightSide) {
+  WorldOptions o;
+  o.perf_error_pct = 90;
+  World w(o);
+  double lo = 10, hi = 0;
+  for (int i = 0; i < 300; ++i) {
+    for (double s : w.DrawJob(2).speed) {
+      lo = std::min(lo, s);
+      hi = std::max(hi, s);
+    }
+  }
+  EXPECT_DOUBLE_EQ(hi, 5.0);  // P(error < -0.8) is about 19% per draw at a 90% spread
+  EXPECT_GE(lo, 0.2);
+  EXPECT_LT(lo, 0.6);         // errors over +67% (P about 23%) run under 0.6x
+}
+
 }  // namespace
 }  // namespace frenzy
