@@ -42,16 +42,6 @@ void Apply(const Decisions& d, double now_s, ClusterView& c, std::vector<JobView
   }
 }
 
-JobView Job(int64_t key, const JobOptions* table) {
-  JobView j;
-  j.key = key;
-  j.id = "job" + std::to_string(key);
-  j.options = table;
-  j.memory_factor = 1.0;
-  j.total_tokens = 1e12;
-  return j;
-}
-
 // Sia: ~100 active jobs on 64 GPUs of three types, five 60-second rounds from an empty cluster
 // (the scenario of Sia.SolvesARoundWithAHundredJobsOn64Gpus). Time: the five rounds' Schedule
 // calls together; `slowest_round_ms`: the slowest single round seen (the test's old limit was
@@ -64,7 +54,7 @@ void BM_SiaFiveRounds100Jobs64Gpus(benchmark::State& state) {
     ClusterView c = empty;
     std::vector<JobView> jobs;
     for (int i = 0; i < 100; ++i) {
-      jobs.push_back(Job(i, &tables[static_cast<size_t>(i % 12)]));
+      jobs.push_back(testing::ProfiledJob(i, &tables[static_cast<size_t>(i % 12)]));
       jobs.back().submit_s = 10.0 * i;
     }
     auto sia = MakeSiaPolicy();
@@ -93,7 +83,7 @@ struct GavelThousandJobs {
   GavelThousandJobs() {
     for (int i = 0; i < 1000; ++i) {
       const JobOptions& table = tables[static_cast<size_t>(i % 20)];
-      jobs.push_back(Job(i, &table));
+      jobs.push_back(testing::ProfiledJob(i, &table));
       const int64_t requested = int64_t{1} << (i % 3);
       for (size_t o = 0; o < table.options.size(); ++o) {
         if (table.options[o].gpus == requested) {

@@ -633,4 +633,12 @@ Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
   return est;
 }
 
+int64_t CheckpointBytes(const ModelSpec& m, const TrainingSpec& t) {
+  StageParams whole;
+  whole.total = TrainedParamCounts(m, t).total;
+  const StateInputs in = MakeStateInputs(t, ParallelPlan{}, whole);
+  const double master = in.mixed ? 4.0 * in.n : 0.0;
+  return CeilBytes(in.n * static_cast<double>(in.compute) + master + in.opt_bytes);
+}
+
 }  // namespace frenzy

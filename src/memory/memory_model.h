@@ -74,6 +74,12 @@ Result<MemoryEstimate> PredictMemory(const ModelSpec& model, const TrainingSpec&
                                      const ParallelPlan& plan,
                                      StageDetail detail = StageDetail::kAll);
 
+// What a checkpoint of the whole model holds, however it is laid out: the working weights in the
+// training precision, the fp32 master copy of mixed precision, and the optimizer's states, with
+// the same per-parameter accounting as the model states above (AdamW in bf16 mixed precision:
+// 2 + 4 + 8 = 14 bytes per parameter). Adafactor's small factored states are left out.
+int64_t CheckpointBytes(const ModelSpec& model, const TrainingSpec& train);
+
 }  // namespace frenzy
 
 #endif  // FRENZY_MEMORY_MEMORY_MODEL_H_

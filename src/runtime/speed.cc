@@ -42,19 +42,20 @@ double SpeedLearner::PriorFactor(int64_t key, int type) const {
 std::vector<double> SpeedLearner::Factors(int64_t key, size_t types) const {
   std::vector<double> out(types, 0.0);
   auto it = jobs_.find(key);
-  if (it == jobs_.end()) return out;
+  if (it == jobs_.end()) return {};
   const Job& j = it->second;
   for (size_t t = 0; t < types && t < j.best.size(); ++t) out[t] = j.best[t];
   if (j.type >= 0 && static_cast<size_t>(j.type) < types) {
     out[static_cast<size_t>(j.type)] = std::max(out[static_cast<size_t>(j.type)], j.run_best);
   }
+  if (std::none_of(out.begin(), out.end(), [](double f) { return f > 0; })) out.clear();
   return out;
 }
 
 double SpeedLearner::Factor(int64_t key, int type) const {
   if (type < 0) return 1.0;
   const std::vector<double> f = Factors(key, static_cast<size_t>(type) + 1);
-  return f[static_cast<size_t>(type)] > 0 ? f[static_cast<size_t>(type)] : 1.0;
+  return !f.empty() && f[static_cast<size_t>(type)] > 0 ? f[static_cast<size_t>(type)] : 1.0;
 }
 
 }  // namespace frenzy::runtime

@@ -36,12 +36,19 @@ class SpeedLearner {
   // there was one.
   std::optional<double> Report(int64_t key, int type, int64_t run, double t_s, double done_tokens,
                                double predicted_tokens_per_s);
-  // The learned factor on each of `types` GPU types (cluster order): 0 where the job has not run.
+  // The learned factor on each of `types` GPU types (cluster order): 0 where the job has not run;
+  // empty when nothing is known of it anywhere (JobView::speed_factor's convention).
   std::vector<double> Factors(int64_t key, size_t types) const;
   // The learned factor on one type, or 1 where the job has not run there.
   double Factor(int64_t key, int type) const;
   // The factor its runs before the current one showed on the type; 0: none ran there.
   double PriorFactor(int64_t key, int type) const;
+  // What a run on the type should show, to judge its nodes by: PriorFactor, or for a first run
+  // kSlowestMeasuredSpeedRatio (slower than that is not the model's error).
+  double ExpectedFactor(int64_t key, int type) const {
+    const double prior = PriorFactor(key, type);
+    return prior > 0 ? prior : kSlowestMeasuredSpeedRatio;
+  }
   void Forget(int64_t key) { jobs_.erase(key); }
 
  private:

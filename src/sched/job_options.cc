@@ -5,7 +5,6 @@
 #include <map>
 
 #include "memory/memory_model.h"
-#include "model/param_count.h"
 #include "perf/perf_model.h"
 
 namespace frenzy {
@@ -74,16 +73,10 @@ std::vector<const RunOption*> JobOptions::OfType(int type) const {
 }
 
 int64_t CheckpointBytes(const JobSpec& job) {
-  // Per parameter: the weights (4 B in fp32, 2 B otherwise); AdamW's two moments (fp32, 8 B; in
-  // bf16 for pure bf16, 4 B); the fp32 master copy of mixed precision (4 B).
-  int64_t per = 0;
-  switch (job.precision) {
-    case Precision::kFp32: per = 4 + 8; break;
-    case Precision::kBf16:
-    case Precision::kFp16: per = 2 + 4 + 8; break;
-    case Precision::kBf16Pure: per = 2 + 4; break;
-  }
-  return TotalParams(job.model) * per;
+  TrainingSpec t;  // the planner's defaults (AdamW), in the job's precision
+  t.precision = job.precision;
+  t.seq_len = job.seq_len;
+  return CheckpointBytes(job.model, t);
 }
 
 Result<JobOptions> BuildJobOptions(const JobSpec& job_in, const Cluster& cluster,

@@ -44,12 +44,7 @@ Status Daemon::PrepareSchedule(double now, Pass& pass, int& changes) {
       v->first_start_s = r.started_s;
       v->restarts = static_cast<int>(std::max<int64_t>(0, r.attempt - 1));
       if (use_runtime_ && r.memory_factor > 0) v->memory_factor = r.memory_factor;
-      if (use_runtime_) {
-        std::vector<double> f = speed_.Factors(key, view_.types.size());
-        if (std::any_of(f.begin(), f.end(), [](double x) { return x > 0; })) {
-          v->speed_factor = std::move(f);
-        }
-      }
+      if (use_runtime_) v->speed_factor = speed_.Factors(key, view_.types.size());
       if (r.state == JobState::kRunning) {
         json plan = ParseOr(r.plan, json::object());
         v->running = true;

@@ -33,11 +33,11 @@ void Engine::Report(JobView& v, double now) {
   // A job's first run on a type cannot tell a slow node from the model's error: it is compared
   // with the slowest the model was ever measured to be wrong by.
   if (!observed) return;
-  const double prior = speed_.PriorFactor(v.key, o.type);
-  const double expected = prior > 0 ? prior : runtime::kSlowestMeasuredSpeedRatio;
   std::vector<int> nodes;
   for (const auto& [n, g] : v.alloc.placement) nodes.push_back(n);
-  for (int n : stragglers_.Report(nodes, *observed / expected)) Cordon(n, now);
+  for (int n : stragglers_.Report(nodes, *observed / speed_.ExpectedFactor(v.key, o.type))) {
+    Cordon(n, now);
+  }
 }
 
 void Engine::Cordon(int node, double now) {
@@ -54,10 +54,8 @@ void Engine::Cordon(int node, double now) {
     double left = std::max(0.0, v.total_tokens - v.DoneAt(now));
     // What it would run at elsewhere: the prediction corrected by its earlier runs (as the
     // detector compared it), not the model's error, which follows the job.
-    const int type = v.option(v.alloc.option).type;
-    const double prior = speed_.PriorFactor(v.key, type);
     const double predicted = v.PlanOf(v.alloc.option, v.layout).tokens_per_s *
-                             (prior > 0 ? prior : runtime::kSlowestMeasuredSpeedRatio);
+                             speed_.ExpectedFactor(v.key, v.option(v.alloc.option).type);
     if (runtime::ShouldLeaveSlowNode(left, v.rate_tokens_per_s, predicted,
                                      opt_.restart.Of(v.options->checkpoint_bytes))) {
       StopRun(v, now, /*graceful=*/true);

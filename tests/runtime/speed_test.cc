@@ -12,6 +12,7 @@ TEST(SpeedLearner, LearnsObservedOverPredictedFromTwoReportsOfARun) {
   SpeedLearner l;
   EXPECT_FALSE(l.Report(7, 0, 1, 100, 0, 100).has_value());
   EXPECT_DOUBLE_EQ(l.Factor(7, 0), 1.0);  // not known yet
+  EXPECT_TRUE(l.Factors(7, 3).empty());
   auto r = l.Report(7, 0, 1, 200, 6000, 100);
   ASSERT_TRUE(r.has_value());
   EXPECT_DOUBLE_EQ(*r, 0.6);

@@ -19,16 +19,12 @@ namespace {
 using frenzy::testing::kGiB;
 using frenzy::testing::MakeCluster;
 using frenzy::testing::Opt;
+using frenzy::testing::ProfiledJob;
 using frenzy::testing::Table;
 using frenzy::testing::TypeSpec;
 
 JobView MakeJob(int64_t key, const JobOptions* table, int64_t requested_gpus) {
-  JobView j;
-  j.key = key;
-  j.id = "job" + std::to_string(key);
-  j.options = table;
-  j.memory_factor = 1.0;
-  j.total_tokens = 1e12;
+  JobView j = ProfiledJob(key, table);
   for (size_t i = 0; i < table->options.size(); ++i) {
     if (table->options[i].gpus == requested_gpus) {
       j.requested_option = static_cast<int>(i);

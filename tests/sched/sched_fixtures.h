@@ -55,6 +55,17 @@ inline JobOptions Table(const ClusterView& c, std::vector<RunOption> opts) {
 
 // The scale scenario of Sia's tests and benchmark: 64 GPUs of three types, and 12 option tables
 // (job kinds) whose speed grows with the GPU count less than linearly, some too big for v100.
+// A job of the scale scenarios: profiled (its memory factor known, 1), a long way to go.
+inline JobView ProfiledJob(int64_t key, const JobOptions* table) {
+  JobView j;
+  j.key = key;
+  j.id = "job" + std::to_string(key);
+  j.options = table;
+  j.memory_factor = 1.0;
+  j.total_tokens = 1e12;
+  return j;
+}
+
 inline ClusterView SiaScaleCluster() {
   return MakeCluster({{"h100", 80, 4, 8}, {"a100", 80, 2, 8}, {"v100", 32, 2, 8}});
 }

@@ -22,6 +22,7 @@ namespace {
 using frenzy::testing::kGiB;
 using frenzy::testing::MakeCluster;
 using frenzy::testing::Opt;
+using frenzy::testing::ProfiledJob;
 using frenzy::testing::Table;
 using frenzy::testing::TypeSpec;
 
@@ -30,16 +31,6 @@ std::vector<RunOption> Linear(int type, double per_gpu, int64_t max_gpus) {
   std::vector<RunOption> v;
   for (int64_t g = 1; g <= max_gpus; g *= 2) v.push_back(Opt(type, g, per_gpu * g));
   return v;
-}
-
-JobView MakeJob(int64_t key, const JobOptions* table) {
-  JobView j;
-  j.key = key;
-  j.id = "job" + std::to_string(key);
-  j.options = table;
-  j.memory_factor = 1.0;
-  j.total_tokens = 1e12;
-  return j;
 }
 
 int IndexOf(const JobOptions& t, int type, int64_t gpus) {
@@ -98,7 +89,7 @@ TEST(Sia, NewJobStartsSmallOnTheBestType) {
   std::vector<RunOption> opts = Linear(0, 1, 8);
   for (const auto& o : Linear(1, 3, 8)) opts.push_back(o);
   JobOptions table = Table(c, opts);
-  std::vector<JobView> jobs = {MakeJob(0, &table)};
+  std::vector<JobView> jobs = {ProfiledJob(0, &table)};
   auto sia = MakeSiaPolicy();
   Apply(sia->Schedule(Snap(0, c, jobs)), 0, c, jobs);
   EXPECT_EQ(TypeOf(jobs[0]), 1);
@@ -111,7 +102,7 @@ TEST(Sia, NewJobStartsSmallOnTheBestType) {
 TEST(Sia, GrowsAJobAtMostTwofoldPerRoundWhileGpusAreFree) {
   ClusterView c = MakeCluster({{"gpu", 80, 1, 8}});
   JobOptions table = Table(c, Linear(0, 1, 8));
-  std::vector<JobView> jobs = {MakeJob(0, &table)};
+  std::vector<JobView> jobs = {ProfiledJob(0, &table)};
   auto sia = MakeSiaPolicy();
   std::vector<int64_t> gpus;
   for (int r = 0; r < 5; ++r) {
@@ -130,7 +121,7 @@ TEST(Sia, RespectsEachTypesCapacity) {
   ClusterView c = MakeCluster({{"gpu", 80, 1, 4}});
   JobOptions table = Table(c, {Opt(0, 2, 2), Opt(0, 4, 2.4)});
   std::vector<JobView> jobs;
-  for (int i = 0; i < 5; ++i) jobs.push_back(MakeJob(i, &table));
+  for (int i = 0; i < 5; ++i) jobs.push_back(ProfiledJob(i, &table));
   auto sia = MakeSiaPolicy();
   for (int r = 0; r < 4; ++r) {
     Apply(sia->Schedule(Snap(60.0 * r, c, jobs)), 60.0 * r, c, jobs);
@@ -151,7 +142,7 @@ TEST(Sia, PrefersGrowingALinearlyScalingJobOverAdmittingAnother) {
   ClusterView c = MakeCluster({{"gpu", 80, 1, 4}});
   JobOptions table = Table(c, {Opt(0, 2, 2), Opt(0, 4, 4)});
   std::vector<JobView> jobs;
-  for (int i = 0; i < 3; ++i) jobs.push_back(MakeJob(i, &table));
+  for (int i = 0; i < 3; ++i) jobs.push_back(ProfiledJob(i, &table));
   auto sia = MakeSiaPolicy();
   for (int r = 0; r < 3; ++r) Apply(sia->Schedule(Snap(60.0 * r, c, jobs)), 60.0 * r, c, jobs);
   int64_t used = 0;
@@ -170,7 +161,7 @@ TEST(Sia, PrefersGrowingALinearlyScalingJobOverAdmittingAnother) {
 TEST(Sia, RestartPenaltyKeepsTheCurrentConfigWhenTheGainIsSmall) {
   ClusterView c = MakeCluster({{"gpu", 80, 1, 8}});
   JobOptions table = Table(c, {Opt(0, 1, 1), Opt(0, 2, 2), Opt(0, 4, 2.1)});
-  std::vector<JobView> jobs = {MakeJob(0, &table)};
+  std::vector<JobView> jobs = {ProfiledJob(0, &table)};
   jobs[0].submit_s = 0;
   RunOn(jobs[0], 0, 2, c);
   auto sia = MakeSiaPolicy();
@@ -184,7 +175,7 @@ TEST(Sia, RestartPenaltyKeepsTheCurrentConfigWhenTheGainIsSmall) {
 TEST(Sia, RestartPenaltyGrowsWithRestarts) {
   ClusterView c = MakeCluster({{"gpu", 80, 1, 8}});
   JobOptions table = Table(c, Linear(0, 1, 4));
-  std::vector<JobView> jobs = {MakeJob(0, &table)};
+  std::vector<JobView> jobs = {ProfiledJob(0, &table)};
   RunOn(jobs[0], 0, 2, c);
   auto sia = MakeSiaPolicy();
   Decisions d = sia->Schedule(Snap(600, c, jobs));
@@ -201,7 +192,7 @@ TEST(Sia, RestartPenaltyGrowsWithRestarts) {
 TEST(Sia, JobInCheckpointRestoreKeepsItsConfig) {
   ClusterView c = MakeCluster({{"gpu", 80, 1, 8}});
   JobOptions table = Table(c, Linear(0, 1, 8));
-  std::vector<JobView> jobs = {MakeJob(0, &table)};
+  std::vector<JobView> jobs = {ProfiledJob(0, &table)};
   RunOn(jobs[0], 0, 2, c);
   jobs[0].progress_since_s = 660;  // restarting until then
   auto sia = MakeSiaPolicy();
@@ -216,7 +207,7 @@ TEST(Sia, NeverPicksAConfigWhoseProfiledMemoryDoesNotFit) {
   ClusterView c = MakeCluster({{"fast-small", 40, 1, 8}, {"slow-big", 80, 1, 8}});
   JobOptions table =
       Table(c, {Opt(0, 1, 5, 35), Opt(0, 2, 10, 35), Opt(1, 1, 1, 35), Opt(1, 2, 2, 35)});
-  std::vector<JobView> jobs = {MakeJob(0, &table)};
+  std::vector<JobView> jobs = {ProfiledJob(0, &table)};
   jobs[0].memory_factor = 1.3;
   auto sia = MakeSiaPolicy();
   for (int r = 0; r < 3; ++r) {
@@ -228,7 +219,7 @@ TEST(Sia, NeverPicksAConfigWhoseProfiledMemoryDoesNotFit) {
 TEST(Sia, NeverRetriesAnOptionThatCrashedOutOfMemory) {
   ClusterView c = MakeCluster({{"fast", 80, 1, 8}, {"slow", 80, 1, 8}});
   JobOptions table = Table(c, {Opt(0, 1, 5), Opt(1, 1, 1)});
-  std::vector<JobView> jobs = {MakeJob(0, &table)};
+  std::vector<JobView> jobs = {ProfiledJob(0, &table)};
   jobs[0].failed_options = {IndexOf(table, 0, 1)};
   auto sia = MakeSiaPolicy();
   Apply(sia->Schedule(Snap(0, c, jobs)), 0, c, jobs);
@@ -243,7 +234,7 @@ TEST(Sia, SolvesARoundWithAHundredJobsOn64Gpus) {
   const std::vector<JobOptions> tables = testing::SiaScaleTables(c);
   std::vector<JobView> jobs;
   for (int i = 0; i < 100; ++i) {
-    jobs.push_back(MakeJob(i, &tables[static_cast<size_t>(i % 12)]));
+    jobs.push_back(ProfiledJob(i, &tables[static_cast<size_t>(i % 12)]));
     jobs.back().submit_s = 10.0 * i;
   }
   auto sia = MakeSiaPolicy();
