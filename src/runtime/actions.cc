@@ -192,18 +192,24 @@ OomRecovery RecoverFromOom(const JobView& j, const MemoryMonitor& monitor, const
   OomRecovery r;
   r.factor = monitor.Factor(j.key).value_or(1.0);
   int ooms = j.ooms + 1;
-  // The leanest need on the roomiest GPU the cluster has.
+  // The layout that comes closest to fitting: the least need relative to its GPU's memory.
   double least_need = kInf;
-  double most = 0;
-  for (size_t t = 0; t < c.types.size(); ++t) most = std::max(most, Capacity(c, static_cast<int>(t)));
+  double closest = kInf;  // need over capacity
+  int closest_type = -1;
   bool any = false;
   for (size_t i = 0; i < j.options->options.size(); ++i) {
     const RunOption& o = j.options->options[i];
     if (j.Failed(static_cast<int>(i)) || o.gpus > c.TotalOfType(o.type)) continue;
     double need = static_cast<double>(o.plan.device_bytes);
     for (const Plan& p : o.leaner) need = std::min(need, static_cast<double>(p.device_bytes));
-    least_need = std::min(least_need, need * r.factor);
-    if (FittingLayout(o, r.factor, Capacity(c, o.type)) >= 0) any = true;
+    need *= r.factor;
+    least_need = std::min(least_need, need);
+    double cap = Capacity(c, o.type);
+    if (cap > 0 && need / cap < closest) {
+      closest = need / cap;
+      closest_type = o.type;
+    }
+    if (FittingLayout(o, r.factor, cap) >= 0) any = true;
   }
   if (ooms >= opt.max_ooms) {
     r.give_up = true;
@@ -211,12 +217,20 @@ OomRecovery RecoverFromOom(const JobView& j, const MemoryMonitor& monitor, const
         "given up after {} out-of-memory crashes: it uses at least {:.2f}x MARP's prediction; "
         "its leanest layout would need {:.1f} GiB per GPU",
         ooms, r.factor, least_need / kGiB);
+  } else if (!any && closest_type < 0) {
+    r.give_up = true;
+    r.message = fmt::format(
+        "given up after {} out-of-memory crash(es): every layout that the cluster can hold has "
+        "crashed",
+        ooms);
   } else if (!any) {
     r.give_up = true;
     r.message = fmt::format(
         "given up after {} out-of-memory crash(es): it uses at least {:.2f}x MARP's prediction, "
-        "so its leanest layout needs {:.1f} GiB per GPU and the largest GPU here has {:.1f} GiB",
-        ooms, r.factor, least_need / kGiB, most / kGiB);
+        "so no layout the cluster can hold fits; the closest needs {:.1f} GiB per GPU of {} "
+        "({:.1f} GiB)",
+        ooms, r.factor, closest * Capacity(c, closest_type) / kGiB, c.types[closest_type],
+        Capacity(c, closest_type) / kGiB);
   } else {
     r.message = fmt::format(
         "out of memory ({} of {} allowed): resumes from its last checkpoint planned with {:.2f}x "
