@@ -61,6 +61,8 @@ void RunInspect(const InspectOptions& o) {
     j["params"] = c.total;
     j["active_params"] = c.active;
     j["params_breakdown"] = ParamCountsToJson(c);
+    if (c.mtp > 0) j["mtp_params"] = c.mtp;
+    if (!s.left_out.empty()) j["left_out"] = s.left_out;
     return PrintJson(j);
   }
   const char* attn = s.num_kv_heads == s.num_heads ? "MHA" : (s.num_kv_heads == 1 ? "MQA" : "GQA");
@@ -80,6 +82,24 @@ void RunInspect(const InspectOptions& o) {
                    : "",
                s.num_moe_layers(), s.num_layers);
   }
+  if (s.mla.enabled()) {
+    fmt::print("  MLA: kv latent {}, q latent {}, rope/nope/v head dims {}/{}/{}\n",
+               s.mla.kv_lora_rank, s.mla.q_lora_rank > 0 ? std::to_string(s.mla.q_lora_rank) : "none",
+               s.mla.qk_rope_head_dim, s.mla.qk_nope_head_dim, s.mla.v_head_dim);
+  }
+  std::string extras;
+  if (s.qk_norm != QkNorm::kNone) {
+    extras += s.qk_norm == QkNorm::kPerHead ? ", q/k norm per head" : ", q/k norm";
+  }
+  if (s.norms_per_layer == 4) extras += ", norms before and after each sublayer";
+  if (s.sliding_layers > 0) {
+    extras += fmt::format(", {}-token sliding window on {} of {} layers", s.sliding_window,
+                          s.sliding_layers, s.num_layers);
+  }
+  if (s.attention_sinks) extras += ", attention sinks";
+  if (s.attn_softcap > 0) extras += fmt::format(", logits soft-capped at {:g}", s.attn_softcap);
+  if (!extras.empty()) fmt::print("  {}\n", extras.substr(2));
+  if (!s.left_out.empty()) fmt::print("  left out: {}\n", s.left_out);
   fmt::print("  params {} ({})", WithThousands(c.total), HumanCount(c.total));
   if (c.active != c.total) fmt::print(", active per token {} ({})", WithThousands(c.active),
                                       HumanCount(c.active));
@@ -111,6 +131,9 @@ void RunInspect(const InspectOptions& o) {
   }
   row("final norm", c.final_norm);
   row("head", c.head(), s.arch == ArchKind::kDecoder && s.tied_embeddings ? "  (tied)" : "");
+  if (c.mtp > 0) {
+    row("MTP", c.mtp, "  (multi-token prediction, in the checkpoint only; not in the total)");
+  }
 }
 
 // ---- models --------------------------------------------------------------------------------

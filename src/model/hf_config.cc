@@ -15,8 +15,9 @@ namespace {
 
 class Builder {
  public:
-  Builder(const nlohmann::json& config, const std::string& where)
-      : r_(config, where), where_(where) {}
+  // `prefix` names a nested config in messages ("text_config.").
+  Builder(const nlohmann::json& config, const std::string& where, std::string prefix = {})
+      : r_(config, where, prefix), where_(where), prefix_(std::move(prefix)) {}
 
   JsonReader& r() { return r_; }
   ModelSpec& spec() { return spec_; }
@@ -103,7 +104,7 @@ class Builder {
     if (problems.empty()) return spec_;
     auto key = [&](const std::string& f) {
       auto it = keys_.find(f);
-      return it == keys_.end() ? f : it->second;
+      return prefix_ + (it == keys_.end() ? f : it->second);
     };
     std::string msg = problems[0].message;
     for (size_t i = 1; i < problems.size(); ++i) {
@@ -115,6 +116,7 @@ class Builder {
  private:
   JsonReader r_;
   std::string where_;
+  std::string prefix_;
   ModelSpec spec_;
   std::map<std::string, std::string> keys_;
 };
@@ -370,6 +372,215 @@ void ReadBertLike(Builder& b, int64_t default_vocab, int64_t default_type_vocab)
   b.HeadDim(false);
 }
 
+
+// Sliding-window layers from a `layer_types` list ("sliding_attention" / "full_attention",
+// transformers >= 4.53) when the config has one, else from `fallback` (the class's pattern).
+void SlidingLayers(Builder& b, int64_t fallback) {
+  ModelSpec& s = b.spec();
+  std::vector<std::string> types = b.r().StringList("layer_types");
+  if (types.empty()) {
+    s.sliding_layers = s.sliding_window > 0 ? std::clamp<int64_t>(fallback, 0, s.num_layers) : 0;
+    return;
+  }
+  if (static_cast<int64_t>(types.size()) != s.num_layers) {
+    b.r().Error("layer_types", "has " + std::to_string(types.size()) + " entries for " +
+                                   std::to_string(s.num_layers) + " layers");
+    return;
+  }
+  s.sliding_layers = std::count(types.begin(), types.end(), std::string("sliding_attention"));
+  if (s.sliding_window <= 0) s.sliding_layers = 0;
+}
+
+void ReadQwen3(Builder& b) {
+  // Qwen3Config defaults: head_dim 128, an RMSNorm over each head's queries and keys
+  // (Qwen3Attention.q_norm / k_norm), no q/k/v bias unless attention_bias.
+  ReadLlamaLike(b, {151936, 4096, 22016, 32, 32, 32768, 32, "silu", false, false}, true);
+  ModelSpec& s = b.spec();
+  if (!b.r().HasValue("head_dim")) s.head_dim = 128;
+  s.qk_norm = QkNorm::kPerHead;
+  // Sliding windows only with use_sliding_window, above max_window_layers (off in every
+  // released Qwen3).
+  if (b.r().Bool("use_sliding_window", false)) {
+    s.sliding_window = b.Int("sliding_window", {"sliding_window"}, 4096);
+    const int64_t full = b.Int("max_window_layers", {"max_window_layers"}, 28);
+    SlidingLayers(b, s.num_layers - std::min(full, s.num_layers));
+  }
+}
+
+void ReadQwen3Moe(Builder& b) {
+  // Qwen3MoeConfig defaults: 128 experts, top-8, no shared expert, a bias-free router; no
+  // head_dim default (hidden / heads), unlike Qwen3.
+  ReadLlamaLike(b, {151936, 2048, 6144, 24, 32, 32768, 4, "silu", false, false}, true);
+  ModelSpec& s = b.spec();
+  s.qk_norm = QkNorm::kPerHead;
+  s.moe.num_experts = b.Int("moe.num_experts", {"num_experts"}, 128);
+  s.moe.experts_per_token = b.Int("moe.experts_per_token", {"num_experts_per_tok"}, 8);
+  s.moe.ffn_hidden_size = b.Int("moe.ffn_hidden_size", {"moe_intermediate_size"}, 768);
+  s.moe.layer_freq = b.Int("moe.layer_freq", {"decoder_sparse_step"}, 1);
+  s.moe.dense_layers = b.r().IntList("mlp_only_layers");
+}
+
+// Gemma-2 and Gemma-3 text models: GeGLU, tied embeddings, head_dim 256, and four RMSNorms a
+// layer (input, post-attention, pre- and post-feedforward).
+void ReadGemmaNext(Builder& b, int64_t vocab, int64_t max_pos) {
+  ReadLlamaLike(b, {vocab, 2304, 9216, 26, 8, max_pos, 4, "gelu_pytorch_tanh", true, false}, true);
+  ModelSpec& s = b.spec();
+  if (!b.r().HasValue("head_dim")) s.head_dim = 256;
+  if (b.r().HasValue("hidden_activation")) b.Activation({"hidden_activation"}, "gelu_pytorch_tanh");
+  s.norms_per_layer = 4;
+  s.sliding_window = b.Int("sliding_window", {"sliding_window"}, 4096);
+}
+
+void ReadGemma2(Builder& b) {
+  // Gemma2Config defaults; every other layer (the even ones) slides; attention logits are
+  // soft-capped at 50.
+  ReadGemmaNext(b, 256000, 8192);
+  ModelSpec& s = b.spec();
+  s.attn_softcap = b.Prob({"attn_logit_softcapping"}, 50.0);
+  SlidingLayers(b, (s.num_layers + 1) / 2);
+}
+
+void ReadGemma3Text(Builder& b) {
+  // Gemma3TextConfig defaults; q/k RMSNorms per head; five sliding layers, then a global one
+  // (sliding_window_pattern 6), no soft-capping.
+  ReadGemmaNext(b, 262208, 131072);
+  ModelSpec& s = b.spec();
+  s.qk_norm = QkNorm::kPerHead;
+  s.attn_softcap = b.Prob({"attn_logit_softcapping"}, 0.0);
+  const int64_t pattern = b.Int("sliding_window_pattern", {"sliding_window_pattern"}, 6);
+  SlidingLayers(b, pattern > 0 ? s.num_layers - s.num_layers / pattern : s.num_layers);
+}
+
+void ReadDeepseek(Builder& b, bool v3) {
+  // DeepseekV2Config / DeepseekV3Config defaults. MLA; shared + routed experts from layer
+  // first_k_dense_replace on (every moe_layer_freq-th, as DeepSeek's own code has it; 1 in
+  // every released config). V3's routing-score correction bias is a buffer, not a parameter.
+  ModelSpec& s = b.spec();
+  if (v3) {
+    ReadLlamaLike(b, {129280, 7168, 18432, 61, 128, 4096, 128, "silu", false, false}, false);
+  } else {
+    ReadLlamaLike(b, {32000, 4096, 11008, 32, 32, 2048, std::nullopt, "silu", false, false}, false);
+  }
+  s.mlp_bias = b.r().Bool("mlp_bias", false);
+  const bool bias = b.r().Bool("attention_bias", false);
+  s.qkv_bias = s.attn_out_bias = bias;
+  MlaSpec& m = s.mla;
+  m.q_lora_rank = b.r().HasValue("q_lora_rank") ? b.Int("mla.q_lora_rank", {"q_lora_rank"}, 0)
+                  : b.r().Has("q_lora_rank")     ? 0  // null: queries projected directly
+                                                 : 1536;
+  m.kv_lora_rank = b.Int("mla.kv_lora_rank", {"kv_lora_rank"}, 512);
+  m.qk_nope_head_dim = b.Int("mla.qk_nope_head_dim", {"qk_nope_head_dim"}, 128);
+  m.qk_rope_head_dim = b.Int("mla.qk_rope_head_dim", {"qk_rope_head_dim"}, 64);
+  m.v_head_dim = b.Int("mla.v_head_dim", {"v_head_dim"}, 128);
+  // Every head has its own keys and values after the up-projection.
+  s.head_dim = m.qk_head_dim();
+  b.NoteKey("head_dim", "qk_nope_head_dim");
+  s.num_kv_heads = s.num_heads;
+  s.moe.num_experts = b.Int("moe.num_experts", {"n_routed_experts"}, v3 ? 256 : 64);
+  // DeepseekV2Config has no default top-k (None): a config must give it.
+  s.moe.experts_per_token = b.Int("moe.experts_per_token", {"num_experts_per_tok"},
+                                  v3 ? std::optional<int64_t>(8) : std::nullopt);
+  s.moe.ffn_hidden_size = b.Int("moe.ffn_hidden_size", {"moe_intermediate_size"}, v3 ? 2048 : 1407);
+  s.moe.num_shared_experts = b.Int("moe.num_shared_experts", {"n_shared_experts"}, v3 ? 1 : 2);
+  // The shared experts are one MLP of moe_intermediate_size x n_shared_experts, ungated.
+  s.moe.shared_ffn_hidden_size = s.moe.ffn_hidden_size * s.moe.num_shared_experts;
+  const int64_t freq = b.Int("moe.layer_freq", {"moe_layer_freq"}, 1);
+  const int64_t first_dense = b.Int("moe.dense_layers", {"first_k_dense_replace"}, v3 ? 3 : 0);
+  // DeepSeek: layer i is MoE iff i >= first_k_dense_replace and i % moe_layer_freq == 0.
+  s.moe.layer_freq = 1;
+  for (int64_t i = 0; i < s.num_layers && i < (int64_t{1} << 16); ++i) {
+    if (i < first_dense || (freq > 0 && i % freq != 0)) s.moe.dense_layers.push_back(i);
+  }
+  if (freq <= 0) b.r().Error("moe_layer_freq", "must be positive, found " + std::to_string(freq));
+  if (s.moe.num_experts == 0) s.moe = MoeSpec{};
+  s.mtp_layers = b.Int("mtp_layers", {"num_nextn_predict_layers"}, 0);
+}
+
+void ReadOlmo2(Builder& b) {
+  // Olmo2Config defaults: RMSNorms on the whole query and key projections, and the block's
+  // norms after each sublayer (post_attention_layernorm, post_feedforward_layernorm).
+  ReadLlamaLike(b, {50304, 4096, 11008, 32, 32, 2048, std::nullopt, "silu", false, false}, false);
+  ModelSpec& s = b.spec();
+  const bool bias = b.r().Bool("attention_bias", false);
+  s.qkv_bias = s.attn_out_bias = bias;
+  s.qk_norm = QkNorm::kFull;
+}
+
+// GlmConfig / Glm4Config defaults: q/k/v biases (attention_bias; o_proj never), a fused
+// gate_up MLP; GLM-4-0414 (glm4) adds post-self-attention and post-MLP RMSNorms to the pair.
+void ReadGlm(Builder& b, int64_t norms) {
+  ReadLlamaLike(b, {151552, 4096, 13696, 40, 32, 131072, 2, "silu", false, false}, false);
+  ModelSpec& s = b.spec();
+  if (!b.r().HasValue("head_dim")) s.head_dim = 128;
+  s.qkv_bias = b.r().Bool("attention_bias", true);
+  s.norms_per_layer = norms;
+}
+
+void ReadGptOss(Builder& b) {
+  // GptOssConfig defaults: 128 experts of 2880, top-4, biases on the router and the experts,
+  // attention with biases and a learned sink per head, every other layer a 128-token window.
+  ReadLlamaLike(b, {201088, 2880, 2880, 36, 64, 131072, 8, "silu", false, true}, false);
+  ModelSpec& s = b.spec();
+  if (!b.r().HasValue("head_dim")) s.head_dim = 64;
+  const bool bias = b.r().Bool("attention_bias", true);
+  s.qkv_bias = s.attn_out_bias = bias;
+  s.attention_sinks = true;
+  s.moe.num_experts = b.Int("moe.num_experts", {"num_local_experts"}, 128);
+  s.moe.experts_per_token =
+      b.Int("moe.experts_per_token", {"num_experts_per_tok", "experts_per_token"}, 4);
+  s.moe.ffn_hidden_size = s.ffn_hidden_size;
+  b.NoteKey("moe.ffn_hidden_size", "intermediate_size");
+  s.moe.router_bias = s.moe.expert_bias = true;
+  s.sliding_window = b.Int("sliding_window", {"sliding_window"}, 128);
+  SlidingLayers(b, (s.num_layers + 1) / 2);
+}
+
+void ReadPhiMoe(Builder& b) {
+  // PhimoeConfig defaults: LayerNorms with biases, q/k/v/o biases (attention_bias), bias-free
+  // experts and router, an LM head bias (lm_head_bias).
+  ReadLlamaLike(b, {32064, 4096, 6400, 32, 32, int64_t{4096} * 32, 8, "silu", false, false}, false);
+  ModelSpec& s = b.spec();
+  s.norm = NormKind::kLayerNorm;
+  s.norm_bias = true;
+  const bool bias = b.r().Bool("attention_bias", false);
+  s.qkv_bias = s.attn_out_bias = bias;
+  s.lm_head_bias = b.r().Bool("lm_head_bias", false);
+  s.moe.num_experts = b.Int("moe.num_experts", {"num_local_experts"}, 16);
+  s.moe.experts_per_token = b.Int("moe.experts_per_token", {"num_experts_per_tok"}, 2);
+  s.moe.ffn_hidden_size = s.ffn_hidden_size;
+  b.NoteKey("moe.ffn_hidden_size", "intermediate_size");
+  if (b.r().HasValue("sliding_window")) {
+    s.sliding_window = b.Int("sliding_window", {"sliding_window"}, 0);
+    s.sliding_layers = s.sliding_window > 0 ? s.num_layers : 0;
+  }
+}
+
+void ReadStarcoder2(Builder& b) {
+  // Starcoder2Config defaults: LayerNorms, a 2-matrix GELU MLP (c_fc, c_proj), biases on every
+  // projection (use_bias), tied embeddings, a 4096-token sliding window on every layer.
+  ModelSpec& s = b.spec();
+  s.norm = NormKind::kLayerNorm;
+  s.position = PositionKind::kRotary;
+  s.vocab_size = b.Int("vocab_size", {"vocab_size"}, 49152);
+  s.hidden_size = b.Int("hidden_size", {"hidden_size"}, 3072);
+  s.ffn_hidden_size = b.Int("ffn_hidden_size", {"intermediate_size"}, 12288);
+  s.num_layers = b.Int("num_layers", {"num_hidden_layers"}, 30);
+  s.num_heads = b.Int("num_heads", {"num_attention_heads"}, 24);
+  s.num_kv_heads = b.Int("num_kv_heads", {"num_key_value_heads"}, 2);
+  s.max_positions = b.Int("max_positions", {"max_position_embeddings"}, 4096);
+  s.tied_embeddings = b.r().Bool("tie_word_embeddings", true);
+  const bool bias = b.r().Bool("use_bias", true);
+  s.qkv_bias = s.attn_out_bias = s.mlp_bias = bias;
+  s.hidden_dropout = b.Prob({"residual_dropout"}, 0.0);
+  s.attention_dropout = b.Prob({"attention_dropout"}, 0.0);
+  if (b.r().HasValue("sliding_window")) {
+    s.sliding_window = b.Int("sliding_window", {"sliding_window"}, 0);
+    s.sliding_layers = s.sliding_window > 0 ? s.num_layers : 0;
+  }
+  b.Activation({"hidden_act"}, "gelu_pytorch_tanh");
+  b.HeadDim(false);
+}
+
 using Reader = void (*)(Builder&);
 
 const std::map<std::string, Reader>& Readers() {
@@ -380,6 +591,18 @@ const std::map<std::string, Reader>& Readers() {
       {"qwen2", ReadQwen2},
       {"qwen2_moe", ReadQwen2Moe},
       {"gemma", ReadGemma},
+      {"gemma2", ReadGemma2},
+      {"gemma3_text", ReadGemma3Text},
+      {"qwen3", ReadQwen3},
+      {"qwen3_moe", ReadQwen3Moe},
+      {"deepseek_v2", [](Builder& b) { ReadDeepseek(b, false); }},
+      {"deepseek_v3", [](Builder& b) { ReadDeepseek(b, true); }},
+      {"olmo2", ReadOlmo2},
+      {"glm", [](Builder& b) { ReadGlm(b, 2); }},
+      {"glm4", [](Builder& b) { ReadGlm(b, 4); }},
+      {"gpt_oss", ReadGptOss},
+      {"phimoe", ReadPhiMoe},
+      {"starcoder2", ReadStarcoder2},
       {"phi3", ReadPhi3},
       {"gpt2", ReadGpt2},
       {"gpt_neox", ReadGptNeox},
@@ -394,6 +617,45 @@ const std::map<std::string, Reader>& Readers() {
   return *kReaders;
 }
 
+// Multimodal wrappers whose text_config may omit its model_type: the type its class assumes.
+const std::map<std::string, std::string>& TextTypeOfWrapper() {
+  static const auto* kMap = new std::map<std::string, std::string>{
+      {"gemma3", "gemma3_text"},  // Gemma3Config
+      {"mistral3", "mistral"},    // Mistral3Config
+  };
+  return *kMap;
+}
+
+// Architectures recognised but not modelled, with the reason.
+const std::map<std::string, std::string>& Refused() {
+  static const auto* kMap = new std::map<std::string, std::string>{
+      {"mamba", "state-space models (selective scan, no attention) have no memory or speed model"},
+      {"mamba2", "state-space models (selective scan, no attention) have no memory or speed model"},
+      {"falcon_mamba",
+       "state-space models (selective scan, no attention) have no memory or speed model"},
+      {"jamba", "hybrid attention/state-space models have no memory or speed model"},
+      {"zamba", "hybrid attention/state-space models have no memory or speed model"},
+      {"zamba2", "hybrid attention/state-space models have no memory or speed model"},
+  };
+  return *kMap;
+}
+
+// What a wrapper carries beside its text model, for the spec's `left_out`.
+std::string LeftOut(const nlohmann::json& config, const std::string& wrapper) {
+  std::string parts;
+  for (const auto& [key, value] : config.items()) {
+    if (key == "text_config" || !key.ends_with("_config") || !value.is_object()) continue;
+    std::string what = key;
+    if (auto t = value.find("model_type"); t != value.end() && t->is_string()) {
+      what += " (" + t->get<std::string>() + ")";
+    }
+    parts += (parts.empty() ? "" : ", ") + what;
+  }
+  return (parts.empty() ? std::string("whatever else ") + wrapper + " adds"
+                        : parts + " and the projector into the text model") +
+         ": the text model is what is counted and trained";
+}
+
 std::string JoinTypes() {
   std::string out;
   for (const auto& t : SupportedModelTypes()) out += (out.empty() ? "" : ", ") + t;
@@ -404,8 +666,11 @@ std::string JoinTypes() {
 
 const std::vector<std::string>& SupportedModelTypes() {
   static const auto* kTypes = new std::vector<std::string>{
-      "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma", "phi3",
-      "gpt2",  "gpt_neox", "opt",    "bloom", "falcon",    "bert",  "roberta"};
+      "llama",      "mistral",     "mixtral", "qwen2",      "qwen2_moe",   "qwen3",
+      "qwen3_moe",  "gemma",       "gemma2",  "gemma3_text", "deepseek_v2", "deepseek_v3",
+      "olmo2",      "glm", "glm4",        "gpt_oss", "phimoe",     "starcoder2",  "phi3",
+      "gpt2",       "gpt_neox",    "opt",     "bloom",      "falcon",      "bert",
+      "roberta"};
   return *kTypes;
 }
 
@@ -421,17 +686,48 @@ Result<ModelSpec> ParseHfConfig(const nlohmann::json& doc, const std::string& wh
   if (!config->is_object()) {
     return InvalidArgument("a config.json must be a JSON object", where);
   }
-  Builder b(*config, where);
-  std::string model_type = b.r().String("model_type");
-  RETURN_IF_ERROR(b.r().Finish());
+  std::string model_type;
+  {
+    JsonReader r(*config, where);
+    model_type = r.String("model_type");
+    RETURN_IF_ERROR(r.Finish());
+  }
+  // A multimodal wrapper: its text model (text_config) is what is trained.
+  const nlohmann::json* text = config;
+  std::string prefix, left_out;
+  if (!Readers().contains(model_type) && config->contains("text_config") &&
+      (*config)["text_config"].is_object()) {
+    text = &(*config)["text_config"];
+    prefix = "text_config.";
+    std::string text_type;
+    if (auto it = text->find("model_type"); it != text->end() && it->is_string()) {
+      text_type = it->get<std::string>();
+    } else if (auto w = TextTypeOfWrapper().find(model_type); w != TextTypeOfWrapper().end()) {
+      text_type = w->second;
+    }
+    if (!Readers().contains(text_type)) {
+      return InvalidArgument("model_type '" + model_type + "' wraps a text model of type '" +
+                                 (text_type.empty() ? std::string("(not given)") : text_type) +
+                                 "', which is not supported (supported: " + JoinTypes() + ")",
+                             where, "text_config.model_type");
+    }
+    left_out = LeftOut(*config, model_type);
+    model_type = text_type;
+  }
   auto it = Readers().find(model_type);
   if (it == Readers().end()) {
+    if (auto why = Refused().find(model_type); why != Refused().end()) {
+      return InvalidArgument("model_type '" + model_type + "' is not supported yet: " + why->second,
+                             where, "model_type");
+    }
     return InvalidArgument("unknown model_type '" + model_type + "' (supported: " + JoinTypes() +
                                ")",
                            where, "model_type");
   }
+  Builder b(*text, where, prefix);
   ModelSpec& s = b.spec();
   s.model_type = model_type;
+  s.left_out = left_out;
   if (model_type == "RefinedWebModel" || model_type == "RefinedWeb") s.model_type = "falcon";
   it->second(b);
   if (!name.empty()) {
@@ -439,7 +735,8 @@ Result<ModelSpec> ParseHfConfig(const nlohmann::json& doc, const std::string& wh
   } else if (!zoo_name.empty()) {
     s.name = zoo_name;
   } else {
-    s.name = b.r().String("_name_or_path", "model");
+    JsonReader top(*config, where);
+    s.name = top.String("_name_or_path", "model");
     if (s.name.empty()) s.name = "model";
   }
   return b.Finish();

@@ -76,9 +76,22 @@ std::vector<ModelSpec::Problem> ModelSpec::Problems() const {
   if (num_kv_heads > num_heads && num_heads > 0) {
     add("num_kv_heads", "must not exceed num_heads");
   }
-  if (norms_per_layer < 0 || norms_per_layer > 2) {
-    add("norms_per_layer", "must be 0, 1 or 2");
+  if (norms_per_layer < 0 || norms_per_layer > 4) {
+    add("norms_per_layer", "must be 0 to 4");
   }
+  if (mla.enabled()) {
+    need_positive("mla.qk_rope_head_dim", mla.qk_rope_head_dim);
+    need_positive("mla.v_head_dim", mla.v_head_dim);
+    if (mla.qk_nope_head_dim < 0) add("mla.qk_nope_head_dim", "must not be negative");
+    if (mla.q_lora_rank < 0) add("mla.q_lora_rank", "must not be negative");
+  } else if (mla.kv_lora_rank < 0) {
+    add("mla.kv_lora_rank", "must not be negative");
+  }
+  if (sliding_window < 0) add("sliding_window", "must not be negative");
+  if (sliding_layers < 0 || sliding_layers > num_layers) {
+    add("sliding_layers", "must be between 0 and num_layers");
+  }
+  if (mtp_layers < 0) add("mtp_layers", "must not be negative");
   if (type_vocab_size < 0) add("type_vocab_size", "must not be negative");
   if (embedding_proj_dim < 0) add("embedding_proj_dim", "must not be negative");
   if (position_offset < 0) add("position_offset", "must not be negative");
@@ -122,6 +135,12 @@ std::vector<ModelSpec::Problem> ModelSpec::Problems() const {
   need_sane("moe.ffn_hidden_size", moe.ffn_hidden_size, kMaxDim);
   need_sane("moe.shared_ffn_hidden_size", moe.shared_ffn_hidden_size, kMaxDim);
   need_sane("moe.num_shared_experts", moe.num_shared_experts, 1 << 14);
+  need_sane("mla.q_lora_rank", mla.q_lora_rank, kMaxDim);
+  need_sane("mla.kv_lora_rank", mla.kv_lora_rank, kMaxDim);
+  need_sane("mla.qk_nope_head_dim", mla.qk_nope_head_dim, kMaxDim);
+  need_sane("mla.qk_rope_head_dim", mla.qk_rope_head_dim, kMaxDim);
+  need_sane("mla.v_head_dim", mla.v_head_dim, kMaxDim);
+  need_sane("mtp_layers", mtp_layers, 1 << 8);
   if (problems.empty() && UpperBoundParams() > kMaxParams) {
     add("num_layers", "implausibly large model: more than 10^15 parameters");
   }
@@ -139,12 +158,24 @@ double ModelSpec::UpperBoundParams() const {
   double width = static_cast<double>(std::max(hidden_size, embedding_proj_dim));
   double layer = h * (q + 2 * kv) + (q + 2 * kv) + q * h + h + 4 * h + 3 * h * ffn + 2 * ffn +
                  h + experts * (3 * h * moe_ffn + 2 * moe_ffn + h) + h * experts +
-                 3 * h * shared_ffn + 2 * shared_ffn + 2 * h;
+                 3 * h * shared_ffn + 2 * shared_ffn + 2 * h + 4 * h + 2 * q + 2 * experts +
+                 static_cast<double>(num_heads);
+  if (mla.enabled()) {
+    // MLA's projections (the standard ones above use head_dim = nope + rope, an overestimate
+    // of neither): q_a, q_a norm, q_b, kv_a with the rope part, kv_a norm, kv_b, o.
+    double heads = static_cast<double>(num_heads);
+    double ql = static_cast<double>(mla.q_lora_rank), kl = static_cast<double>(mla.kv_lora_rank);
+    double qk = static_cast<double>(mla.qk_head_dim()), v = static_cast<double>(mla.v_head_dim);
+    layer += (h + 1) * ql + ql + (ql + h) * heads * qk +
+             (h + 1) * (kl + static_cast<double>(mla.qk_rope_head_dim)) + kl +
+             kl * heads * (static_cast<double>(mla.qk_nope_head_dim) + v) + (heads * v + 1) * h;
+  }
   double outside = 2 * static_cast<double>(vocab_size) * width +
                    static_cast<double>(max_positions + position_offset) * h +
                    static_cast<double>(type_vocab_size) * h + 2 * width * h + 6 * h + h * h +
                    static_cast<double>(vocab_size);
-  return static_cast<double>(num_layers) * layer + outside;
+  return static_cast<double>(num_layers + mtp_layers) * layer + outside +
+         static_cast<double>(mtp_layers) * (2 * h * h + 3 * h + outside);
 }
 
 Status ModelSpec::Validate(const std::string& where) const {

@@ -26,6 +26,10 @@ enum class NormKind { kLayerNorm, kRmsNorm };
 enum class Activation { kGelu, kGeluTanh, kRelu, kSilu };
 enum class PositionKind { kLearned, kRotary, kAlibi };
 
+// A norm on the queries and keys before rotary: over each head's head_dim (Qwen3, Gemma-3) or
+// over the whole projection (OLMo-2).
+enum class QkNorm { kNone, kPerHead, kFull };
+
 const char* ArchKindName(ArchKind k);
 const char* NormKindName(NormKind k);
 const char* ActivationName(Activation a);
@@ -44,11 +48,28 @@ struct MoeSpec {
   int64_t num_shared_experts = 0;   // experts every token goes through
   int64_t shared_ffn_hidden_size = 0;  // intermediate size of the shared expert(s), total
   bool shared_expert_gate = false;  // sigmoid gate on the shared expert (Qwen2-MoE)
+  bool router_bias = false;         // the router Linear has a bias (GPT-OSS)
+  bool expert_bias = false;         // expert matrices have biases (GPT-OSS)
+
   // Layer i is an MoE layer iff (i + 1) % layer_freq == 0 and i is not in dense_layers.
   int64_t layer_freq = 1;
   std::vector<int64_t> dense_layers;
 
   bool enabled() const { return num_experts > 0; }
+};
+
+// Multi-head latent attention (DeepSeek-V2/V3): queries through an optional low-rank
+// bottleneck, keys and values through one shared compressed latent of kv_lora_rank plus a
+// rotary key part shared by all heads, each up-projected per head.
+struct MlaSpec {
+  int64_t q_lora_rank = 0;   // 0: queries projected directly from the hidden state
+  int64_t kv_lora_rank = 0;  // 0: no MLA
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+
+  bool enabled() const { return kv_lora_rank > 0; }
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
 struct ModelSpec {
@@ -77,7 +98,8 @@ struct ModelSpec {
 
   // Attention and MLP read the same input and are summed (GPT-J, GPT-NeoX, Falcon, PaLM).
   bool parallel_attn_mlp = false;
-  // Layer norms per block: 2 usually; 1 when a parallel block shares its input norm (Falcon-7B).
+  // Layer norms per block: 2 usually; 1 when a parallel block shares its input norm (Falcon-7B);
+  // 4 with norms before and after both sublayers (Gemma-2/3, GLM-4).
   int64_t norms_per_layer = 2;
   bool final_norm = true;  // a norm after the last block (false for BERT-style post-norm)
 
@@ -98,6 +120,21 @@ struct ModelSpec {
   double attention_dropout = 0.0;
 
   MoeSpec moe;
+  MlaSpec mla;  // with MLA, head_dim is the query/key head width (nope + rope)
+  QkNorm qk_norm = QkNorm::kNone;
+  bool attention_sinks = false;  // a learned logit per head joins every softmax (GPT-OSS)
+  bool lm_head_bias = false;     // the LM head has a bias (Phi-3.5-MoE)
+  // Sliding-window attention: `sliding_layers` of the layers attend to the last
+  // `sliding_window` tokens only (0: none). No parameters; it bounds attention's work.
+  int64_t sliding_window = 0;
+  int64_t sliding_layers = 0;
+  double attn_softcap = 0;  // tanh soft-capping of attention logits (Gemma-2); 0: none
+  // Multi-token-prediction modules a checkpoint carries beside the model (DeepSeek-V3); the
+  // HuggingFace model does not build them, so they are counted apart.
+  int64_t mtp_layers = 0;
+  // What a multimodal wrapper's config had that this spec leaves out (its text model is what
+  // is trained), e.g. "vision tower (siglip_vision_model) and multimodal projector".
+  std::string left_out;
 
   // Derived sizes.
   int64_t q_size() const { return num_heads * head_dim; }

@@ -15,19 +15,43 @@ int64_t Mlp(const ModelSpec& s, int64_t ffn, bool bias) {
   return up + Linear(ffn, s.hidden_size, bias);
 }
 
+// Attention: fused or separate q/k/v have the same count.
+int64_t Attention(const ModelSpec& s) {
+  const int64_t h = s.hidden_size;
+  int64_t n = 0;
+  if (s.mla.enabled()) {
+    // DeepSeek-V2/V3 (modeling_deepseek_v2/v3.py): the low-rank projections carry
+    // attention_bias, the up-projections none; an RMSNorm on each latent.
+    const MlaSpec& m = s.mla;
+    const int64_t q_out = s.num_heads * m.qk_head_dim();
+    n += m.q_lora_rank > 0
+             ? Linear(h, m.q_lora_rank, s.qkv_bias) + m.q_lora_rank + Linear(m.q_lora_rank, q_out, false)
+             : Linear(h, q_out, false);
+    n += Linear(h, m.kv_lora_rank + m.qk_rope_head_dim, s.qkv_bias) + m.kv_lora_rank +
+         Linear(m.kv_lora_rank, s.num_heads * (m.qk_nope_head_dim + m.v_head_dim), false);
+    n += Linear(s.num_heads * m.v_head_dim, h, s.attn_out_bias);
+  } else {
+    n += Linear(h, s.q_size() + 2 * s.kv_size(), s.qkv_bias) +
+         Linear(s.q_size(), h, s.attn_out_bias);
+  }
+  // q/k norms are RMSNorms (weight only) in every model that has them.
+  if (s.qk_norm == QkNorm::kPerHead) n += 2 * s.head_dim;
+  if (s.qk_norm == QkNorm::kFull) n += s.q_size() + s.kv_size();
+  if (s.attention_sinks) n += s.num_heads;
+  return n;
+}
+
 LayerParams CountLayer(const ModelSpec& s, bool moe_layer) {
   LayerParams p;
-  // Attention: fused or separate q/k/v have the same count.
-  p.attention = Linear(s.hidden_size, s.q_size() + 2 * s.kv_size(), s.qkv_bias) +
-                Linear(s.q_size(), s.hidden_size, s.attn_out_bias);
+  p.attention = Attention(s);
   p.norms = s.norms_per_layer * Norm(s);
   if (moe_layer) {
     p.moe = true;
     const MoeSpec& m = s.moe;
-    // Experts and routers carry no bias in Mixtral and Qwen2-MoE.
-    int64_t expert = Mlp(s, m.ffn_hidden_size, false);
+    int64_t expert = Mlp(s, m.ffn_hidden_size, m.expert_bias);
     p.mlp = m.num_experts * expert;
-    p.router = Linear(s.hidden_size, m.num_experts, false);
+    // (DeepSeek-V3's e_score_correction_bias is a buffer in transformers, not a parameter.)
+    p.router = Linear(s.hidden_size, m.num_experts, m.router_bias);
     if (m.num_shared_experts > 0) {
       p.shared_experts = Mlp(s, m.shared_ffn_hidden_size, false) +
                          (m.shared_expert_gate ? Linear(s.hidden_size, 1, false) : 0);
@@ -92,7 +116,8 @@ ParamCounts CountParams(const ModelSpec& s, HeadKind head, bool per_layer) {
 
   switch (head) {
     case HeadKind::kCausalLm:
-      c.lm_head = s.tied_embeddings ? 0 : s.vocab_size * s.embedding_width();
+      c.lm_head = (s.tied_embeddings ? 0 : s.vocab_size * s.embedding_width()) +
+                  (s.lm_head_bias ? s.vocab_size : 0);
       break;
     case HeadKind::kMaskedLm:
       // BertForMaskedLM / RobertaForMaskedLM: transform dense + norm, decoder weight tied to
@@ -110,6 +135,14 @@ ParamCounts CountParams(const ModelSpec& s, HeadKind head, bool per_layer) {
   int64_t outside_layers = c.embedding() + c.embedding_proj + c.final_norm + c.head();
   c.total = outside_layers + layers_total;
   c.active = outside_layers + layers_active;
+  if (s.mtp_layers > 0) {
+    // DeepSeek-V3's multi-token-prediction module as its checkpoint stores it: two RMSNorms
+    // (enorm, hnorm), eh_proj (2h -> h), one decoder layer (an MoE layer when layers are),
+    // the shared head's norm, and its own copies of the embedding and LM head.
+    const bool moe = s.IsMoeLayer(s.num_layers - 1);
+    c.mtp = s.mtp_layers * (3 * Norm(s) + Linear(2 * s.hidden_size, s.hidden_size, false) +
+                            CountLayer(s, moe).total() + 2 * s.vocab_size * s.hidden_size);
+  }
   return c;
 }
 

@@ -43,6 +43,9 @@ struct ParamCounts {
   int64_t head_extra = 0;      // pooler, or the masked-LM transform and output bias
   int64_t total = 0;
   int64_t active = 0;  // parameters used per token (differs from total for MoE)
+  // Parameters of modules a checkpoint carries that the HuggingFace model does not build
+  // (DeepSeek-V3's multi-token prediction), not in `total`.
+  int64_t mtp = 0;
 
   int64_t embedding() const {
     return token_embedding + position_embedding + token_type_embedding + embedding_norm;
