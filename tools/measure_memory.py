@@ -57,7 +57,17 @@ LLAMA_LIKE = {
     "qwen2": (151936, 4096, 22016, 32, 32, 32, 32768, "silu", False, True),
     "gemma": (256000, 3072, 24576, 28, 16, 16, 8192, "gelu_pytorch_tanh", True, False),
     "phi3": (32064, 3072, 8192, 32, 32, None, 4096, "silu", False, False),
+    "qwen3": (151936, 4096, 22016, 32, 32, 32, 32768, "silu", False, False),
+    "olmo2": (50304, 4096, 11008, 32, 32, None, 2048, "silu", False, False),
+    "gemma2": (256000, 2304, 9216, 26, 8, 4, 8192, "gelu_pytorch_tanh", True, False),
+    "gemma3_text": (262208, 2304, 9216, 26, 8, 4, 131072, "gelu_pytorch_tanh", True, False),
 }
+# Block variants of the 2026 families (transformers' modeling_<type>.py): q/k RMSNorm over each
+# head ("head") or the whole projection ("full"); norms after the sublayers instead of before
+# ("post", OLMo-2) or on both sides ("sandwich", Gemma-2/3).
+QK_NORM = {"qwen3": "head", "gemma3_text": "head", "olmo2": "full"}
+NORMS = {"olmo2": "post", "gemma2": "sandwich", "gemma3_text": "sandwich"}
+GEMMA = ("gemma", "gemma2", "gemma3_text")
 
 
 def parse_config(doc):
@@ -72,11 +82,16 @@ def parse_config(doc):
                  heads=doc.get("num_attention_heads", a), max_pos=doc.get("max_position_embeddings", mp),
                  act=doc.get("hidden_act", act), tied=doc.get("tie_word_embeddings", tied))
         c["kv_heads"] = doc.get("num_key_value_heads") or (kv if kv is not None else c["heads"])
-        c["head_dim"] = doc.get("head_dim") or (256 if t == "gemma" else c["hidden"] // c["heads"])
-        ab = doc.get("attention_bias", False) if t == "llama" else False
+        c["head_dim"] = doc.get("head_dim") or (256 if t in GEMMA else 128 if t == "qwen3"
+                                                else c["hidden"] // c["heads"])
+        ab = doc.get("attention_bias", False) if t in ("llama", "qwen3", "olmo2") else False
         c.update(qkv_bias=qb or ab, o_bias=ab, mlp_bias=doc.get("mlp_bias", False) if t == "llama" else False,
                  norm="rms", gated=True, pos="rotary", parallel=False, attn_dropout=doc.get("attention_dropout", 0.0),
-                 hidden_dropout=0.0, embed_scale=(t == "gemma"), gemma_norm=(t == "gemma"))
+                 hidden_dropout=0.0, embed_scale=(t in GEMMA), gemma_norm=(t in GEMMA),
+                 qk_norm=QK_NORM.get(t), norms=NORMS.get(t, "pre"),
+                 softcap=doc.get("attn_logit_softcapping", 50.0) if t == "gemma2" else None)
+        if t in GEMMA and "hidden_activation" in doc:
+            c["act"] = doc["hidden_activation"]
     elif t == "gpt2":
         h = doc.get("n_embd", 768)
         c.update(arch="gpt2", vocab=doc.get("vocab_size", 50257), hidden=h, layers=doc.get("n_layer", 12),
@@ -100,7 +115,8 @@ def parse_config(doc):
         c["head_dim"] = c["hidden"] // c["heads"]
     else:
         raise SystemExit(f"measure_memory.py: model_type {t!r} is not supported "
-                         "(llama, mistral, qwen2, gemma, phi3, gpt2, gpt_neox)")
+                         "(llama, mistral, qwen2, qwen3, olmo2, gemma, gemma2, gemma3_text, phi3, "
+                         "gpt2, gpt_neox)")
     return c
 
 
@@ -150,12 +166,14 @@ class Rotary(nn.Module):
         return emb.cos().to(dtype)[None, None], emb.sin().to(dtype)[None, None]
 
 
-def attention_core(q, k, v, mask, dropout_p, training, attn_impl):
+def attention_core(q, k, v, mask, dropout_p, training, attn_impl, softcap=None):
     """softmax(q k^T / sqrt(d) + mask) v, eager (scores kept) or fused SDPA."""
     if attn_impl == "sdpa":
         return F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                               dropout_p=dropout_p if training else 0.0)
     scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(q.shape[-1])
+    if softcap:  # Gemma-2: cap * tanh(scores / cap)
+        scores = torch.tanh(scores / softcap) * softcap
     scores = scores + mask
     probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
     probs = F.dropout(probs, p=dropout_p, training=training)
@@ -175,13 +193,26 @@ class Attention(nn.Module):
         else:
             self.qkv = nn.Linear(h, 3 * h, bias=c["qkv_bias"])
         self.o_proj = nn.Linear(self.nh * d, h, bias=c["o_bias"])
+        qk = c.get("qk_norm")
+        if qk:
+            gemma = c.get("gemma_norm", False)
+            self.q_norm = RMSNorm(d if qk == "head" else self.nh * d, gemma=gemma)
+            self.k_norm = RMSNorm(d if qk == "head" else self.nkv * d, gemma=gemma)
         if c["pos"] == "rotary":
             self.rot_dim = int(d * c.get("rotary_pct", 1.0))
 
     def forward(self, x, mask, rope, run):
         b, s, _ = x.shape
         c = self.c
-        if c["arch"] == "llama":
+        if c["arch"] == "llama" and c.get("qk_norm") == "head":  # Qwen3, Gemma-3
+            q = self.q_norm(self.q_proj(x).view(b, s, self.nh, self.d)).transpose(1, 2)
+            k = self.k_norm(self.k_proj(x).view(b, s, self.nkv, self.d)).transpose(1, 2)
+            v = self.v_proj(x).view(b, s, self.nkv, self.d).transpose(1, 2)
+        elif c["arch"] == "llama" and c.get("qk_norm") == "full":  # OLMo-2
+            q = self.q_norm(self.q_proj(x)).view(b, s, self.nh, self.d).transpose(1, 2)
+            k = self.k_norm(self.k_proj(x)).view(b, s, self.nkv, self.d).transpose(1, 2)
+            v = self.v_proj(x).view(b, s, self.nkv, self.d).transpose(1, 2)
+        elif c["arch"] == "llama":
             q = self.q_proj(x).view(b, s, self.nh, self.d).transpose(1, 2)
             k = self.k_proj(x).view(b, s, self.nkv, self.d).transpose(1, 2)
             v = self.v_proj(x).view(b, s, self.nkv, self.d).transpose(1, 2)
@@ -209,10 +240,11 @@ class Attention(nn.Module):
             k = k[:, :, None].expand(b, self.nkv, rep, s, self.d).reshape(b, self.nh, s, self.d)
             v = v[:, :, None].expand(b, self.nkv, rep, s, self.d).reshape(b, self.nh, s, self.d)
         p = c["attn_dropout"] if run["dropout"] else 0.0
+        cap = c.get("softcap")
         if run["recompute"] == "selective":
-            o = ckpt.checkpoint(attention_core, q, k, v, mask, p, self.training, run["attn"])
+            o = ckpt.checkpoint(attention_core, q, k, v, mask, p, self.training, run["attn"], cap)
         else:
-            o = attention_core(q, k, v, mask, p, self.training, run["attn"])
+            o = attention_core(q, k, v, mask, p, self.training, run["attn"], cap)
         o = o.transpose(1, 2).contiguous().view(b, s, self.nh * self.d)
         return self.o_proj(o)
 
@@ -241,10 +273,18 @@ class Block(nn.Module):
         norm = (lambda: RMSNorm(c["hidden"], gemma=c.get("gemma_norm", False))) if c["norm"] == "rms" \
             else (lambda: nn.LayerNorm(c["hidden"]))
         self.ln1, self.ln2 = norm(), norm()
+        if c.get("norms") == "sandwich":  # post_attention_layernorm, post_feedforward_layernorm
+            self.ln3, self.ln4 = norm(), norm()
         self.attn, self.mlp = Attention(c), Mlp(c)
 
     def forward(self, x, mask, rope, run):
         p = self.c["hidden_dropout"] if run["dropout"] else 0.0
+        if self.c.get("norms") == "post":  # OLMo-2: x + norm(sublayer(x))
+            x = x + self.ln1(self.attn(x, mask, rope, run))
+            return x + self.ln2(self.mlp(x))
+        if self.c.get("norms") == "sandwich":  # Gemma-2/3: x + post(sublayer(pre(x)))
+            x = x + self.ln3(self.attn(self.ln1(x), mask, rope, run))
+            return x + self.ln4(self.mlp(self.ln2(x)))
         if self.c["parallel"]:
             a = F.dropout(self.attn(self.ln1(x), mask, rope, run), p, self.training)
             m = F.dropout(self.mlp(self.ln2(x)), p, self.training)

@@ -49,7 +49,8 @@ double AttnDropout(const ModelSpec& m, const TrainingSpec& t) {
 //    so the output is counted here once.
 //  RMSNorm as HuggingFace writes it: x.float(); x.pow(2).mean() keeps x and x^2 (mean saves its
 //    input); rsqrt keeps its output (per token); x * rsqrt keeps x; weight * x_norm.to(dtype)
-//    keeps x_norm in the activation dtype; the output y is kept by the next Linear. In 16-bit
+//    keeps x_norm in the activation dtype (fp32 in Gemma's (1 + w) form); the output y is kept
+//    by the next Linear. In 16-bit
 //    the float() copy of x is new and fp32, and the 16-bit input itself is not kept.
 int64_t EagerNormSaved(const ModelSpec& m, int64_t tokens, int64_t e, bool include_input) {
   int64_t th = tokens * m.hidden_size;
@@ -57,7 +58,20 @@ int64_t EagerNormSaved(const ModelSpec& m, int64_t tokens, int64_t e, bool inclu
     return (include_input ? th * e : 0) + th * e + 2 * tokens * kF32;
   }
   int64_t x32 = (e == kF32) ? (include_input ? th * kF32 : 0) : th * kF32;
-  return x32 + th * kF32 /*x^2*/ + tokens * kF32 /*rsqrt*/ + th * e /*x_norm*/ + th * e /*y*/;
+  // Gemma's form, (x_norm * (1 + w.float())).to(dtype), keeps x_norm in fp32.
+  const int64_t x_norm = m.model_type.starts_with("gemma") ? kF32 : e;
+  return x32 + th * kF32 /*x^2*/ + tokens * kF32 /*rsqrt*/ + th * x_norm + th * e /*y*/;
+}
+
+// Bytes an HF RMSNorm keeps when nothing else keeps its input and its output goes to an op
+// that does not keep it (the rotation after a q/k norm, the residual add after a norm on a
+// sublayer's output): its fp32 input (the input itself in fp32, else its float() copy), x^2,
+// the per-row rsqrt and x_norm (fp32 in Gemma's (1 + w) form, else the activation dtype) —
+// EagerNormSaved without the input and the output. `elems` = rows x width.
+int64_t UnkeptNormSaved(const ModelSpec& m, int64_t elems, int64_t rows, int64_t e) {
+  const bool gemma = m.model_type.starts_with("gemma");
+  return elems * kF32 /*x32*/ + elems * kF32 /*x^2*/ + rows * kF32 /*rsqrt*/ +
+         elems * (gemma ? kF32 : e) /*x_norm*/;
 }
 
 // Transient bytes of a norm's backward (gradients of x_norm, x^2, x in fp32 with the input
@@ -98,6 +112,9 @@ EagerShape MakeEagerShape(const ModelSpec& m, const TrainingSpec& t, const Paral
 struct EagerNorms {
   int64_t norm1 = 0;  // the attention's norm (or the layer input, without norms)
   int64_t norm2 = 0;  // the MLP's norm
+  // Norms on the attention's and the MLP's outputs (Gemma-2/3, GLM-4, OLMo-2): their backward
+  // runs first in their sublayer's.
+  int64_t post1 = 0, post2 = 0;
 };
 
 EagerNorms EagerNormsSaved(const ModelSpec& m, const EagerShape& x) {
@@ -119,9 +136,23 @@ EagerNorms EagerNormsSaved(const ModelSpec& m, const EagerShape& x) {
   int64_t mlp_consumers = m.gated_mlp ? 2 : 1;
   // The layer input is kept by the first norm (pre-norm) or by the residual's norm.
   EagerNorms n;
+  const int64_t th = x.norm_tokens * x.w.h;
+  if (m.norm_placement == NormPlacement::kPostSublayer) {
+    // x + Norm(Sublayer(x)) (OLMo-2): the projections keep the stream itself (under autocast,
+    // their 16-bit casts), and each norm works on a sublayer's output.
+    auto input = [&](int64_t consumers) { return x.autocast ? consumers * th * x.e : th * x.e; };
+    n.norm1 = input(attn_consumers);
+    n.norm2 = input(mlp_consumers);
+    n.post1 = n.post2 = UnkeptNormSaved(m, th, x.norm_tokens, x.e);
+    return n;
+  }
   n.norm1 = norm_saved(true, attn_consumers);
-  if (m.norms_per_layer == 2) n.norm2 = norm_saved(!m.parallel_attn_mlp, mlp_consumers);
+  if (m.norms_per_layer >= 2) n.norm2 = norm_saved(!m.parallel_attn_mlp, mlp_consumers);
   if (m.norms_per_layer == 0) n.norm1 = x.norm_tokens * x.w.h * (x.autocast ? kF32 : x.e);
+  if (m.norms_per_layer == 4) {
+    // Gemma-2/3, GLM-4: a norm on each sublayer's output too, before the residual add.
+    n.post1 = n.post2 = UnkeptNormSaved(m, th, x.norm_tokens, x.e);
+  }
   return n;
 }
 
@@ -144,6 +175,8 @@ EagerCore EagerCoreSaved(const ModelSpec& m, const TrainingSpec& t, const EagerS
   // masked copy to the matmul with v).
   double attn_p = AttnDropout(m, t);
   c.saved = att * kF32;
+  // Soft-capping (Gemma-2: cap x tanh(scores / cap)) keeps tanh's output.
+  if (m.attn_softcap > 0) c.saved += att * e;
   if (x.autocast) {
     // The scores come out fp32 (the fp32 mask promotes them); the matmul with v keeps its
     // own 16-bit cast of the (dropped-out) probabilities.
@@ -181,6 +214,14 @@ EagerAttention EagerAttentionSaved(const ModelSpec& m, const TrainingSpec& t, co
   // projection output itself is never kept.
   int64_t kv_kept = gqa ? w.q : w.kv;
   a.qkv = tokens * (w.q + 2 * kv_kept) * e;
+  if (m.qk_norm != QkNorm::kNone) {
+    // RMSNorms on the projected queries and keys, before rotation (which keeps neither their
+    // inputs nor their outputs): per head (rows = tokens x heads) or over the whole width.
+    const bool per_head = m.qk_norm == QkNorm::kPerHead;
+    const int64_t kv_heads = w.kv / std::max<int64_t>(1, w.d);
+    a.qkv += UnkeptNormSaved(m, tokens * w.q, tokens * (per_head ? w.heads : 1), e) +
+             UnkeptNormSaved(m, tokens * w.kv, tokens * (per_head ? kv_heads : 1), e);
+  }
   a.core = EagerCoreSaved(m, t, x);
   if (t.recompute == Recompute::kSelective) {
     // Fused q/k/v projections whose q and k are rotated (new tensors) while v stays a view.
@@ -283,8 +324,10 @@ LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const Par
   LayerActivations out;
   double down_share = m.gated_mlp ? 1.0 / 3.0 : 0.5;
   out.backward = {{
+      {norms.post2 > 0 ? norm_bwd : 0, norms.post2, P::kNone, 0.0},
       {mlp.backward, mlp.saved + dropout_mask, P::kMlp, down_share},
       {norm_bwd, norms.norm2, P::kNorm, 0.0},
+      {norms.post1 > 0 ? norm_bwd : 0, norms.post1, P::kNone, 0.0},
       {q_bytes, attn.attn_out + dropout_mask, P::kAttnOut, 1.0},
       {core_backward, selective ? 0 : attn.core.saved, P::kNone, 0.0},
       {3 * q_bytes + stream, attn.qkv, P::kAttnQkv, 0.0},
@@ -317,6 +360,10 @@ LayerActivations MegatronLayer(const ModelSpec& m, const TrainingSpec& t, const 
   int64_t norms = 2 * (sb * w.h * e) / outside;  // 2 x norm input (2sbh)
   int64_t qkv_in = sb * w.h * e / outside;       // QKV input (2sbh)
   int64_t qkv = sb * (w.q + 2 * w.kv) * e;       // Q, K (4sbh) and V (2sbh)
+  // qk_layernorm: the norms keep their inputs (the projected q and k) and fp32 statistics.
+  if (m.qk_norm != QkNorm::kNone) qkv += sb * (w.q + w.kv) * e + 2 * sb * w.heads * kF32;
+  // Norms on the sublayers' outputs keep those outputs.
+  if (m.norms_per_layer == 4) norms += 2 * (sb * w.h * e) / outside;
   int64_t att = sh.b * w.heads * sh.s * sh.s;
   int64_t core = 0;
   if (t.flash_attn) {
@@ -345,8 +392,10 @@ LayerActivations MegatronLayer(const ModelSpec& m, const TrainingSpec& t, const 
   int64_t stream = sb * w.h * e / outside;
   LayerActivations out;
   out.backward = {{
+      {0, 0, P::kNone, 0.0},  // (norms on the sublayers' outputs: counted in `norms`)
       {2 * sb * w.f * e, mlp + mlp_mask + mlp_in, P::kMlp, 0.5},
       {2 * stream, norms / 2, P::kNorm, 0.0},
+      {0, 0, P::kNone, 0.0},
       {sb * w.q * e, proj_in + attn_mask, P::kAttnOut, 1.0},
       {t.flash_attn ? 3 * sb * w.q * e : 2 * att * e + (selective ? core : 0), selective ? 0 : core,
        P::kNone, 0.0},

@@ -39,7 +39,7 @@ struct LayerActivations {
   int64_t recompute_saved = 0;  // with full recomputation: what the layer keeps (its input)
   // With full recomputation: what the recomputed forward brings back just before backward.
   int64_t recomputed = 0;
-  std::array<BackwardStep, 6> backward;  // sums of `frees` == saved (or recomputed)
+  std::array<BackwardStep, 8> backward;  // sums of `frees` == saved (or recomputed)
   int64_t backward_transient() const;  // largest transient of the steps
 };
 

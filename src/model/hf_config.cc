@@ -504,6 +504,7 @@ void ReadOlmo2(Builder& b) {
   const bool bias = b.r().Bool("attention_bias", false);
   s.qkv_bias = s.attn_out_bias = bias;
   s.qk_norm = QkNorm::kFull;
+  s.norm_placement = NormPlacement::kPostSublayer;
 }
 
 // GlmConfig / Glm4Config defaults: q/k/v biases (attention_bias; o_proj never), a fused

@@ -39,6 +39,8 @@ const char* PositionKindName(PositionKind p);
 enum class NormPlacement {
   kPreNorm,   // x + Attn(LN(x)); x + MLP(LN(x)): two norms a layer, final norm (GPT-2, Llama)
   kPostNorm,  // LN(x + Attn(x)); LN(x + MLP(x)): two norms a layer, no final norm (BERT)
+  // x + LN(Attn(x)); x + LN(MLP(x)): norms on the sublayers' outputs, final norm (OLMo-2)
+  kPostSublayer,
 };
 
 struct MoeSpec {

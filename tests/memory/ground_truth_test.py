@@ -66,6 +66,23 @@ ARCHS = {
     "neox-parallel": {"model_type": "gpt_neox", "vocab_size": 512, "hidden_size": 128,
                       "intermediate_size": 512, "num_hidden_layers": 2,
                       "num_attention_heads": 4, "rotary_pct": 0.25},
+    # 2026 blocks: q/k RMSNorm per head (Qwen3), over the whole projection with norms after the
+    # sublayers (OLMo-2), norms on both sides of each sublayer with Gemma's (1 + w) RMSNorm and
+    # head_dim != hidden / heads, soft-capped logits (Gemma-2) or q/k norms (Gemma-3).
+    "qwen3-qknorm": {"model_type": "qwen3", "vocab_size": 512, "hidden_size": 128,
+                     "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+                     "num_key_value_heads": 2, "head_dim": 32},
+    "olmo2-postnorm": {"model_type": "olmo2", "vocab_size": 512, "hidden_size": 128,
+                       "intermediate_size": 256, "num_hidden_layers": 2,
+                       "num_attention_heads": 4, "num_key_value_heads": 2},
+    "gemma2-sandwich": {"model_type": "gemma2", "vocab_size": 512, "hidden_size": 96,
+                        "intermediate_size": 256, "num_hidden_layers": 2,
+                        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+                        "sliding_window": 64},
+    "gemma3-sandwich-qknorm": {"model_type": "gemma3_text", "vocab_size": 512,
+                               "hidden_size": 96, "intermediate_size": 256,
+                               "num_hidden_layers": 2, "num_attention_heads": 4,
+                               "num_key_value_heads": 2, "head_dim": 32, "sliding_window": 64},
 }
 
 # (arch, micro_batch, seq_len, precision, optimizer, recompute)
@@ -111,6 +128,22 @@ GRID = [
     ("gpt2", 2, 128, "bf16", "adamw", "none"),
     ("gpt2", 2, 128, "bf16", "adam", "full"),
     ("neox-parallel", 2, 128, "bf16", "adamw", "selective"),
+    ("qwen3-qknorm", 2, 128, "fp32", "adamw", "none"),
+    ("qwen3-qknorm", 2, 128, "bf16-pure", "adamw", "selective"),
+    ("qwen3-qknorm", 1, 128, "fp32", "adamw", "full"),
+    ("qwen3-qknorm", 2, 128, "bf16", "adamw", "none"),
+    ("olmo2-postnorm", 2, 128, "fp32", "adamw", "none"),
+    ("olmo2-postnorm", 2, 128, "bf16-pure", "sgdm", "selective"),
+    ("olmo2-postnorm", 1, 128, "fp32", "adamw", "full"),
+    ("olmo2-postnorm", 2, 128, "bf16", "adamw", "none"),
+    ("gemma2-sandwich", 2, 128, "fp32", "adamw", "none"),
+    ("gemma2-sandwich", 2, 128, "bf16-pure", "adamw", "selective"),
+    ("gemma2-sandwich", 1, 128, "fp32", "adam", "full"),
+    ("gemma2-sandwich", 2, 128, "bf16", "adamw", "none"),
+    ("gemma3-sandwich-qknorm", 2, 128, "fp32", "adamw", "none"),
+    ("gemma3-sandwich-qknorm", 2, 128, "bf16-pure", "adamw", "none"),
+    ("gemma3-sandwich-qknorm", 1, 128, "fp32", "sgd", "full"),
+    ("gemma3-sandwich-qknorm", 2, 128, "bf16", "adamw", "selective"),
 ]
 
 
