@@ -354,12 +354,12 @@ struct PerfOptions : PredictOptions {
   bool uncalibrated = false;
 };
 
-// The network of `gpu` nodes in `cluster`, or one node of up to 8 GPUs on 25 GB/s.
-Result<Network> NetworkFor(const std::string& cluster, const GpuType& gpu, int64_t gpus) {
+// The network of `gpu` nodes in `cluster`, or the class's default (DefaultNetwork); `why`
+// names the one assumed.
+Result<Network> NetworkFor(const std::string& cluster, const GpuType& gpu, int64_t gpus,
+                           std::string* why) {
   Network net;
-  net.gpus_per_node = std::min<int64_t>(8, std::max<int64_t>(1, gpus));
-  net.inter_node_gbs = 25;
-  if (cluster.empty()) return net;
+  if (cluster.empty()) return DefaultNetwork(gpu, gpus, why);
   ASSIGN_OR_RETURN(Cluster c, ResolveCluster(cluster, GpuCatalog::Default()));
   bool found = false;
   for (const auto& node : c.nodes) {
@@ -369,6 +369,8 @@ Result<Network> NetworkFor(const std::string& cluster, const GpuType& gpu, int64
     found = true;
   }
   if (!found) return InvalidArgument("cluster " + c.name + " has no " + gpu.name, {}, "--gpu");
+  *why = fmt::format("{}'s {} nodes: {} GPUs each, {:g} GB/s per node", c.name, gpu.name,
+                     net.gpus_per_node, net.inter_node_gbs);
   return net;
 }
 
@@ -386,7 +388,8 @@ void RunPerf(PerfOptions o) {
     }
     o.plan.dp = o.gpus / fixed;
   }
-  auto net = NetworkFor(o.cluster, **g, o.plan.gpus());
+  std::string network;
+  auto net = NetworkFor(o.cluster, **g, o.plan.gpus(), &network);
   if (!net.ok()) return Fail(net.status());
   GpuEfficiency raw = EfficiencyOf(**g);
   raw.training_scale = 1.0;  // MAMF alone: what tools/fit_perf_calibration.py fits against
@@ -413,6 +416,9 @@ void RunPerf(PerfOptions o) {
                         {"mfu", perf->mfu},
                         {"model_flops_per_token", perf->model_flops_per_token},
                         {"breakdown", breakdown},
+                        {"network", {{"gpus_per_node", net->gpus_per_node},
+                                     {"inter_node_gbs", net->inter_node_gbs},
+                                     {"assumed", network}}},
                         {"layout", LayoutToJson(o.train, o.plan)}};
     return PrintJson(j);
   }
@@ -426,6 +432,7 @@ void RunPerf(PerfOptions o) {
   for (const auto& [k, v] : breakdown.items()) {
     fmt::print("    {:<12} {:>9.4f} s\n", k, v.get<double>());
   }
+  fmt::print("  network: {}\n", network);
 }
 
 // ---- plan ----------------------------------------------------------------------------------

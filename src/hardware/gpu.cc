@@ -52,6 +52,7 @@ nlohmann::json GpuType::ToJson() const {
   SetOpt(j, "tf32_tflops", tf32_tflops);
   j["fp32_tflops"] = fp32_tflops;
   SetOpt(j, "fp8_tflops", fp8_tflops);
+  SetOpt(j, "fp4_tflops", fp4_tflops);
   j["mem_bw_gbs"] = mem_bw_gbs;
   j["link"] = LinkKindName(link);
   j["link_gbs"] = link_gbs;
@@ -98,6 +99,7 @@ Result<GpuCatalog> GpuCatalog::Parse(std::string_view text, const std::string& w
     g.tf32_tflops = r.OptDouble("tf32_tflops");
     g.fp32_tflops = r.Double("fp32_tflops");
     g.fp8_tflops = r.OptDouble("fp8_tflops");
+    g.fp4_tflops = r.OptDouble("fp4_tflops");
     g.mem_bw_gbs = r.Double("mem_bw_gbs");
     std::string link = r.String("link");
     g.link_gbs = r.Double("link_gbs");
@@ -124,6 +126,7 @@ Result<GpuCatalog> GpuCatalog::Parse(std::string_view text, const std::string& w
     for (const auto& [field, v] : {std::pair{"bf16_tflops", g.bf16_tflops},
                                    std::pair{"tf32_tflops", g.tf32_tflops},
                                    std::pair{"fp8_tflops", g.fp8_tflops},
+                                   std::pair{"fp4_tflops", g.fp4_tflops},
                                    std::pair{"price_per_hour", g.price_per_hour}}) {
       if (v && !(*v > 0)) r.Error(field, "must be positive (or null when not supported)");
     }

@@ -36,6 +36,7 @@ struct GpuType {
   std::optional<double> tf32_tflops;
   double fp32_tflops = 0;  // non-tensor FP32
   std::optional<double> fp8_tflops;
+  std::optional<double> fp4_tflops;  // dense FP4 (Blackwell, MI355X); null: none
   double mem_bw_gbs = 0;  // GB/s
   LinkKind link = LinkKind::kPcie;
   double link_gbs = 0;  // per-GPU intra-node bandwidth, GB/s, bidirectional as vendors quote it

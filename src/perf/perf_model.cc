@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include "perf/perf_model.h"
 
 #include <algorithm>
@@ -304,6 +305,38 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t, cons
   b.dp_comm_s = DataParallelS(t, p, in, links);
   b.optimizer_s = OptimizerS(t, p, in);
   return Summarize(t, p, in, b);
+}
+
+
+Network DefaultNetwork(const GpuType& gpu, int64_t gpus, std::string* why) {
+  Network net;
+  net.gpus_per_node = std::min<int64_t>(8, std::max<int64_t>(1, gpus));
+  const std::string& n = gpu.name;
+  auto starts = [&](const char* p) { return n.rfind(p, 0) == 0; };
+  std::string what;
+  if (gpu.link == LinkKind::kNvlink || gpu.link == LinkKind::kInfinityFabric) {
+    // Per GPU one NIC: 400 Gb/s ConnectX-7 on DGX H100/H200/B200 (NVIDIA DGX H100 and DGX B200
+    // user guides: 8 x 400 Gb/s InfiniBand/Ethernet compute ports), 200 Gb/s HDR on DGX A100
+    // (DGX A100 user guide: 8 x ConnectX-6 200 Gb/s), 100 Gb/s on DGX-1 V100 (4 x EDR for 8
+    // GPUs: 50 GB/s a node); AMD MI300X-class platforms pair each GPU with a 400 Gb/s NIC as
+    // HGX does (AMD Instinct MI300X platform brief).
+    double nic_gbits = 400;
+    if (starts("A100") || starts("A800")) nic_gbits = 200;
+    if (starts("V100")) nic_gbits = 50;  // 4 x 100 Gb/s per 8 GPUs
+    if (starts("GB200")) nic_gbits = 800;  // ConnectX-8 per GPU (GB200 NVL72)
+    net.inter_node_gbs = static_cast<double>(net.gpus_per_node) * nic_gbits / 8.0;
+    what = fmt::format("{}-GPU {} nodes, {:g} Gb/s NIC per GPU: {:g} GB/s per node (no cluster "
+                       "given; --cluster uses its network)",
+                       net.gpus_per_node, gpu.link == LinkKind::kNvlink ? "NVLink" : "Infinity Fabric",
+                       nic_gbits, net.inter_node_gbs);
+  } else {
+    net.inter_node_gbs = 25;  // 2 x 100 GbE
+    what = fmt::format("{}-GPU PCIe nodes on 2 x 100 GbE: 25 GB/s per node (no cluster given; "
+                       "--cluster uses its network)",
+                       net.gpus_per_node);
+  }
+  if (why) *why = what;
+  return net;
 }
 
 }  // namespace frenzy

@@ -27,6 +27,12 @@ struct Network {
   double inter_node_gbs = 25;  // per node, GB/s (unidirectional, what one node can send)
 };
 
+// The network a job of `gpus` GPUs of type `gpu` gets when no cluster is named: the node a
+// cloud or an on-premise cluster of that class is built from. Server GPUs with NVLink or
+// Infinity Fabric come 8 to a node with a NIC per GPU (DGX/HGX-class); PCIe cards 8 to a node
+// behind a 200 Gb/s Ethernet pair. `why` says which (printed by `frenzy perf`).
+Network DefaultNetwork(const GpuType& gpu, int64_t gpus, std::string* why = nullptr);
+
 struct PerfBreakdown {
   double compute_s = 0;      // matmuls and elementwise work of forward + backward
   double recompute_s = 0;    // extra forward of activation recomputation

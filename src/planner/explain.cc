@@ -52,7 +52,8 @@ std::string ExplainTooLittleMemory(const Infeasible& why) {
 std::string ExplainInfeasible(const Infeasible& why) {
   switch (why.kind) {
     case InfeasibleKind::kGoalsUnmet:
-      return "plans fit in memory, but none meets the deadline or budget";
+      return "plans fit in memory, but none meets the deadline or budget (a GPU type whose "
+             "price is unknown never meets a budget)";
     case InfeasibleKind::kNoLayout:
       return "no layout of this model is possible here" +
              (why.error ? " (" + why.error->field + ": " + why.error->message + ")"

@@ -157,7 +157,8 @@ void ScorePlan(const JobSpec& job, const GpuType& g, const PerfEstimate& perf, P
 
 bool MeetsGoals(const JobSpec& job, const Plan& plan) {
   bool late = job.deadline_s && plan.total_s > *job.deadline_s;
-  bool dear = job.budget && plan.cost && *plan.cost > *job.budget;
+  // A GPU whose price is unknown cannot be shown to meet a budget: unknown is never free.
+  bool dear = job.budget && (!plan.cost || *plan.cost > *job.budget);
   return !late && !dear;
 }
 

@@ -29,8 +29,11 @@ TEST(Cluster, BundledClustersHaveTheAdvertisedShape) {
   Cluster sia64 = Bundled("sia64");  // 16 A100-40GB + 24 V100-32GB + 24 T4
   EXPECT_EQ(sia64.total_gpus(), 64);
   EXPECT_EQ(sia64.totals().size(), 3u);
+  Cluster b200 = Bundled("b200-128");  // 16 nodes of 8 B200
+  EXPECT_EQ(b200.total_gpus(), 128);
+  EXPECT_EQ(b200.nodes.size(), 16u);
   EXPECT_EQ(BundledClusterNames(),
-            (std::vector<std::string>{"cluster2048", "cluster64", "lab", "sia64"}));
+            (std::vector<std::string>{"b200-128", "cluster2048", "cluster64", "lab", "sia64"}));
 }
 
 TEST(Cluster, GroupsExpandToNamedNodes) {
@@ -50,7 +53,7 @@ TEST(Cluster, GroupsExpandToNamedNodes) {
 TEST(Cluster, RejectsBadFilesNamingTheField) {
   EXPECT_EQ(ParseError(R"({"name": "t"})").field(), "node_groups");
   EXPECT_EQ(ParseError(R"({"name": "t", "node_groups": [{"prefix": "a", "count": 1,
-      "gpu": "B300", "gpus_per_node": 8, "network_gbs": 25}]})").field(),
+      "gpu": "Z900", "gpus_per_node": 8, "network_gbs": 25}]})").field(),
             "node_groups[0].gpu");
   EXPECT_EQ(ParseError(R"({"name": "t", "node_groups": [{"prefix": "a", "count": 0,
       "gpu": "a100", "gpus_per_node": 8, "network_gbs": 25}]})").field(),

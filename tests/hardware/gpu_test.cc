@@ -9,7 +9,10 @@ TEST(GpuCatalog, DefaultHasEveryRequiredGpuWithSources) {
   const GpuCatalog& cat = GpuCatalog::Default();
   for (const char* name : {"V100-16GB", "V100-32GB", "T4", "A10", "A10G", "L4", "L40S", "A40",
                            "RTX-3090", "RTX-4090", "A100-40GB", "A100-80GB", "H100-80GB",
-                           "H100-PCIe", "H200", "MI250X", "MI300X"}) {
+                           "H100-PCIe", "H200", "MI250X", "MI300X",
+                           // 2026 (issue 16)
+                           "B200", "GB200", "B300", "H20", "H800", "A800", "RTX-5090", "MI325X",
+                           "MI355X"}) {
     const GpuType* g = cat.Find(name);
     ASSERT_NE(g, nullptr) << name;
     EXPECT_EQ(g->name, name);
@@ -19,6 +22,30 @@ TEST(GpuCatalog, DefaultHasEveryRequiredGpuWithSources) {
     EXPECT_GT(g->link_gbs, 0) << name;
     EXPECT_NE(g->source.find("https://"), std::string::npos) << name;
   }
+}
+
+TEST(GpuCatalog, EveryGpuHasAPriceOrSaysItIsUnknown) {
+  for (const GpuType& g : GpuCatalog::Default().gpus()) {
+    if (g.price_per_hour) {
+      EXPECT_NE(g.price_source.find("https://"), std::string::npos) << g.name;
+    } else {
+      EXPECT_TRUE(g.price_source.starts_with("unknown") || g.price_source.starts_with("not found"))
+          << g.name << ": " << g.price_source;
+    }
+  }
+}
+
+TEST(GpuCatalog, BlackwellFiguresAreDense) {
+  // NVIDIA's HGX B200 table: 4.5 PFLOPS FP8 and 9 PFLOPS FP4 per GPU with sparsity halved
+  // (its sparse figures are 9 and 18); 2.25 PFLOPS BF16 dense; 180 GB HBM3e at 7.7 TB/s.
+  const GpuType* b200 = GpuCatalog::Default().Find("B200");
+  ASSERT_NE(b200, nullptr);
+  EXPECT_DOUBLE_EQ(*b200->bf16_tflops, 2250);
+  EXPECT_DOUBLE_EQ(*b200->fp8_tflops, 4500);
+  EXPECT_DOUBLE_EQ(*b200->fp4_tflops, 9000);
+  EXPECT_GT(b200->memory_bytes, int64_t{179} << 30);
+  // Hopper has no FP4.
+  EXPECT_FALSE(GpuCatalog::Default().Find("H100-80GB")->fp4_tflops.has_value());
 }
 
 TEST(GpuCatalog, KnownFigures) {

@@ -305,6 +305,35 @@ TEST(Planner, BudgetBelowTheCheapestPlanIsInfeasible) {
   for (const Plan& p : within.plans) EXPECT_LE(*p.cost, *j.budget);
 }
 
+TEST(Planner, ABudgetNeverAdmitsAGpuOfUnknownPrice) {
+  // cluster64's V100-32GB and RTX-3090 have no price: without a budget they are planned; with
+  // any budget, however large, only priced plans remain (unknown is never free).
+  PlannerOptions all;
+  all.top = std::numeric_limits<int64_t>::max();
+  JobSpec j = Job("llama-2-7b");
+  PlanResult open = Plan_(j, Bundled("cluster64"), all);
+  ASSERT_TRUE(std::any_of(open.plans.begin(), open.plans.end(),
+                          [](const Plan& p) { return !p.cost; }));
+  j.budget = 1e12;
+  PlanResult budgeted = Plan_(j, Bundled("cluster64"), all);
+  ASSERT_FALSE(budgeted.plans.empty());
+  for (const Plan& p : budgeted.plans) EXPECT_TRUE(p.cost) << p.gpu;
+}
+
+TEST(Planner, The2026FamiliesArePlannedOnABlackwellCluster) {
+  // Every new family's largest zoo model trains on 128 B200s (DeepSeek-V3 needs 122 of them
+  // without expert parallelism); each plan fits its GPUs.
+  for (const char* m : {"qwen3-32b", "qwen3-235b-a22b", "gemma-2-27b", "gemma-3-27b",
+                        "deepseek-v2-lite", "deepseek-v3", "gpt-oss-120b", "olmo-2-7b", "phi-4",
+                        "starcoder2-15b", "mistral-small-3.1-24b", "llama-3.3-70b",
+                        "qwen2.5-72b", "smollm2-1.7b"}) {
+    PlanResult r = Plan_(Job(m, 1e11, 512, 4096), Bundled("b200-128"));
+    ASSERT_FALSE(r.plans.empty()) << m << ": " << Why(r);
+    EXPECT_EQ(r.plans[0].gpu, "B200") << m;
+    EXPECT_LE(r.plans[0].device_bytes, r.plans[0].gpu_memory_bytes) << m;
+  }
+}
+
 TEST(Planner, BadJobsAreErrors) {
   JobSpec j = Job("gpt2");
   j.tokens = 0;
@@ -467,7 +496,9 @@ TEST(ExplainPlan, SaysWhyNothingFitsAndWhatWould) {
             "of them (TP=8 PP=2 DP=1, full recomputation). More GPUs of a type (to shard "
             "further) or GPUs with more memory would fit it.");
   r.infeasible = Infeasible{InfeasibleKind::kGoalsUnmet, {}, {}, {}};
-  EXPECT_EQ(ExplainPlan(r, {}), "plans fit in memory, but none meets the deadline or budget");
+  EXPECT_EQ(ExplainPlan(r, {}),
+            "plans fit in memory, but none meets the deadline or budget (a GPU type whose price "
+            "is unknown never meets a budget)");
   r.infeasible = Infeasible{InfeasibleKind::kNoLayout, {}, {}, {}};
   EXPECT_EQ(ExplainPlan(r, {}), "no layout of this model is possible here with these pins");
   r.infeasible->error = LayoutError{"tp", "must divide the heads"};

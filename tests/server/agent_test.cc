@@ -793,7 +793,8 @@ TEST(AgentCatalogName, MapsDriverNamesToCatalogNames) {
   EXPECT_EQ(CatalogGpuName("NVIDIA L40S"), "L40S");
   EXPECT_EQ(CatalogGpuName("A100-80GB"), "A100-80GB");  // already a catalog name
   // Unknown to the catalog: passed through unchanged.
-  EXPECT_EQ(CatalogGpuName("NVIDIA B200"), "NVIDIA B200");
+  EXPECT_EQ(CatalogGpuName("NVIDIA Z900"), "NVIDIA Z900");  // unknown: as the driver says
+  EXPECT_EQ(CatalogGpuName("NVIDIA B200"), "B200");
   EXPECT_EQ(CatalogGpuName("NVIDIA A100 80GB PCIe"), "NVIDIA A100 80GB PCIe");
 }
 

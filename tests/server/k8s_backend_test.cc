@@ -642,7 +642,7 @@ const char* kNodesJson = R"({
      "spec": {"unschedulable": true},
      "status": {"allocatable": {"nvidia.com/gpu": 4},
                 "conditions": [{"type": "Ready", "status": "True"}]}},
-    {"metadata": {"name": "gpu-c", "labels": {"nvidia.com/gpu.product": "NVIDIA-B200"}},
+    {"metadata": {"name": "gpu-c", "labels": {"nvidia.com/gpu.product": "NVIDIA-Z900"}},
      "status": {"allocatable": {"nvidia.com/gpu": "8"},
                 "conditions": [{"type": "Ready", "status": "False"}]}},
     {"metadata": {"name": "gpu-d",
@@ -664,7 +664,7 @@ TEST(K8sNodes, ParsesAllocatableGpusAndProductLabels) {
   EXPECT_EQ((*nodes)[1].gpus, 4);
   EXPECT_FALSE((*nodes)[1].up);  // cordoned
   EXPECT_EQ((*nodes)[2].name, "gpu-c");
-  EXPECT_EQ((*nodes)[2].gpu, "NVIDIA-B200");  // unknown to the catalog: the label as is
+  EXPECT_EQ((*nodes)[2].gpu, "NVIDIA-Z900");  // unknown to the catalog: the label as is
   EXPECT_FALSE((*nodes)[2].up);               // not Ready
 }
 
