@@ -61,11 +61,13 @@ LLAMA_LIKE = {
     "olmo2": (50304, 4096, 11008, 32, 32, None, 2048, "silu", False, False),
     "gemma2": (256000, 2304, 9216, 26, 8, 4, 8192, "gelu_pytorch_tanh", True, False),
     "gemma3_text": (262208, 2304, 9216, 26, 8, 4, 131072, "gelu_pytorch_tanh", True, False),
+    "mixtral": (32000, 4096, 14336, 32, 32, 8, 131072, "silu", False, False),
+    "qwen3_moe": (151936, 2048, 6144, 24, 32, 4, 32768, "silu", False, False),
 }
 # Block variants of the 2026 families (transformers' modeling_<type>.py): q/k RMSNorm over each
 # head ("head") or the whole projection ("full"); norms after the sublayers instead of before
 # ("post", OLMo-2) or on both sides ("sandwich", Gemma-2/3).
-QK_NORM = {"qwen3": "head", "gemma3_text": "head", "olmo2": "full"}
+QK_NORM = {"qwen3": "head", "qwen3_moe": "head", "gemma3_text": "head", "olmo2": "full"}
 NORMS = {"olmo2": "post", "gemma2": "sandwich", "gemma3_text": "sandwich"}
 GEMMA = ("gemma", "gemma2", "gemma3_text")
 
@@ -92,6 +94,16 @@ def parse_config(doc):
                  softcap=doc.get("attn_logit_softcapping", 50.0) if t == "gemma2" else None)
         if t in GEMMA and "hidden_activation" in doc:
             c["act"] = doc["hidden_activation"]
+        if t == "mixtral":  # every layer sparse, experts of intermediate_size, top-k renormalised
+            c.update(experts=doc.get("num_local_experts", 8), top_k=doc.get("num_experts_per_tok", 2),
+                     expert_ffn=c["ffn"], norm_topk=True, moe_layers=set(range(c["layers"])))
+        if t == "qwen3_moe":
+            step = doc.get("decoder_sparse_step", 1)
+            dense = set(doc.get("mlp_only_layers") or [])
+            c.update(experts=doc.get("num_experts", 128), top_k=doc.get("num_experts_per_tok", 8),
+                     expert_ffn=doc.get("moe_intermediate_size", 768),
+                     norm_topk=doc.get("norm_topk_prob", False),
+                     moe_layers={i for i in range(c["layers"]) if i not in dense and (i + 1) % step == 0})
     elif t == "gpt2":
         h = doc.get("n_embd", 768)
         c.update(arch="gpt2", vocab=doc.get("vocab_size", 50257), hidden=h, layers=doc.get("n_layer", 12),
@@ -266,8 +278,37 @@ class Mlp(nn.Module):
         return self.down_proj(self.act(self.up_proj(x)))
 
 
-class Block(nn.Module):
+class SparseMoe(nn.Module):
+    """Mixtral's / Qwen3-MoE's eager block: softmax router, top-k, a loop over the experts that
+    gathers each one's tokens and index_adds its weighted output (transformers v4.4x-4.5x)."""
+
     def __init__(self, c):
+        super().__init__()
+        self.k, self.norm_topk = c["top_k"], c["norm_topk"]
+        self.gate = nn.Linear(c["hidden"], c["experts"], bias=False)
+        self.experts = nn.ModuleList(Mlp(dict(c, ffn=c["expert_ffn"], mlp_bias=False))
+                                     for _ in range(c["experts"]))
+
+    def forward(self, x):
+        b, s, h = x.shape
+        x = x.view(-1, h)
+        logits = self.gate(x)
+        w = F.softmax(logits, dim=1, dtype=torch.float)
+        w, chosen = torch.topk(w, self.k, dim=-1)
+        if self.norm_topk:
+            w = w / w.sum(dim=-1, keepdim=True)
+        w = w.to(x.dtype)
+        out = torch.zeros((b * s, h), dtype=x.dtype, device=x.device)
+        mask = F.one_hot(chosen, num_classes=len(self.experts)).permute(2, 1, 0)
+        for e, expert in enumerate(self.experts):
+            idx, top_x = torch.where(mask[e])
+            y = expert(x[None, top_x].reshape(-1, h)) * w[top_x, idx, None]
+            out.index_add_(0, top_x, y.to(x.dtype))
+        return out.view(b, s, h)
+
+
+class Block(nn.Module):
+    def __init__(self, c, layer=0):
         super().__init__()
         self.c = c
         norm = (lambda: RMSNorm(c["hidden"], gemma=c.get("gemma_norm", False))) if c["norm"] == "rms" \
@@ -275,7 +316,8 @@ class Block(nn.Module):
         self.ln1, self.ln2 = norm(), norm()
         if c.get("norms") == "sandwich":  # post_attention_layernorm, post_feedforward_layernorm
             self.ln3, self.ln4 = norm(), norm()
-        self.attn, self.mlp = Attention(c), Mlp(c)
+        self.attn = Attention(c)
+        self.mlp = SparseMoe(c) if layer in c.get("moe_layers", ()) else Mlp(c)
 
     def forward(self, x, mask, rope, run):
         p = self.c["hidden_dropout"] if run["dropout"] else 0.0
@@ -303,7 +345,7 @@ class Decoder(nn.Module):
         if c["pos"] == "rotary":
             # Computed once per forward and shared by the layers (HuggingFace >= 4.45).
             self.rotary = Rotary(int(c["head_dim"] * c.get("rotary_pct", 1.0)))
-        self.blocks = nn.ModuleList(Block(c) for _ in range(c["layers"]))
+        self.blocks = nn.ModuleList(Block(c, i) for i in range(c["layers"]))
         self.norm = RMSNorm(c["hidden"], gemma=c.get("gemma_norm", False)) if c["norm"] == "rms" \
             else nn.LayerNorm(c["hidden"])
         self.lm_head = nn.Linear(c["hidden"], c["vocab"], bias=False)

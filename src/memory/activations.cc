@@ -117,7 +117,7 @@ struct EagerNorms {
   int64_t post1 = 0, post2 = 0;
 };
 
-EagerNorms EagerNormsSaved(const ModelSpec& m, const EagerShape& x) {
+EagerNorms EagerNormsSaved(const ModelSpec& m, const EagerShape& x, bool moe_layer) {
   // A norm feeding separate q, k and v projections pays three 16-bit casts under autocast.
   bool fused_qkv = m.model_type == "gpt2" || m.model_type == "gpt_neox" ||
                    m.model_type == "bloom" || m.model_type == "falcon" || m.model_type == "phi3";
@@ -133,7 +133,8 @@ EagerNorms EagerNormsSaved(const ModelSpec& m, const EagerShape& x) {
     return kept + consumers * th * x.e;  // the consumers' 16-bit casts of the output
   };
   int64_t attn_consumers = fused_qkv ? 1 : 3;
-  int64_t mlp_consumers = m.gated_mlp ? 2 : 1;
+  // An MoE layer's norm feeds the router (the experts read gathered copies).
+  int64_t mlp_consumers = moe_layer ? 1 : m.gated_mlp ? 2 : 1;
   // The layer input is kept by the first norm (pre-norm) or by the residual's norm.
   EagerNorms n;
   const int64_t th = x.norm_tokens * x.w.h;
@@ -266,10 +267,25 @@ EagerMlp EagerMlpSaved(const ModelSpec& m, const ParallelPlan& p, const EagerSha
     mlp.backward = relu ? 2 * tf : tf;
   }
   if (moe_layer) {
-    // Routed tokens: each token visits top-k experts; router logits and probabilities (fp32).
-    int64_t k = m.moe.experts_per_token;
-    mlp.saved = mlp.saved * k + x.tokens * m.moe.num_experts * kF32 * 2 + x.tokens * k * (kF32 + 8);
-    mlp.backward *= k;
+    // transformers' eager sparse block (Mixtral, Qwen-MoE, DeepSeek): each token visits top-k
+    // experts; per routed token the expert keeps its gathered input, its MLP tensors, its
+    // output (kept by the multiply with the routing weight) and the weighted output
+    // (index_add_ keeps its source), the weight itself and the token's index; per token the
+    // router's fp32 softmax and the top-k indices.
+    // Under autocast the stream is fp32: each expert matrix that reads the gathered input keeps
+    // its own 16-bit cast (nothing keeps the fp32 gather) and the weighted output is fp32.
+    const int64_t k = m.moe.experts_per_token;
+    const int64_t routed = x.tokens * k;
+    const int64_t h = x.w.h;
+    const int64_t per_routed =
+        x.autocast ? h * ((m.gated_mlp ? 2 : 1) * x.e + x.e + kF32) + kF32 + 8
+                   : 3 * h * x.e + x.e + 8;
+    mlp.saved = mlp.saved * k + routed * per_routed + x.tokens * m.moe.num_experts * kF32 +
+                routed * 8;
+    // Backward runs expert by expert (an even share of the routed tokens each), accumulating
+    // the gradient of the block's input.
+    mlp.backward = mlp.backward * k / std::max<int64_t>(1, m.moe.num_experts) +
+                   x.tokens * h * (x.autocast ? kF32 : x.e);
     if (m.moe.num_shared_experts > 0) {
       int64_t shared = x.tokens * (m.moe.shared_ffn_hidden_size / p.tp) * x.e;
       mlp.saved += (m.gated_mlp ? 4 : 2) * shared;
@@ -304,7 +320,7 @@ void ApplyLayerRecompute(const ModelSpec& m, const TrainingSpec& t, const EagerS
 LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
                             bool moe_layer) {
   const EagerShape x = MakeEagerShape(m, t, p, moe_layer);
-  const EagerNorms norms = EagerNormsSaved(m, x);
+  const EagerNorms norms = EagerNormsSaved(m, x, moe_layer);
   const EagerAttention attn = EagerAttentionSaved(m, t, x);
   const EagerMlp mlp = EagerMlpSaved(m, p, x, moe_layer);
   const int64_t tokens = x.tokens, e = x.e;

@@ -83,6 +83,15 @@ ARCHS = {
                                "hidden_size": 96, "intermediate_size": 256,
                                "num_hidden_layers": 2, "num_attention_heads": 4,
                                "num_key_value_heads": 2, "head_dim": 32, "sliding_window": 64},
+    # Sparse MoE blocks as transformers runs them eagerly: softmax router, top-k, a loop over
+    # the experts (Qwen3-MoE with its q/k norms; Mixtral with renormalised top-2).
+    "qwen3-moe": {"model_type": "qwen3_moe", "vocab_size": 512, "hidden_size": 128,
+                  "intermediate_size": 256, "moe_intermediate_size": 64, "num_hidden_layers": 2,
+                  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+                  "num_experts": 8, "num_experts_per_tok": 2},
+    "mixtral-moe": {"model_type": "mixtral", "vocab_size": 512, "hidden_size": 128,
+                    "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                    "num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 2},
 }
 
 # (arch, micro_batch, seq_len, precision, optimizer, recompute)
@@ -144,6 +153,14 @@ GRID = [
     ("gemma3-sandwich-qknorm", 2, 128, "bf16-pure", "adamw", "none"),
     ("gemma3-sandwich-qknorm", 1, 128, "fp32", "sgd", "full"),
     ("gemma3-sandwich-qknorm", 2, 128, "bf16", "adamw", "selective"),
+    ("qwen3-moe", 2, 128, "fp32", "adamw", "none"),
+    ("qwen3-moe", 2, 128, "bf16-pure", "adamw", "selective"),
+    ("qwen3-moe", 1, 128, "fp32", "adamw", "full"),
+    ("qwen3-moe", 2, 128, "bf16", "adamw", "none"),
+    ("mixtral-moe", 2, 128, "fp32", "adamw", "none"),
+    ("mixtral-moe", 2, 128, "bf16-pure", "sgdm", "selective"),
+    ("mixtral-moe", 1, 128, "fp32", "adamw", "full"),
+    ("mixtral-moe", 2, 128, "bf16", "adamw", "none"),
 ]
 
 
