@@ -63,6 +63,7 @@ LLAMA_LIKE = {
     "gemma3_text": (262208, 2304, 9216, 26, 8, 4, 131072, "gelu_pytorch_tanh", True, False),
     "mixtral": (32000, 4096, 14336, 32, 32, 8, 131072, "silu", False, False),
     "qwen3_moe": (151936, 2048, 6144, 24, 32, 4, 32768, "silu", False, False),
+    "deepseek_v3": (129280, 7168, 18432, 61, 128, 128, 4096, "silu", False, False),
 }
 # Block variants of the 2026 families (transformers' modeling_<type>.py): q/k RMSNorm over each
 # head ("head") or the whole projection ("full"); norms after the sublayers instead of before
@@ -97,6 +98,16 @@ def parse_config(doc):
         if t == "mixtral":  # every layer sparse, experts of intermediate_size, top-k renormalised
             c.update(experts=doc.get("num_local_experts", 8), top_k=doc.get("num_experts_per_tok", 2),
                      expert_ffn=c["ffn"], norm_topk=True, moe_layers=set(range(c["layers"])))
+        if t == "deepseek_v3":  # MLA; shared + routed experts after first_k_dense_replace
+            c.update(mla=dict(q_lora=doc.get("q_lora_rank", 1536), kv_lora=doc.get("kv_lora_rank", 512),
+                              nope=doc.get("qk_nope_head_dim", 128), rope=doc.get("qk_rope_head_dim", 64),
+                              v=doc.get("v_head_dim", 128)),
+                     experts=doc.get("n_routed_experts", 256), top_k=doc.get("num_experts_per_tok", 8),
+                     expert_ffn=doc.get("moe_intermediate_size", 2048), norm_topk=doc.get("norm_topk_prob", True),
+                     shared=doc.get("n_shared_experts", 1),
+                     moe_layers=set(range(doc.get("first_k_dense_replace", 3), c["layers"])))
+            c["kv_heads"] = c["heads"]
+            c["head_dim"] = c["mla"]["nope"] + c["mla"]["rope"]
         if t == "qwen3_moe":
             step = doc.get("decoder_sparse_step", 1)
             dense = set(doc.get("mlp_only_layers") or [])
@@ -261,6 +272,55 @@ class Attention(nn.Module):
         return self.o_proj(o)
 
 
+class MlaAttention(nn.Module):
+    """DeepSeek-V2/V3 multi-head latent attention, as transformers' eager DeepseekV3Attention."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.c, m = c, c["mla"]
+        h, self.nh = c["hidden"], c["heads"]
+        self.nope, self.rope, self.v, self.kl = m["nope"], m["rope"], m["v"], m["kv_lora"]
+        self.qk = self.nope + self.rope
+        if m["q_lora"]:
+            self.q_a_proj = nn.Linear(h, m["q_lora"], bias=False)
+            self.q_a_layernorm = RMSNorm(m["q_lora"])
+            self.q_b_proj = nn.Linear(m["q_lora"], self.nh * self.qk, bias=False)
+        else:
+            self.q_proj = nn.Linear(h, self.nh * self.qk, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(h, self.kl + self.rope, bias=False)
+        self.kv_a_layernorm = RMSNorm(self.kl)
+        self.kv_b_proj = nn.Linear(self.kl, self.nh * (self.nope + self.v), bias=False)
+        self.o_proj = nn.Linear(self.nh * self.v, h, bias=False)
+
+    def forward(self, x, mask, rope, run):
+        b, s, _ = x.shape
+        if hasattr(self, "q_proj"):
+            q = self.q_proj(x)
+        else:
+            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
+        q = q.view(b, s, self.nh, self.qk).transpose(1, 2)
+        q_pass, q_rot = torch.split(q, [self.nope, self.rope], dim=-1)
+        ckv = self.kv_a_proj_with_mqa(x)
+        k_pass, k_rot = torch.split(ckv, [self.kl, self.rope], dim=-1)
+        k_pass = self.kv_b_proj(self.kv_a_layernorm(k_pass)).view(b, s, self.nh, self.nope + self.v)
+        k_pass = k_pass.transpose(1, 2)
+        k_pass, v = torch.split(k_pass, [self.nope, self.v], dim=-1)
+        k_rot = k_rot.view(b, 1, s, self.rope)
+        cos, sin = rope
+        q_rot = q_rot * cos + rotate_half(q_rot) * sin
+        k_rot = k_rot * cos + rotate_half(k_rot) * sin
+        k_rot = k_rot.expand(*k_pass.shape[:-1], -1)
+        q = torch.cat((q_pass, q_rot), dim=-1)
+        k = torch.cat((k_pass, k_rot), dim=-1)
+        p = self.c["attn_dropout"] if run["dropout"] else 0.0
+        if run["recompute"] == "selective":
+            o = ckpt.checkpoint(attention_core, q, k, v, mask, p, self.training, run["attn"])
+        else:
+            o = attention_core(q, k, v, mask, p, self.training, run["attn"])
+        o = o.transpose(1, 2).contiguous().view(b, s, self.nh * self.v)
+        return self.o_proj(o)
+
+
 class Mlp(nn.Module):
     def __init__(self, c):
         super().__init__()
@@ -288,9 +348,13 @@ class SparseMoe(nn.Module):
         self.gate = nn.Linear(c["hidden"], c["experts"], bias=False)
         self.experts = nn.ModuleList(Mlp(dict(c, ffn=c["expert_ffn"], mlp_bias=False))
                                      for _ in range(c["experts"]))
+        # DeepSeek: one ungated shared MLP of moe_intermediate_size x n_shared_experts.
+        self.shared = (Mlp(dict(c, ffn=c["expert_ffn"] * c["shared"], mlp_bias=False))
+                       if c.get("shared") else None)
 
     def forward(self, x):
         b, s, h = x.shape
+        residual = x
         x = x.view(-1, h)
         logits = self.gate(x)
         w = F.softmax(logits, dim=1, dtype=torch.float)
@@ -304,7 +368,10 @@ class SparseMoe(nn.Module):
             idx, top_x = torch.where(mask[e])
             y = expert(x[None, top_x].reshape(-1, h)) * w[top_x, idx, None]
             out.index_add_(0, top_x, y.to(x.dtype))
-        return out.view(b, s, h)
+        out = out.view(b, s, h)
+        if self.shared is not None:
+            out = out + self.shared(residual)
+        return out
 
 
 class Block(nn.Module):
@@ -316,7 +383,7 @@ class Block(nn.Module):
         self.ln1, self.ln2 = norm(), norm()
         if c.get("norms") == "sandwich":  # post_attention_layernorm, post_feedforward_layernorm
             self.ln3, self.ln4 = norm(), norm()
-        self.attn = Attention(c)
+        self.attn = MlaAttention(c) if c.get("mla") else Attention(c)
         self.mlp = SparseMoe(c) if layer in c.get("moe_layers", ()) else Mlp(c)
 
     def forward(self, x, mask, rope, run):
@@ -344,7 +411,8 @@ class Decoder(nn.Module):
             self.pos = nn.Embedding(c["max_pos"], c["hidden"])
         if c["pos"] == "rotary":
             # Computed once per forward and shared by the layers (HuggingFace >= 4.45).
-            self.rotary = Rotary(int(c["head_dim"] * c.get("rotary_pct", 1.0)))
+            rot = c["mla"]["rope"] if c.get("mla") else int(c["head_dim"] * c.get("rotary_pct", 1.0))
+            self.rotary = Rotary(rot)
         self.blocks = nn.ModuleList(Block(c, i) for i in range(c["layers"]))
         self.norm = RMSNorm(c["hidden"], gemma=c.get("gemma_norm", False)) if c["norm"] == "rms" \
             else nn.LayerNorm(c["hidden"])

@@ -52,8 +52,9 @@ double AttnDropout(const ModelSpec& m, const TrainingSpec& t) {
 //    keeps x_norm in the activation dtype (fp32 in Gemma's (1 + w) form); the output y is kept
 //    by the next Linear. In 16-bit
 //    the float() copy of x is new and fp32, and the 16-bit input itself is not kept.
-int64_t EagerNormSaved(const ModelSpec& m, int64_t tokens, int64_t e, bool include_input) {
-  int64_t th = tokens * m.hidden_size;
+int64_t EagerNormSaved(const ModelSpec& m, int64_t tokens, int64_t e, bool include_input,
+                       int64_t width = 0) {
+  int64_t th = tokens * (width > 0 ? width : m.hidden_size);
   if (m.norm == NormKind::kLayerNorm) {
     return (include_input ? th * e : 0) + th * e + 2 * tokens * kF32;
   }
@@ -241,6 +242,20 @@ EagerAttention EagerAttentionSaved(const ModelSpec& m, const TrainingSpec& t, co
     }
   }
   a.attn_out = tokens * w.q * e;
+  if (m.mla.enabled()) {
+    // MLA (transformers' DeepseekV3Attention): the core keeps q and k of nope + rope (cat
+    // makes new tensors) and a copy of v (v_head_dim, a view of kv_b's output); o_proj keeps
+    // heads x v_head_dim. The latents' RMSNorms keep what a norm keeps, the query latent its
+    // input too (q_a's output, nothing else holds it), the kv latent in fp32 the whole
+    // kv_a output (its input is a view of it); both outputs are kept by the up-projections.
+    const MlaSpec& l = m.mla;
+    const int64_t v = w.heads * l.v_head_dim;
+    a.qkv = tokens * (2 * w.q + v) * e;
+    if (l.q_lora_rank > 0) a.qkv += EagerNormSaved(m, tokens, e, true, l.q_lora_rank);
+    a.qkv += EagerNormSaved(m, tokens, e, false, l.kv_lora_rank) +
+             (e == kF32 ? tokens * (l.kv_lora_rank + l.qk_rope_head_dim) * kF32 : 0);
+    a.attn_out = tokens * v * e;
+  }
   return a;
 }
 
@@ -466,7 +481,8 @@ int64_t EmbeddingActivationBytes(const ModelSpec& m, const TrainingSpec& t, cons
   }
   if (m.position == PositionKind::kRotary && !UsesMegatronKernels(t)) {
     // cos and sin tables, computed once per forward and kept by every layer's rotation.
-    bytes += 2 * sh.s * m.head_dim * stream_bytes;
+    const int64_t rotated = m.mla.enabled() ? m.mla.qk_rope_head_dim : m.head_dim;
+    bytes += 2 * sh.s * rotated * stream_bytes;
   }
   if (t.recompute != Recompute::kNone && !t.flash_attn && !UsesMegatronKernels(t)) {
     // The causal mask is an input of every checkpointed function, so it stays saved.

@@ -92,6 +92,15 @@ ARCHS = {
     "mixtral-moe": {"model_type": "mixtral", "vocab_size": 512, "hidden_size": 128,
                     "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
                     "num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 2},
+    # DeepSeek-V3's blocks: multi-head latent attention (query and kv latents with their
+    # RMSNorms, decoupled rotary part), a dense first layer, then routed + shared experts.
+    "deepseek-mla-moe": {"model_type": "deepseek_v3", "vocab_size": 512, "hidden_size": 128,
+                         "intermediate_size": 256, "moe_intermediate_size": 64,
+                         "num_hidden_layers": 3, "num_attention_heads": 4,
+                         "num_key_value_heads": 4, "q_lora_rank": 64, "kv_lora_rank": 32,
+                         "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
+                         "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
+                         "first_k_dense_replace": 1, "norm_topk_prob": True},
 }
 
 # (arch, micro_batch, seq_len, precision, optimizer, recompute)
@@ -161,6 +170,10 @@ GRID = [
     ("mixtral-moe", 2, 128, "bf16-pure", "sgdm", "selective"),
     ("mixtral-moe", 1, 128, "fp32", "adamw", "full"),
     ("mixtral-moe", 2, 128, "bf16", "adamw", "none"),
+    ("deepseek-mla-moe", 2, 128, "fp32", "adamw", "none"),
+    ("deepseek-mla-moe", 2, 128, "bf16-pure", "adamw", "selective"),
+    ("deepseek-mla-moe", 1, 128, "fp32", "adamw", "full"),
+    ("deepseek-mla-moe", 2, 128, "bf16", "adamw", "none"),
 ]
 
 
