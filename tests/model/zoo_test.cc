@@ -33,7 +33,7 @@ TEST(Zoo, HasTheRequiredModels) {
         "mistral-7b", "mixtral-8x7b", "mixtral-8x22b", "qwen2-7b", "qwen2-72b", "gemma-7b",
         "phi-3-mini-4k", "bert-base-uncased", "bert-large-uncased",
         // 2026 families (issue 16)
-        "llama-3.2-3b", "llama-3.3-70b", "qwen2.5-7b", "qwen2.5-72b", "qwen3-0.6b", "qwen3-1.7b",
+        "llama-3.2-1b", "llama-3.2-3b", "llama-3.3-70b", "qwen2.5-7b", "qwen2.5-72b", "qwen3-0.6b", "qwen3-1.7b",
         "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b",
         "gemma-2-9b", "gemma-2-27b", "gemma-3-1b", "gemma-3-4b", "gemma-3-12b", "gemma-3-27b",
         "deepseek-v2-lite", "deepseek-v3", "gpt-oss-20b", "gpt-oss-120b", "olmo-2-7b", "phi-4",
