@@ -64,6 +64,7 @@ LLAMA_LIKE = {
     "mixtral": (32000, 4096, 14336, 32, 32, 8, 131072, "silu", False, False),
     "qwen3_moe": (151936, 2048, 6144, 24, 32, 4, 32768, "silu", False, False),
     "deepseek_v3": (129280, 7168, 18432, 61, 128, 128, 4096, "silu", False, False),
+    "gpt_oss": (201088, 2880, 2880, 36, 64, 8, 131072, "silu", False, True),
 }
 # Block variants of the 2026 families (transformers' modeling_<type>.py): q/k RMSNorm over each
 # head ("head") or the whole projection ("full"); norms after the sublayers instead of before
@@ -87,7 +88,8 @@ def parse_config(doc):
         c["kv_heads"] = doc.get("num_key_value_heads") or (kv if kv is not None else c["heads"])
         c["head_dim"] = doc.get("head_dim") or (256 if t in GEMMA else 128 if t == "qwen3"
                                                 else c["hidden"] // c["heads"])
-        ab = doc.get("attention_bias", False) if t in ("llama", "qwen3", "olmo2") else False
+        ab = (doc.get("attention_bias", False) if t in ("llama", "qwen3", "olmo2")
+              else doc.get("attention_bias", True) if t == "gpt_oss" else False)
         c.update(qkv_bias=qb or ab, o_bias=ab, mlp_bias=doc.get("mlp_bias", False) if t == "llama" else False,
                  norm="rms", gated=True, pos="rotary", parallel=False, attn_dropout=doc.get("attention_dropout", 0.0),
                  hidden_dropout=0.0, embed_scale=(t in GEMMA), gemma_norm=(t in GEMMA),
@@ -98,6 +100,11 @@ def parse_config(doc):
         if t == "mixtral":  # every layer sparse, experts of intermediate_size, top-k renormalised
             c.update(experts=doc.get("num_local_experts", 8), top_k=doc.get("num_experts_per_tok", 2),
                      expert_ffn=c["ffn"], norm_topk=True, moe_layers=set(range(c["layers"])))
+        if t == "gpt_oss":  # sinks; experts with biases and a clamped SwiGLU; every layer sparse
+            c["head_dim"] = doc.get("head_dim") or 64
+            c.update(sinks=True, gpt_oss_moe=True, experts=doc.get("num_local_experts", 128),
+                     top_k=doc.get("num_experts_per_tok", 4), expert_ffn=c["ffn"],
+                     moe_layers=set(range(c["layers"])))
         if t == "deepseek_v3":  # MLA; shared + routed experts after first_k_dense_replace
             c.update(mla=dict(q_lora=doc.get("q_lora_rank", 1536), kv_lora=doc.get("kv_lora_rank", 512),
                               nope=doc.get("qk_nope_head_dim", 128), rope=doc.get("qk_rope_head_dim", 64),
@@ -189,6 +196,17 @@ class Rotary(nn.Module):
         return emb.cos().to(dtype)[None, None], emb.sin().to(dtype)[None, None]
 
 
+def attention_core_sinks(q, k, v, mask, sinks, dropout_p, training):
+    """GPT-OSS's eager attention: a learned logit per head joins every row's softmax."""
+    scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(q.shape[-1]) + mask
+    b, h, s, _ = scores.shape
+    combined = torch.cat([scores, sinks.reshape(1, -1, 1, 1).expand(b, -1, s, -1)], dim=-1)
+    combined = combined - combined.max(dim=-1, keepdim=True).values
+    probs = F.softmax(combined, dim=-1, dtype=combined.dtype)[..., :-1]
+    probs = F.dropout(probs, p=dropout_p, training=training)
+    return torch.matmul(probs, v)
+
+
 def attention_core(q, k, v, mask, dropout_p, training, attn_impl, softcap=None):
     """softmax(q k^T / sqrt(d) + mask) v, eager (scores kept) or fused SDPA."""
     if attn_impl == "sdpa":
@@ -216,6 +234,8 @@ class Attention(nn.Module):
         else:
             self.qkv = nn.Linear(h, 3 * h, bias=c["qkv_bias"])
         self.o_proj = nn.Linear(self.nh * d, h, bias=c["o_bias"])
+        if c.get("sinks"):
+            self.sinks = nn.Parameter(torch.zeros(self.nh))
         qk = c.get("qk_norm")
         if qk:
             gemma = c.get("gemma_norm", False)
@@ -264,7 +284,12 @@ class Attention(nn.Module):
             v = v[:, :, None].expand(b, self.nkv, rep, s, self.d).reshape(b, self.nh, s, self.d)
         p = c["attn_dropout"] if run["dropout"] else 0.0
         cap = c.get("softcap")
-        if run["recompute"] == "selective":
+        if c.get("sinks"):
+            if run["recompute"] == "selective":
+                o = ckpt.checkpoint(attention_core_sinks, q, k, v, mask, self.sinks, p, self.training)
+            else:
+                o = attention_core_sinks(q, k, v, mask, self.sinks, p, self.training)
+        elif run["recompute"] == "selective":
             o = ckpt.checkpoint(attention_core, q, k, v, mask, p, self.training, run["attn"], cap)
         else:
             o = attention_core(q, k, v, mask, p, self.training, run["attn"], cap)
@@ -374,6 +399,47 @@ class SparseMoe(nn.Module):
         return out
 
 
+class GptOssMoe(nn.Module):
+    """transformers' GptOssMLP on CPU / in training: a router with a bias, softmax over the
+    top-k logits, experts with biases and a clamped SwiGLU, looped over the experts hit."""
+
+    def __init__(self, c):
+        super().__init__()
+        h, f, e = c["hidden"], c["expert_ffn"], c["experts"]
+        self.k = c["top_k"]
+        self.router = nn.Linear(h, e, bias=True)
+        self.gate_up_proj = nn.Parameter(torch.randn(e, h, 2 * f) * 0.02)
+        self.gate_up_proj_bias = nn.Parameter(torch.zeros(e, 2 * f))
+        self.down_proj = nn.Parameter(torch.randn(e, f, h) * 0.02)
+        self.down_proj_bias = nn.Parameter(torch.zeros(e, h))
+        self.alpha, self.limit = 1.702, 7.0
+
+    def forward(self, x):
+        b, s, h = x.shape
+        x = x.reshape(-1, h)
+        logits = self.router(x)
+        top, chosen = torch.topk(logits, self.k, dim=-1)
+        top = F.softmax(top, dim=1, dtype=top.dtype)
+        scores = torch.zeros_like(logits).scatter_(1, chosen, top)
+        out = torch.zeros_like(x)
+        with torch.no_grad():
+            mask = F.one_hot(chosen, num_classes=scores.shape[1]).permute(2, 1, 0)
+            hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
+        for e in hit[:]:
+            e = e[0]
+            with torch.no_grad():
+                _, tok = torch.where(mask[e])
+            cur = x[tok]
+            gate_up = cur @ self.gate_up_proj[e] + self.gate_up_proj_bias[e]
+            gate, up = gate_up[..., ::2], gate_up[..., 1::2]
+            gate = gate.clamp(min=None, max=self.limit)
+            up = up.clamp(min=-self.limit, max=self.limit)
+            glu = gate * torch.sigmoid(gate * self.alpha)
+            y = ((up + 1) * glu) @ self.down_proj[e] + self.down_proj_bias[e]
+            out.index_add_(0, tok, (y * scores[tok, e, None]).to(x.dtype))
+        return out.view(b, s, h)
+
+
 class Block(nn.Module):
     def __init__(self, c, layer=0):
         super().__init__()
@@ -384,7 +450,8 @@ class Block(nn.Module):
         if c.get("norms") == "sandwich":  # post_attention_layernorm, post_feedforward_layernorm
             self.ln3, self.ln4 = norm(), norm()
         self.attn = MlaAttention(c) if c.get("mla") else Attention(c)
-        self.mlp = SparseMoe(c) if layer in c.get("moe_layers", ()) else Mlp(c)
+        sparse = layer in c.get("moe_layers", ())
+        self.mlp = (GptOssMoe(c) if c.get("gpt_oss_moe") else SparseMoe(c)) if sparse else Mlp(c)
 
     def forward(self, x, mask, rope, run):
         p = self.c["hidden_dropout"] if run["dropout"] else 0.0

@@ -392,9 +392,11 @@ def deep_array(depth):
 
 
 def llama_config():
-    """An HF config.json of a llama model, from tests/data/hf_configs."""
-    folder = os.path.join(ROOT, "tests", "data", "hf_configs")
+    """An HF config.json of a llama model, from the zoo's files (data/models)."""
+    folder = os.path.join(ROOT, "data", "models")
     for name in sorted(os.listdir(folder)):
+        if not name.endswith(".json"):
+            continue
         with open(os.path.join(folder, name)) as f:
             doc = json.load(f)
         cfg = doc.get("config", doc)

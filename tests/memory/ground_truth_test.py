@@ -101,6 +101,13 @@ ARCHS = {
                          "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
                          "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
                          "first_k_dense_replace": 1, "norm_topk_prob": True},
+    # GPT-OSS: attention with biases and a sink logit per head, experts with biases and a
+    # clamped SwiGLU stacked in one parameter, a router with a bias.
+    "gpt-oss-sinks-moe": {"model_type": "gpt_oss", "vocab_size": 512, "hidden_size": 128,
+                          "intermediate_size": 64, "num_hidden_layers": 2,
+                          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+                          "num_local_experts": 8, "num_experts_per_tok": 2,
+                          "sliding_window": 64},
 }
 
 # (arch, micro_batch, seq_len, precision, optimizer, recompute)
@@ -174,6 +181,10 @@ GRID = [
     ("deepseek-mla-moe", 2, 128, "bf16-pure", "adamw", "selective"),
     ("deepseek-mla-moe", 1, 128, "fp32", "adamw", "full"),
     ("deepseek-mla-moe", 2, 128, "bf16", "adamw", "none"),
+    ("gpt-oss-sinks-moe", 2, 128, "fp32", "adamw", "none"),
+    ("gpt-oss-sinks-moe", 2, 128, "bf16-pure", "adamw", "selective"),
+    ("gpt-oss-sinks-moe", 1, 128, "fp32", "adamw", "full"),
+    ("gpt-oss-sinks-moe", 2, 128, "bf16", "adamw", "none"),
 ]
 
 
