@@ -94,7 +94,8 @@ def parse_config(doc):
                  norm="rms", gated=True, pos="rotary", parallel=False, attn_dropout=doc.get("attention_dropout", 0.0),
                  hidden_dropout=0.0, embed_scale=(t in GEMMA), gemma_norm=(t in GEMMA),
                  qk_norm=QK_NORM.get(t), norms=NORMS.get(t, "pre"),
-                 softcap=doc.get("attn_logit_softcapping", 50.0) if t == "gemma2" else None)
+                 softcap=doc.get("attn_logit_softcapping", 50.0) if t == "gemma2" else None,
+                 final_softcap=doc.get("final_logit_softcapping", 30.0) if t == "gemma2" else None)
         if t in GEMMA and "hidden_activation" in doc:
             c["act"] = doc["hidden_activation"]
         if t == "mixtral":  # every layer sparse, experts of intermediate_size, top-k renormalised
@@ -504,6 +505,9 @@ class Decoder(nn.Module):
             else:
                 x = blk(x, mask, rope, run)
         logits = self.lm_head(self.norm(x))
+        if self.c.get("final_softcap"):  # Gemma-2: cap * tanh(logits / cap)
+            cap = self.c["final_softcap"]
+            logits = torch.tanh(logits / cap) * cap
         if logits.requires_grad:
             logits.register_hook(mark_phase("backward"))
         return logits

@@ -71,7 +71,7 @@ void RunInspect(const InspectOptions& o) {
              s.num_layers, s.hidden_size, s.num_heads, s.num_kv_heads, s.head_dim, attn,
              s.ffn_hidden_size, MlpKindName(s), s.vocab_size);
   fmt::print("  norm {} ({}-norm), position {}, max positions {}, tied embeddings {}{}\n",
-             NormKindName(s.norm), s.norm_placement == NormPlacement::kPreNorm ? "pre" : "post",
+             NormKindName(s.norm), NormPlacementName(s.norm_placement),
              PositionKindName(s.position), s.max_positions, s.tied_embeddings ? "yes" : "no",
              s.parallel_attn_mlp ? ", parallel attention/MLP" : "");
   if (s.moe.enabled()) {

@@ -291,8 +291,8 @@ EagerMlp EagerMlpSaved(const ModelSpec& m, const ParallelPlan& p, const EagerSha
     mlp.backward = relu ? 2 * tf : tf;
   }
   if (moe_layer) {
-    // transformers' eager sparse block (Mixtral, Qwen-MoE, DeepSeek): each token visits top-k
-    // experts; per routed token the expert keeps its gathered input, its MLP tensors, its
+    // transformers' eager sparse block (Mixtral, Qwen-MoE; DeepSeek as below): each token
+    // visits top-k experts; per routed token the expert keeps its gathered input, its MLP tensors, its
     // output (kept by the multiply with the routing weight) and the weighted output
     // (index_add_ keeps its source), the weight itself and the token's index; per token the
     // router's fp32 softmax and the top-k indices.
@@ -324,6 +324,13 @@ EagerMlp EagerMlpSaved(const ModelSpec& m, const ParallelPlan& p, const EagerSha
                    : 3 * h * x.e + x.e + 8;
     mlp.saved = mlp.saved * k + routed * per_routed + x.tokens * m.moe.num_experts * kF32 +
                 routed * 8;
+    if (m.model_type == "deepseek_v3" && !x.autocast && x.e != kF32) {
+      // DeepSeek-V3 (transformers' DeepseekV3MoE, read, not measured): the router runs in
+      // fp32 on fp32 copies of its input and weight, and the routed outputs are accumulated
+      // in the fp32 routing weights' dtype.
+      mlp.saved += routed * h * (kF32 - x.e) + x.tokens * h * kF32 +
+                   m.moe.num_experts * h * kF32;
+    }
     // Backward runs expert by expert (an even share of the routed tokens each), accumulating
     // the gradient of the block's input.
     mlp.backward = mlp.backward * k / std::max<int64_t>(1, m.moe.num_experts) +
@@ -561,6 +568,8 @@ OutputActivations OutputActivationBytes(const ModelSpec& m, const TrainingSpec& 
   // logits keeps the log-softmax output. Backward: the NLL gradient and the log-softmax
   // gradient (both fp32 and vocab-wide) are alive together with the saved log-softmax.
   int64_t loss_bytes = t.loss_fp32 ? kF32 : e;
+  // Soft-capped logits (Gemma-2: cap x tanh(logits / cap)) keep tanh's output.
+  if (m.final_softcap > 0) out.saved += tokens * vocab * e;
   out.logits_held = tokens * vocab * e;
   out.loss_saved = tokens * vocab * loss_bytes;
   out.loss_backward_transient = 2 * tokens * vocab * loss_bytes;

@@ -10,7 +10,7 @@ namespace frenzy {
 namespace {
 
 // Field defaults below are those of the transformers configuration classes
-// (transformers/models/<type>/configuration_<type>.py, v4.40-v4.46) and the module
+// (transformers/models/<type>/configuration_<type>.py, v4.40-v4.57) and the module
 // constructors in modeling_<type>.py that decide which weights exist.
 
 class Builder {
@@ -29,7 +29,15 @@ class Builder {
     for (const char* key : keys) {
       if (r_.HasValue(key)) {
         keys_[spec_field] = key;
-        return r_.OptInt(key).value_or(0);
+        // Far beyond any real size and small enough that the readers' arithmetic cannot
+        // overflow (a product of two fields is bounded first); Validate() bounds each field.
+        constexpr int64_t kLimit = int64_t{1} << 40;
+        const int64_t v = r_.OptInt(key).value_or(0);
+        if (v > kLimit || v < -kLimit) {
+          r_.Error(key, "implausibly large: " + std::to_string(v));
+          return 0;
+        }
+        return v;
       }
     }
     keys_[spec_field] = *keys.begin();
@@ -121,6 +129,13 @@ class Builder {
   std::map<std::string, std::string> keys_;
 };
 
+// A list of layer indices as a sorted set (configs may repeat or reorder them).
+std::vector<int64_t> SortedLayers(std::vector<int64_t> layers) {
+  std::sort(layers.begin(), layers.end());
+  layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
+  return layers;
+}
+
 // Llama and its close relatives: RMSNorm, rotary, gated MLP, optional GQA.
 struct LlamaLike {
   int64_t vocab, hidden, ffn, layers, heads, max_pos;
@@ -195,7 +210,8 @@ void ReadQwen2Moe(Builder& b) {
   s.moe.num_shared_experts = s.moe.shared_ffn_hidden_size > 0 ? 1 : 0;
   s.moe.shared_expert_gate = s.moe.num_shared_experts > 0;
   s.moe.layer_freq = b.Int("moe.layer_freq", {"decoder_sparse_step"}, 1);
-  s.moe.dense_layers = b.r().IntList("mlp_only_layers");
+  s.moe.dense_layers = SortedLayers(b.r().IntList("mlp_only_layers"));
+  b.NoteKey("moe.dense_layers", "mlp_only_layers");
 }
 
 void ReadGemma(Builder& b) {
@@ -379,7 +395,9 @@ void SlidingLayers(Builder& b, int64_t fallback) {
   ModelSpec& s = b.spec();
   std::vector<std::string> types = b.r().StringList("layer_types");
   if (types.empty()) {
-    s.sliding_layers = s.sliding_window > 0 ? std::clamp<int64_t>(fallback, 0, s.num_layers) : 0;
+    s.sliding_layers =
+        s.sliding_window > 0 ? std::clamp<int64_t>(fallback, 0, std::max<int64_t>(0, s.num_layers))
+                             : 0;
     return;
   }
   if (static_cast<int64_t>(types.size()) != s.num_layers) {
@@ -417,7 +435,8 @@ void ReadQwen3Moe(Builder& b) {
   s.moe.experts_per_token = b.Int("moe.experts_per_token", {"num_experts_per_tok"}, 8);
   s.moe.ffn_hidden_size = b.Int("moe.ffn_hidden_size", {"moe_intermediate_size"}, 768);
   s.moe.layer_freq = b.Int("moe.layer_freq", {"decoder_sparse_step"}, 1);
-  s.moe.dense_layers = b.r().IntList("mlp_only_layers");
+  s.moe.dense_layers = SortedLayers(b.r().IntList("mlp_only_layers"));
+  b.NoteKey("moe.dense_layers", "mlp_only_layers");
 }
 
 // Gemma-2 and Gemma-3 text models: GeGLU, tied embeddings, head_dim 256, and four RMSNorms a
@@ -437,6 +456,7 @@ void ReadGemma2(Builder& b) {
   ReadGemmaNext(b, 256000, 8192);
   ModelSpec& s = b.spec();
   s.attn_softcap = b.Prob({"attn_logit_softcapping"}, 50.0);
+  s.final_softcap = b.Prob({"final_logit_softcapping"}, 30.0);
   SlidingLayers(b, (s.num_layers + 1) / 2);
 }
 
@@ -447,6 +467,7 @@ void ReadGemma3Text(Builder& b) {
   ModelSpec& s = b.spec();
   s.qk_norm = QkNorm::kPerHead;
   s.attn_softcap = b.Prob({"attn_logit_softcapping"}, 0.0);
+  s.final_softcap = b.Prob({"final_logit_softcapping"}, 0.0);
   const int64_t pattern = b.Int("sliding_window_pattern", {"sliding_window_pattern"}, 6);
   SlidingLayers(b, pattern > 0 ? s.num_layers - s.num_layers / pattern : s.num_layers);
 }
@@ -469,6 +490,10 @@ void ReadDeepseek(Builder& b, bool v3) {
                   : b.r().Has("q_lora_rank")     ? 0  // null: queries projected directly
                                                  : 1536;
   m.kv_lora_rank = b.Int("mla.kv_lora_rank", {"kv_lora_rank"}, 512);
+  if (m.kv_lora_rank <= 0) {
+    b.r().Error("kv_lora_rank", "must be positive (DeepSeek attention is latent), found " +
+                                    std::to_string(m.kv_lora_rank));
+  }
   m.qk_nope_head_dim = b.Int("mla.qk_nope_head_dim", {"qk_nope_head_dim"}, 128);
   m.qk_rope_head_dim = b.Int("mla.qk_rope_head_dim", {"qk_rope_head_dim"}, 64);
   m.v_head_dim = b.Int("mla.v_head_dim", {"v_head_dim"}, 128);
@@ -483,7 +508,10 @@ void ReadDeepseek(Builder& b, bool v3) {
   s.moe.ffn_hidden_size = b.Int("moe.ffn_hidden_size", {"moe_intermediate_size"}, v3 ? 2048 : 1407);
   s.moe.num_shared_experts = b.Int("moe.num_shared_experts", {"n_shared_experts"}, v3 ? 1 : 2);
   // The shared experts are one MLP of moe_intermediate_size x n_shared_experts, ungated.
-  s.moe.shared_ffn_hidden_size = s.moe.ffn_hidden_size * s.moe.num_shared_experts;
+  b.NoteKey("moe.shared_ffn_hidden_size", "n_shared_experts");
+  if (s.moe.ffn_hidden_size <= (int64_t{1} << 24) && s.moe.num_shared_experts <= (1 << 14)) {
+    s.moe.shared_ffn_hidden_size = s.moe.ffn_hidden_size * s.moe.num_shared_experts;
+  }
   const int64_t freq = b.Int("moe.layer_freq", {"moe_layer_freq"}, 1);
   const int64_t first_dense = b.Int("moe.dense_layers", {"first_k_dense_replace"}, v3 ? 3 : 0);
   // DeepSeek: layer i is MoE iff i >= first_k_dense_replace and i % moe_layer_freq == 0.

@@ -32,7 +32,7 @@ nlohmann::json ModelSpecToJson(const ModelSpec& s) {
   j["vocab_size"] = s.vocab_size;
   j["max_positions"] = s.max_positions;
   j["norm"] = NormKindName(s.norm);
-  j["norm_placement"] = s.norm_placement == NormPlacement::kPreNorm ? "pre" : "post";
+  j["norm_placement"] = NormPlacementName(s.norm_placement);
   j["norms_per_layer"] = s.norms_per_layer;
   j["final_norm"] = s.final_norm;
   j["activation"] = ActivationName(s.activation);
@@ -41,7 +41,24 @@ nlohmann::json ModelSpecToJson(const ModelSpec& s) {
   j["bias"] = {{"qkv", s.qkv_bias},
                {"attn_out", s.attn_out_bias},
                {"mlp", s.mlp_bias},
-               {"norm", s.norm_bias}};
+               {"norm", s.norm_bias},
+               {"lm_head", s.lm_head_bias}};
+  j["qk_norm"] = s.qk_norm == QkNorm::kNone      ? nullptr
+                 : s.qk_norm == QkNorm::kPerHead ? nlohmann::json("per_head")
+                                                 : nlohmann::json("full");
+  j["attention_sinks"] = s.attention_sinks;
+  j["sliding_window"] = s.sliding_window;
+  j["sliding_layers"] = s.sliding_layers;
+  j["attn_softcap"] = s.attn_softcap;
+  j["final_softcap"] = s.final_softcap;
+  if (s.mla.enabled()) {
+    j["mla"] = {{"q_lora_rank", s.mla.q_lora_rank},
+                {"kv_lora_rank", s.mla.kv_lora_rank},
+                {"qk_nope_head_dim", s.mla.qk_nope_head_dim},
+                {"qk_rope_head_dim", s.mla.qk_rope_head_dim},
+                {"v_head_dim", s.mla.v_head_dim}};
+  }
+  if (s.mtp_layers > 0) j["mtp_layers"] = s.mtp_layers;
   j["parallel_attn_mlp"] = s.parallel_attn_mlp;
   j["position_embedding"] = PositionKindName(s.position);
   j["tied_embeddings"] = s.tied_embeddings;
@@ -58,6 +75,8 @@ nlohmann::json ModelSpecToJson(const ModelSpec& s) {
                 {"num_shared_experts", s.moe.num_shared_experts},
                 {"shared_ffn_hidden_size", s.moe.shared_ffn_hidden_size},
                 {"shared_expert_gate", s.moe.shared_expert_gate},
+                {"router_bias", s.moe.router_bias},
+                {"expert_bias", s.moe.expert_bias},
                 {"layer_freq", s.moe.layer_freq},
                 {"dense_layers", s.moe.dense_layers},
                 {"num_moe_layers", s.num_moe_layers()}};

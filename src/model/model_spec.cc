@@ -24,6 +24,18 @@ const char* ActivationName(Activation a) {
   return "?";
 }
 
+const char* NormPlacementName(NormPlacement p) {
+  switch (p) {
+    case NormPlacement::kPreNorm:
+      return "pre";
+    case NormPlacement::kPostNorm:
+      return "post";
+    case NormPlacement::kPostSublayer:
+      return "post-sublayer";
+  }
+  return "?";
+}
+
 const char* PositionKindName(PositionKind p) {
   switch (p) {
     case PositionKind::kLearned:
@@ -38,10 +50,8 @@ const char* PositionKindName(PositionKind p) {
 
 bool ModelSpec::IsMoeLayer(int64_t layer) const {
   if (!moe.enabled()) return false;
-  if (std::find(moe.dense_layers.begin(), moe.dense_layers.end(), layer) !=
-      moe.dense_layers.end()) {
-    return false;
-  }
+  // dense_layers is sorted without repeats (Problems() checks it).
+  if (std::binary_search(moe.dense_layers.begin(), moe.dense_layers.end(), layer)) return false;
   return moe.layer_freq > 0 && (layer + 1) % moe.layer_freq == 0;
 }
 
@@ -76,8 +86,8 @@ std::vector<ModelSpec::Problem> ModelSpec::Problems() const {
   if (num_kv_heads > num_heads && num_heads > 0) {
     add("num_kv_heads", "must not exceed num_heads");
   }
-  if (norms_per_layer < 0 || norms_per_layer > 4) {
-    add("norms_per_layer", "must be 0 to 4");
+  if (norms_per_layer < 0 || norms_per_layer > 4 || norms_per_layer == 3) {
+    add("norms_per_layer", "must be 0, 1, 2 or 4");
   }
   if (mla.enabled()) {
     need_positive("mla.qk_rope_head_dim", mla.qk_rope_head_dim);
@@ -112,6 +122,16 @@ std::vector<ModelSpec::Problem> ModelSpec::Problems() const {
     }
     if (moe.num_shared_experts > 0) need_positive("moe.shared_ffn_hidden_size",
                                                   moe.shared_ffn_hidden_size);
+    if (!std::is_sorted(moe.dense_layers.begin(), moe.dense_layers.end()) ||
+        std::adjacent_find(moe.dense_layers.begin(), moe.dense_layers.end()) !=
+            moe.dense_layers.end()) {
+      add("moe.dense_layers", "must list layers in ascending order without repeats");
+    }
+    if (!moe.dense_layers.empty() &&
+        (moe.dense_layers.front() < 0 || moe.dense_layers.back() >= num_layers)) {
+      add("moe.dense_layers", "must list layers between 0 and num_layers - 1 (" +
+                                  std::to_string(num_layers - 1) + ")");
+    }
   } else if (moe.num_experts < 0) {
     add("moe.num_experts", "must not be negative");
   }

@@ -43,6 +43,8 @@ enum class NormPlacement {
   kPostSublayer,
 };
 
+const char* NormPlacementName(NormPlacement p);
+
 struct MoeSpec {
   int64_t num_experts = 0;          // 0: dense model
   int64_t experts_per_token = 0;    // top-k
@@ -127,10 +129,12 @@ struct ModelSpec {
   bool attention_sinks = false;  // a learned logit per head joins every softmax (GPT-OSS)
   bool lm_head_bias = false;     // the LM head has a bias (Phi-3.5-MoE)
   // Sliding-window attention: `sliding_layers` of the layers attend to the last
-  // `sliding_window` tokens only (0: none). No parameters; it bounds attention's work.
+  // `sliding_window` tokens only (0: none). No parameters, and no memory term (the masked
+  // scores have the full shape); the perf model does not yet use it.
   int64_t sliding_window = 0;
   int64_t sliding_layers = 0;
-  double attn_softcap = 0;  // tanh soft-capping of attention logits (Gemma-2); 0: none
+  double attn_softcap = 0;   // tanh soft-capping of attention logits (Gemma-2); 0: none
+  double final_softcap = 0;  // ... and of the output logits (Gemma-2: 30); 0: none
   // Multi-token-prediction modules a checkpoint carries beside the model (DeepSeek-V3); the
   // HuggingFace model does not build them, so they are counted apart.
   int64_t mtp_layers = 0;

@@ -142,7 +142,9 @@ Result<ModelSpec> ResolveModel(const std::string& name_or_path) {
                      name_or_path.front() != '/' && name_or_path.front() != '.';
   if (hf_id) {
     if (std::string cached = CachedConfig(name_or_path); !cached.empty()) {
-      return LoadHfConfigFile(cached);
+      // Named after the id (a hub config rarely names itself; its folder is a commit hash).
+      ASSIGN_OR_RETURN(std::string text, ReadFileToString(cached));
+      return ParseHfConfigText(text, cached, name_or_path);
     }
     return NotFound(
         "not in the zoo and not in the local HuggingFace cache ($HF_HUB_CACHE, $HF_HOME/hub or "

@@ -320,10 +320,13 @@ Network DefaultNetwork(const GpuType& gpu, int64_t gpus, std::string* why) {
     // (DGX A100 user guide: 8 x ConnectX-6 200 Gb/s), 100 Gb/s on DGX-1 V100 (4 x EDR for 8
     // GPUs: 50 GB/s a node); AMD MI300X-class platforms pair each GPU with a 400 Gb/s NIC as
     // HGX does (AMD Instinct MI300X platform brief).
+    // B300 pairs each GPU with an 800 Gb/s ConnectX-8 (DGX B300); GB200 NVL72 trays keep
+    // 400 Gb/s ConnectX-7 per GPU (its 72-GPU NVLink domain is not modelled: nodes of 8);
+    // MI250X nodes (Frontier-class) have about 200 Gb/s per package.
     double nic_gbits = 400;
-    if (starts("A100") || starts("A800")) nic_gbits = 200;
+    if (starts("A100") || starts("A800") || starts("MI250")) nic_gbits = 200;
     if (starts("V100")) nic_gbits = 50;  // 4 x 100 Gb/s per 8 GPUs
-    if (starts("GB200")) nic_gbits = 800;  // ConnectX-8 per GPU (GB200 NVL72)
+    if (starts("B300")) nic_gbits = 800;
     net.inter_node_gbs = static_cast<double>(net.gpus_per_node) * nic_gbits / 8.0;
     what = fmt::format("{}-GPU {} nodes, {:g} Gb/s NIC per GPU: {:g} GB/s per node (no cluster "
                        "given; --cluster uses its network)",

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "model/hf_config.h"
 #include "model/param_count.h"
 #include "model/zoo.h"
@@ -181,6 +183,22 @@ TEST(NewFamilies, MultimodalWrappersTrainTheirTextModel) {
   EXPECT_NE(e.find("wraps a text model of type 'mamba'"), std::string::npos) << e;
 }
 
+TEST(NewFamilies, HostileSizesAndLayerListsAreErrorsNamingTheField) {
+  // Sizes that would overflow the readers' arithmetic, and layer lists the per-layer lookups
+  // would crawl through, are refused with the config's own field name.
+  std::string e = Error(R"({"model_type": "gemma2", "num_hidden_layers": 9223372036854775807})");
+  EXPECT_NE(e.find("'num_hidden_layers': implausibly large"), std::string::npos) << e;
+  e = Error(R"({"model_type": "qwen3_moe", "mlp_only_layers": [3, 100000]})");
+  EXPECT_NE(e.find("'mlp_only_layers'"), std::string::npos) << e;
+  e = Error(R"({"model_type": "deepseek_v3", "kv_lora_rank": 0})");
+  EXPECT_NE(e.find("'kv_lora_rank'"), std::string::npos) << e;
+  // Repeats and disorder are a set: layers 3 and 5 dense.
+  ModelSpec s = Parse(R"({"model_type": "qwen3_moe", "num_hidden_layers": 6,
+      "mlp_only_layers": [5, 3, 3]})");
+  EXPECT_EQ(s.moe.dense_layers, (std::vector<int64_t>{3, 5}));
+  EXPECT_EQ(s.num_moe_layers(), 4);
+}
+
 TEST(NewFamilies, StateSpaceModelsAreRefusedWithTheReason) {
   for (const char* type : {"mamba", "falcon_mamba", "jamba"}) {
     std::string e = Error(std::string(R"({"model_type": ")") + type + R"("})");
@@ -200,13 +218,14 @@ TEST(NewFamilies, NamesAsUsersTypeThem) {
 
 TEST(NewFamilies, HuggingFaceIdsComeFromTheLocalCacheOnly) {
   namespace fs = std::filesystem;
-  const fs::path home = fs::temp_directory_path() / "frenzy-hf-cache-test";
+  const fs::path home = fs::temp_directory_path() /
+                        ("frenzy-hf-cache-test-" + std::to_string(::getpid()));
   fs::remove_all(home);
   const fs::path snap = home / "hub" / "models--acme--tiny-1b" / "snapshots" / "0123abcd";
   fs::create_directories(snap);
   std::ofstream(snap / "config.json") << R"({"model_type": "llama", "vocab_size": 100,
       "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-      "num_attention_heads": 4, "_name_or_path": "acme/tiny-1b"})";
+      "num_attention_heads": 4})";
   const char* old_home = std::getenv("HF_HOME");
   const std::string saved = old_home ? old_home : "";
   const char* old_hub = std::getenv("HF_HUB_CACHE");
@@ -220,6 +239,7 @@ TEST(NewFamilies, HuggingFaceIdsComeFromTheLocalCacheOnly) {
   fs::remove_all(home);
   ASSERT_TRUE(found.ok()) << found.status().ToString();
   EXPECT_EQ(found->hidden_size, 64);
+  EXPECT_EQ(found->name, "acme/tiny-1b");  // not the snapshot's hash
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().ToString().find("never downloads"), std::string::npos);
   EXPECT_NE(missing.status().ToString().find("huggingface-cli download acme/other-1b"),
