@@ -60,19 +60,15 @@ int64_t EagerNormSaved(const ModelSpec& m, int64_t tokens, int64_t e, bool inclu
   }
   int64_t x32 = (e == kF32) ? (include_input ? th * kF32 : 0) : th * kF32;
   // Gemma's form, (x_norm * (1 + w.float())).to(dtype), keeps x_norm in fp32.
-  const int64_t x_norm = m.model_type.starts_with("gemma") ? kF32 : e;
+  const int64_t x_norm = m.gemma_norm ? kF32 : e;
   return x32 + th * kF32 /*x^2*/ + tokens * kF32 /*rsqrt*/ + th * x_norm + th * e /*y*/;
 }
 
-// Bytes an HF RMSNorm keeps when nothing else keeps its input and its output goes to an op
-// that does not keep it (the rotation after a q/k norm, the residual add after a norm on a
-// sublayer's output): its fp32 input (the input itself in fp32, else its float() copy), x^2,
-// the per-row rsqrt and x_norm (fp32 in Gemma's (1 + w) form, else the activation dtype) —
-// EagerNormSaved without the input and the output. `elems` = rows x width.
-int64_t UnkeptNormSaved(const ModelSpec& m, int64_t elems, int64_t rows, int64_t e) {
-  const bool gemma = m.model_type.starts_with("gemma");
-  return elems * kF32 /*x32*/ + elems * kF32 /*x^2*/ + rows * kF32 /*rsqrt*/ +
-         elems * (gemma ? kF32 : e) /*x_norm*/;
+// Bytes a norm keeps when nothing else keeps its input and its output goes to an op that does
+// not keep it (the rotation after a q/k norm, the residual add after a norm on a sublayer's
+// output): EagerNormSaved with its input and without its output, over `rows` of `width`.
+int64_t UnkeptNormSaved(const ModelSpec& m, int64_t rows, int64_t width, int64_t e) {
+  return EagerNormSaved(m, rows, e, /*include_input=*/true, width) - rows * width * e;
 }
 
 // Transient bytes of a norm's backward (gradients of x_norm, x^2, x in fp32 with the input
@@ -145,7 +141,7 @@ EagerNorms EagerNormsSaved(const ModelSpec& m, const EagerShape& x, bool moe_lay
     auto input = [&](int64_t consumers) { return x.autocast ? consumers * th * x.e : th * x.e; };
     n.norm1 = input(attn_consumers);
     n.norm2 = input(mlp_consumers);
-    n.post1 = n.post2 = UnkeptNormSaved(m, th, x.norm_tokens, x.e);
+    n.post1 = n.post2 = UnkeptNormSaved(m, x.norm_tokens, x.w.h, x.e);
     return n;
   }
   n.norm1 = norm_saved(true, attn_consumers);
@@ -153,7 +149,7 @@ EagerNorms EagerNormsSaved(const ModelSpec& m, const EagerShape& x, bool moe_lay
   if (m.norms_per_layer == 0) n.norm1 = x.norm_tokens * x.w.h * (x.autocast ? kF32 : x.e);
   if (m.norms_per_layer == 4) {
     // Gemma-2/3, GLM-4: a norm on each sublayer's output too, before the residual add.
-    n.post1 = n.post2 = UnkeptNormSaved(m, th, x.norm_tokens, x.e);
+    n.post1 = n.post2 = UnkeptNormSaved(m, x.norm_tokens, x.w.h, x.e);
   }
   return n;
 }
@@ -228,10 +224,13 @@ EagerAttention EagerAttentionSaved(const ModelSpec& m, const TrainingSpec& t, co
   if (m.qk_norm != QkNorm::kNone) {
     // RMSNorms on the projected queries and keys, before rotation (which keeps neither their
     // inputs nor their outputs): per head (rows = tokens x heads) or over the whole width.
-    const bool per_head = m.qk_norm == QkNorm::kPerHead;
-    const int64_t kv_heads = w.kv / std::max<int64_t>(1, w.d);
-    a.qkv += UnkeptNormSaved(m, tokens * w.q, tokens * (per_head ? w.heads : 1), e) +
-             UnkeptNormSaved(m, tokens * w.kv, tokens * (per_head ? kv_heads : 1), e);
+    if (m.qk_norm == QkNorm::kPerHead) {
+      const int64_t kv_heads = w.kv / std::max<int64_t>(1, w.d);
+      a.qkv += UnkeptNormSaved(m, tokens * w.heads, w.d, e) +
+               UnkeptNormSaved(m, tokens * kv_heads, w.d, e);
+    } else {
+      a.qkv += UnkeptNormSaved(m, tokens, w.q, e) + UnkeptNormSaved(m, tokens, w.kv, e);
+    }
   }
   a.core = EagerCoreSaved(m, t, x);
   if (t.recompute == Recompute::kSelective) {
@@ -301,7 +300,7 @@ EagerMlp EagerMlpSaved(const ModelSpec& m, const ParallelPlan& p, const EagerSha
     const int64_t k = m.moe.experts_per_token;
     const int64_t routed = x.tokens * k;
     const int64_t h = x.w.h;
-    if (m.model_type == "gpt_oss") {
+    if (m.moe.stacked_experts) {
       // GPT-OSS's experts (GptOssExperts, looped): the clamped SwiGLU keeps seven
       // intermediate-wide tensors per routed token (both clamps' inputs, gate x alpha, the
       // sigmoid, glu, up + 1 and their product), plus the gathered input, the expert output
@@ -324,7 +323,7 @@ EagerMlp EagerMlpSaved(const ModelSpec& m, const ParallelPlan& p, const EagerSha
                    : 3 * h * x.e + x.e + 8;
     mlp.saved = mlp.saved * k + routed * per_routed + x.tokens * m.moe.num_experts * kF32 +
                 routed * 8;
-    if (m.model_type == "deepseek_v3" && !x.autocast && x.e != kF32) {
+    if (m.moe.fp32_router && !x.autocast && x.e != kF32) {
       // DeepSeek-V3 (transformers' DeepseekV3MoE, read, not measured): the router runs in
       // fp32 on fp32 copies of its input and weight, and the routed outputs are accumulated
       // in the fp32 routing weights' dtype.
@@ -389,7 +388,7 @@ LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const Par
   LayerActivations out;
   double down_share = m.gated_mlp ? 1.0 / 3.0 : 0.5;
   // Stacked experts (GPT-OSS): the first expert's backward makes the whole stack's gradient.
-  if (moe_layer && m.model_type == "gpt_oss") down_share = 1.0;
+  if (moe_layer && m.moe.stacked_experts) down_share = 1.0;
   out.backward = {{
       {norms.post2 > 0 ? norm_bwd : 0, norms.post2, P::kNone, 0.0},
       {mlp.backward, mlp.saved + dropout_mask, P::kMlp, down_share},

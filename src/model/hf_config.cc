@@ -5,6 +5,7 @@
 #include <map>
 
 #include "common/json_reader.h"
+#include "model/hf_wrappers.h"
 
 namespace frenzy {
 namespace {
@@ -219,6 +220,7 @@ void ReadGemma(Builder& b) {
   ReadLlamaLike(b, {256000, 3072, 24576, 28, 16, 8192, 16, "gelu_pytorch_tanh", true, false},
                 true);
   if (!b.r().HasValue("head_dim")) b.spec().head_dim = 256;
+  b.spec().gemma_norm = true;
   // Gemma's modeling code prefers hidden_activation when set.
   if (b.r().HasValue("hidden_activation")) b.Activation({"hidden_activation"}, "gelu_pytorch_tanh");
 }
@@ -447,6 +449,7 @@ void ReadGemmaNext(Builder& b, int64_t vocab, int64_t max_pos) {
   if (!b.r().HasValue("head_dim")) s.head_dim = 256;
   if (b.r().HasValue("hidden_activation")) b.Activation({"hidden_activation"}, "gelu_pytorch_tanh");
   s.norms_per_layer = 4;
+  s.gemma_norm = true;
   s.sliding_window = b.Int("sliding_window", {"sliding_window"}, 4096);
 }
 
@@ -521,6 +524,7 @@ void ReadDeepseek(Builder& b, bool v3) {
   }
   if (freq <= 0) b.r().Error("moe_layer_freq", "must be positive, found " + std::to_string(freq));
   if (s.moe.num_experts == 0) s.moe = MoeSpec{};
+  s.moe.fp32_router = v3 && s.moe.enabled();
   s.mtp_layers = b.Int("mtp_layers", {"num_nextn_predict_layers"}, 0);
 }
 
@@ -559,7 +563,7 @@ void ReadGptOss(Builder& b) {
       b.Int("moe.experts_per_token", {"num_experts_per_tok", "experts_per_token"}, 4);
   s.moe.ffn_hidden_size = s.ffn_hidden_size;
   b.NoteKey("moe.ffn_hidden_size", "intermediate_size");
-  s.moe.router_bias = s.moe.expert_bias = true;
+  s.moe.router_bias = s.moe.expert_bias = s.moe.stacked_experts = true;
   s.sliding_window = b.Int("sliding_window", {"sliding_window"}, 128);
   SlidingLayers(b, (s.num_layers + 1) / 2);
 }
@@ -646,45 +650,6 @@ const std::map<std::string, Reader>& Readers() {
   return *kReaders;
 }
 
-// Multimodal wrappers whose text_config may omit its model_type: the type its class assumes.
-const std::map<std::string, std::string>& TextTypeOfWrapper() {
-  static const auto* kMap = new std::map<std::string, std::string>{
-      {"gemma3", "gemma3_text"},  // Gemma3Config
-      {"mistral3", "mistral"},    // Mistral3Config
-  };
-  return *kMap;
-}
-
-// Architectures recognised but not modelled, with the reason.
-const std::map<std::string, std::string>& Refused() {
-  static const auto* kMap = new std::map<std::string, std::string>{
-      {"mamba", "state-space models (selective scan, no attention) have no memory or speed model"},
-      {"mamba2", "state-space models (selective scan, no attention) have no memory or speed model"},
-      {"falcon_mamba",
-       "state-space models (selective scan, no attention) have no memory or speed model"},
-      {"jamba", "hybrid attention/state-space models have no memory or speed model"},
-      {"zamba", "hybrid attention/state-space models have no memory or speed model"},
-      {"zamba2", "hybrid attention/state-space models have no memory or speed model"},
-  };
-  return *kMap;
-}
-
-// What a wrapper carries beside its text model, for the spec's `left_out`.
-std::string LeftOut(const nlohmann::json& config, const std::string& wrapper) {
-  std::string parts;
-  for (const auto& [key, value] : config.items()) {
-    if (key == "text_config" || !key.ends_with("_config") || !value.is_object()) continue;
-    std::string what = key;
-    if (auto t = value.find("model_type"); t != value.end() && t->is_string()) {
-      what += " (" + t->get<std::string>() + ")";
-    }
-    parts += (parts.empty() ? "" : ", ") + what;
-  }
-  return (parts.empty() ? std::string("whatever else ") + wrapper + " adds"
-                        : parts + " and the projector into the text model") +
-         ": the text model is what is counted and trained";
-}
-
 std::string JoinTypes() {
   std::string out;
   for (const auto& t : SupportedModelTypes()) out += (out.empty() ? "" : ", ") + t;
@@ -731,8 +696,8 @@ Result<ModelSpec> ParseHfConfig(const nlohmann::json& doc, const std::string& wh
     std::string text_type;
     if (auto it = text->find("model_type"); it != text->end() && it->is_string()) {
       text_type = it->get<std::string>();
-    } else if (auto w = TextTypeOfWrapper().find(model_type); w != TextTypeOfWrapper().end()) {
-      text_type = w->second;
+    } else {
+      text_type = WrappedTextType(model_type);
     }
     if (!Readers().contains(text_type)) {
       return InvalidArgument("model_type '" + model_type + "' wraps a text model of type '" +
@@ -740,14 +705,14 @@ Result<ModelSpec> ParseHfConfig(const nlohmann::json& doc, const std::string& wh
                                  "', which is not supported (supported: " + JoinTypes() + ")",
                              where, "text_config.model_type");
     }
-    left_out = LeftOut(*config, model_type);
+    left_out = WrapperLeftOut(*config, model_type);
     model_type = text_type;
   }
   auto it = Readers().find(model_type);
   if (it == Readers().end()) {
-    if (auto why = Refused().find(model_type); why != Refused().end()) {
-      return InvalidArgument("model_type '" + model_type + "' is not supported yet: " + why->second,
-                             where, "model_type");
+    if (std::string why = RefusedReason(model_type); !why.empty()) {
+      return InvalidArgument("model_type '" + model_type + "' is not supported yet: " + why, where,
+                             "model_type");
     }
     return InvalidArgument("unknown model_type '" + model_type + "' (supported: " + JoinTypes() +
                                ")",

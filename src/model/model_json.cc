@@ -34,6 +34,7 @@ nlohmann::json ModelSpecToJson(const ModelSpec& s) {
   j["norm"] = NormKindName(s.norm);
   j["norm_placement"] = NormPlacementName(s.norm_placement);
   j["norms_per_layer"] = s.norms_per_layer;
+  j["gemma_norm"] = s.gemma_norm;
   j["final_norm"] = s.final_norm;
   j["activation"] = ActivationName(s.activation);
   j["gated_mlp"] = s.gated_mlp;
@@ -77,6 +78,8 @@ nlohmann::json ModelSpecToJson(const ModelSpec& s) {
                 {"shared_expert_gate", s.moe.shared_expert_gate},
                 {"router_bias", s.moe.router_bias},
                 {"expert_bias", s.moe.expert_bias},
+                {"stacked_experts", s.moe.stacked_experts},
+                {"fp32_router", s.moe.fp32_router},
                 {"layer_freq", s.moe.layer_freq},
                 {"dense_layers", s.moe.dense_layers},
                 {"num_moe_layers", s.num_moe_layers()}};

@@ -54,6 +54,12 @@ struct MoeSpec {
   bool shared_expert_gate = false;  // sigmoid gate on the shared expert (Qwen2-MoE)
   bool router_bias = false;         // the router Linear has a bias (GPT-OSS)
   bool expert_bias = false;         // expert matrices have biases (GPT-OSS)
+  // The experts are slices of stacked parameters and run a clamped SwiGLU (GPT-OSS's
+  // GptOssExperts), not a list of MLP modules.
+  bool stacked_experts = false;
+  // The router runs in fp32 on fp32 copies of its input and weight, and the routed outputs are
+  // accumulated in fp32 (DeepSeek-V3's DeepseekV3MoE).
+  bool fp32_router = false;
 
   // Layer i is an MoE layer iff (i + 1) % layer_freq == 0 and i is not in dense_layers.
   int64_t layer_freq = 1;
@@ -93,6 +99,8 @@ struct ModelSpec {
   NormKind norm = NormKind::kLayerNorm;
   NormPlacement norm_placement = NormPlacement::kPreNorm;
   bool norm_bias = true;  // LayerNorm with a bias (false for RMSNorm)
+  // RMSNorm in Gemma's form, (x_norm * (1 + w.float())).to(dtype): x_norm stays fp32.
+  bool gemma_norm = false;
   Activation activation = Activation::kGelu;
   bool gated_mlp = false;  // 3-matrix gate/up/down MLP
 
