@@ -6,21 +6,13 @@
 #include <fstream>
 
 #include "model/param_count.h"
+#include "parse_config.h"
 
 namespace frenzy {
 namespace {
 
-ModelSpec Parse(const std::string& text) {
-  auto r = ParseHfConfigText(text, "test.json");
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return r.ok() ? *r : ModelSpec{};
-}
-
-Status ParseError(const std::string& text) {
-  auto r = ParseHfConfigText(text, "bad.json");
-  EXPECT_FALSE(r.ok()) << "expected an error for " << text;
-  return r.status();
-}
+using test::Parse;
+using test::ParseError;
 
 TEST(HfConfig, LlamaDefaultsFollowLlamaConfig) {
   // Only model_type given: every field takes LlamaConfig's default.

@@ -12,21 +12,14 @@
 #include "model/hf_config.h"
 #include "model/param_count.h"
 #include "model/zoo.h"
+#include "parse_config.h"
 
 namespace frenzy {
 namespace {
 
-ModelSpec Parse(const std::string& text) {
-  auto r = ParseHfConfigText(text, "test.json");
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return r.ok() ? *r : ModelSpec{};
-}
+using test::Parse;
 
-std::string Error(const std::string& text) {
-  auto r = ParseHfConfigText(text, "bad.json");
-  EXPECT_FALSE(r.ok()) << text;
-  return r.ok() ? std::string() : r.status().ToString();
-}
+std::string Error(const std::string& text) { return test::ParseError(text).ToString(); }
 
 ModelSpec Zoo(const std::string& name) {
   auto s = FindZooModel(name);

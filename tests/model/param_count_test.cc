@@ -3,15 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "model/hf_config.h"
+#include "parse_config.h"
 
 namespace frenzy {
 namespace {
 
-ModelSpec Parse(const std::string& text) {
-  auto r = ParseHfConfigText(text, "test.json");
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return r.ok() ? *r : ModelSpec{};
-}
+using test::Parse;
 
 // Hand-derived counts of tiny models, matrix by matrix.
 

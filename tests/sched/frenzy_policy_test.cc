@@ -130,6 +130,21 @@ void SetRunning(JobView& j, ClusterView& c, int type, int64_t gpus, int node) {
   c.nodes[static_cast<size_t>(node)].free -= gpus;
 }
 
+// The scene of the preemption tests: a long job (1e9 tokens) holds the 4 fast GPUs since
+// t = 0, the slow node is busy with something else, and a short job (1e5 tokens) arrives at
+// 7200 s. (Not copyable: the jobs point at the table.)
+struct LongRunsShortArrives {
+  ClusterView c = TwoTypes();
+  JobOptions t = FastOnly(100, 200, 400);
+  std::vector<JobView> jobs;
+  LongRunsShortArrives() {
+    c.nodes[1].free = 0;
+    jobs = {Waiting(0, t, 1e9), Waiting(1, t, 1e5, 7200)};
+    SetRunning(jobs[0], c, 0, 4, 0);
+  }
+  LongRunsShortArrives(const LongRunsShortArrives&) = delete;
+};
+
 int64_t GpusOf(const JobOptions& t, const Decisions& d, int64_t key) {
   for (size_t i = 0; i < d.start.size(); ++i) {
     if (d.start[i].first == key) return Chosen(t, d, i).gpus;
@@ -200,11 +215,8 @@ TEST(FrenzyPolicy, NeverRetriesAnOptionThatCrashed) {
 // anything the long job gets back from its GPUs (~1e-7), at every count: shortest remaining time
 // first, it takes all 4 and the long job stops. Without preemption the long job keeps them.
 TEST(FrenzyPolicy, ShortJobTakesTheGpusOfALongOne) {
-  ClusterView c = TwoTypes();
-  c.nodes[1].free = 0;  // the slow node is busy with something else
-  JobOptions t = FastOnly(100, 200, 400);
-  std::vector<JobView> jobs = {Waiting(0, t, 1e9), Waiting(1, t, 1e5, 7200)};
-  SetRunning(jobs[0], c, 0, 4, 0);
+  LongRunsShortArrives scene;
+  auto& [c, t, jobs] = scene;
   Decisions d = MakeFrenzyPolicy()->Schedule(At(7200, c, jobs));
   EXPECT_EQ(d.stop, std::vector<int64_t>{0});
   ASSERT_EQ(d.start.size(), 1u);
@@ -304,11 +316,8 @@ TEST(FrenzyPolicy, NoMoveThatTheRestartDoesNotPayFor) {
 
 // A job in its restart pause keeps its GPUs: a shorter job that would take them waits.
 TEST(FrenzyPolicy, JobInItsRestartPauseKeepsItsGpus) {
-  ClusterView c = TwoTypes();
-  c.nodes[1].free = 0;
-  JobOptions t = FastOnly(100, 200, 400);
-  std::vector<JobView> jobs = {Waiting(0, t, 1e9), Waiting(1, t, 1e5, 7200)};
-  SetRunning(jobs[0], c, 0, 4, 0);
+  LongRunsShortArrives scene;
+  auto& [c, t, jobs] = scene;
   jobs[0].progress_since_s = 7230;  // loading its checkpoint until 7230 s (its run began long ago)
   Decisions d = MakeFrenzyPolicy()->Schedule(At(7200, c, jobs));
   EXPECT_TRUE(d.start.empty());
@@ -318,11 +327,8 @@ TEST(FrenzyPolicy, JobInItsRestartPauseKeepsItsGpus) {
 // Residence: a job that (re)started 5 minutes ago keeps its GPUs for 10 restarts' worth (600 s)
 // whatever arrives; with residence 0 the short job takes them (as in ShortJobTakesTheGpus...).
 TEST(FrenzyPolicy, AJobJustStartedKeepsItsGpusForAWhile) {
-  ClusterView c = TwoTypes();
-  c.nodes[1].free = 0;
-  JobOptions t = FastOnly(100, 200, 400);
-  std::vector<JobView> jobs = {Waiting(0, t, 1e9), Waiting(1, t, 1e5, 7200)};
-  SetRunning(jobs[0], c, 0, 4, 0);
+  LongRunsShortArrives scene;
+  auto& [c, t, jobs] = scene;
   jobs[0].run_start_s = jobs[0].progress_since_s = 6900;
   Decisions d = MakeFrenzyPolicy()->Schedule(At(7200, c, jobs));
   EXPECT_TRUE(d.start.empty());
@@ -354,12 +360,9 @@ TEST(FrenzyPolicy, LearnedSpeedCorrectsThePrediction) {
 // though a shorter job waits. Without the factor the short job takes them.
 TEST(FrenzyPolicy, ARunningJobThatCouldNotRestartAnywhereKeepsItsGpus) {
   constexpr int64_t kGiB = 1LL << 30;
-  ClusterView c = TwoTypes();
-  c.nodes[1].free = 0;
-  JobOptions t = FastOnly(100, 200, 400);
+  LongRunsShortArrives scene;
+  auto& [c, t, jobs] = scene;
   for (RunOption& o : t.options) o.plan.device_bytes = 70 * kGiB;  // of 80 GiB
-  std::vector<JobView> jobs = {Waiting(0, t, 1e9), Waiting(1, t, 1e5, 7200)};
-  SetRunning(jobs[0], c, 0, 4, 0);
   Decisions d = MakeFrenzyPolicy()->Schedule(At(7200, c, jobs));
   EXPECT_EQ(d.stop, std::vector<int64_t>{0});
   jobs[0].memory_factor = 1.2;  // 84 GiB on every option
@@ -373,11 +376,8 @@ TEST(FrenzyPolicy, ARunningJobThatCouldNotRestartAnywhereKeepsItsGpus) {
 // take those GPUs from it waits. The decision is valid (ApplyDecisions rejects a start on a
 // down node).
 TEST(FrenzyPolicy, NothingIsPlacedOnADownNode) {
-  ClusterView c = TwoTypes();
-  c.nodes[1].free = 0;
-  JobOptions t = FastOnly(100, 200, 400);
-  std::vector<JobView> jobs = {Waiting(0, t, 1e9), Waiting(1, t, 1e5, 7200)};
-  SetRunning(jobs[0], c, 0, 4, 0);
+  LongRunsShortArrives scene;
+  auto& [c, t, jobs] = scene;
   c.nodes[0].up = false;
   Decisions d = MakeFrenzyPolicy()->Schedule(At(7200, c, jobs));
   EXPECT_TRUE(d.stop.empty());
