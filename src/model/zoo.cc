@@ -110,17 +110,19 @@ std::string CachedConfig(const std::string& hf_id) {
   return found;
 }
 
-}  // namespace
-
-Result<std::vector<ZooEntry>> LoadZoo() {
-  // The embedded files never change while the process runs: parse them once.
+// The embedded files never change while the process runs: parsed once, and read in place by
+// every lookup (a simulation resolves each job's model).
+const Result<std::vector<ZooEntry>>& ParsedZoo() {
   static const auto* kZoo = new Result<std::vector<ZooEntry>>(ParseZoo());
   return *kZoo;
 }
 
+}  // namespace
+
+Result<std::vector<ZooEntry>> LoadZoo() { return ParsedZoo(); }
+
 std::optional<ModelSpec> FindZooModel(const std::string& name) {
-  static const auto* kZoo = new Result<std::vector<ZooEntry>>(LoadZoo());  // no copy per call
-  const auto& zoo = *kZoo;
+  const auto& zoo = ParsedZoo();
   if (!zoo.ok()) return std::nullopt;
   if (const ZooEntry* e = Match(*zoo, name)) return e->spec;
   return std::nullopt;
@@ -132,7 +134,9 @@ Result<ModelSpec> ResolveModel(const std::string& name_or_path) {
   fs::path p(name_or_path);
   if (fs::is_directory(p, ec)) return LoadHfConfigFile((p / "config.json").string());
   if (fs::exists(p, ec)) return LoadHfConfigFile(name_or_path);
-  ASSIGN_OR_RETURN(std::vector<ZooEntry> zoo, LoadZoo());
+  const auto& parsed = ParsedZoo();
+  if (!parsed.ok()) return parsed.status();
+  const std::vector<ZooEntry>& zoo = *parsed;
   if (const ZooEntry* e = Match(zoo, name_or_path)) return e->spec;
   std::vector<std::string> names;
   for (const auto& e : zoo) names.push_back(e.name);
