@@ -439,6 +439,22 @@ LayerActivations MegatronLayer(const ModelSpec& m, const TrainingSpec& t, const 
     core = core * e / 2;  // the paper's figures are for 2-byte activations
   }
   int64_t proj_in = sb * w.q * e;  // linear projection input (2sbh)
+  if (m.mla.enabled()) {
+    // Megatron-Core's MLASelfAttention: the down-projections are duplicated on every TP rank
+    // and read the (sequence-parallel) norm output that qkv_in counts; each latent's RMSNorm
+    // keeps its input and fp32 rstd, and its up-projection the gathered normed latent. The
+    // core keeps q and k of nope + rope width and v of v_head_dim; its output and the output
+    // projection's input are v_head_dim wide.
+    const MlaSpec& l = m.mla;
+    const int64_t v = w.heads * l.v_head_dim;
+    qkv = sb * (2 * w.q + v) * e;
+    for (int64_t rank : {l.q_lora_rank, l.kv_lora_rank}) {
+      if (rank == 0) continue;
+      qkv += (sb * rank * e + sb * kF32) / outside + sb * rank * e;
+    }
+    if (t.flash_attn) core = sb * v * e + sh.b * w.heads * sh.s * kF32;
+    proj_in = sb * v * e;
+  }
   int64_t attn_mask = hid_p > 0 ? sb * w.h * sh.mask / outside : 0;
   int64_t mlp_in = sb * w.h * e / outside;             // fc1 input (2sbh)
   int64_t fc1 = sb * w.f * e * (m.gated_mlp ? 2 : 1);  // activation input (8sbh)

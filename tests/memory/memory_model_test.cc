@@ -123,6 +123,47 @@ TEST(Activations, MegatronLayerMatchesKorthikantiEquation) {
   EXPECT_DOUBLE_EQ(static_cast<double>(la.saved), 2 * s * b * h / 8);
 }
 
+TEST(Activations, MegatronMlaKeepsLatentsAndNarrowValues) {
+  // A DeepSeek-V2-Lite-shaped layer (queries unprojected, kv latent 512, heads of 128 + 64 for
+  // q/k and 128 for v), dense MLP, flash attention, no dropout. Bytes per token worked out by
+  // hand from Megatron-Core's MLASelfAttention (e = 2, h = 1024, 8 heads, gated f = 2816):
+  //   two norm inputs 2*2h = 4096; the down-projection's input 2h = 2048;
+  //   core inputs q, k (8 x 192) and v (8 x 128): 2*(3072 + 1024) = 8192;
+  //   kv latent: norm input 2*512 + fp32 rstd 4, up-projection input 2*512: 2052;
+  //   core output 2*8*128 = 2048 + fp32 softmax statistics 8*4 = 32; output projection 2048;
+  //   MLP input 2048, fc1 output 2*2*2816 = 11264, fc2 input 2*2816 = 5632.
+  auto cfg = ParseHfConfigText(R"({"model_type": "deepseek_v3", "hidden_size": 1024,
+      "intermediate_size": 2816, "num_hidden_layers": 2, "num_attention_heads": 8,
+      "num_key_value_heads": 8, "q_lora_rank": null, "kv_lora_rank": 512,
+      "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+      "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 256,
+      "first_k_dense_replace": 2, "vocab_size": 1000})",
+                               "mla.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  TrainingSpec t;
+  t.framework = Framework::kMegatron;
+  t.dropout = false;
+  t.seq_len = 4096;
+  ParallelPlan p;
+  const double tokens = 4096;
+  EXPECT_DOUBLE_EQ(static_cast<double>(LayerActivationBytes(*cfg, t, p, false).saved),
+                   tokens * (4096 + 2048 + 8192 + 2052 + 2080 + 2048 + 2048 + 11264 + 5632));
+  // TP 2 with sequence parallel: heads, v and f halve; the norms' inputs and the latent
+  // norm's input and statistics are sequence-split; the up-projection input is gathered.
+  p.tp = 2;
+  p.sequence_parallel = true;
+  EXPECT_DOUBLE_EQ(static_cast<double>(LayerActivationBytes(*cfg, t, p, false).saved),
+                   tokens * (2048 + 1024 + 4096 + (1028 / 2 + 1024) + 1040 + 1024 + 1024 +
+                             5632 + 2816));
+  // A query latent of 256 adds its norm's input and rstd (sequence-split) and the gathered
+  // up-projection input.
+  ModelSpec q = *cfg;
+  q.mla.q_lora_rank = 256;
+  EXPECT_DOUBLE_EQ(static_cast<double>(LayerActivationBytes(q, t, p, false).saved -
+                                       LayerActivationBytes(*cfg, t, p, false).saved),
+                   tokens * ((2 * 256 + 4) / 2 + 2 * 256));
+}
+
 TEST(Activations, MonotonicInEveryKnob) {
   ModelSpec m = Zoo("llama-3-8b");
   for (Framework f : {Framework::kMegatron, Framework::kHf}) {
