@@ -326,7 +326,7 @@ TEST(Planner, The2026FamiliesArePlannedOnABlackwellCluster) {
   for (const char* m : {"qwen3-32b", "qwen3-235b-a22b", "gemma-2-27b", "gemma-3-27b",
                         "deepseek-v2-lite", "deepseek-v3", "gpt-oss-120b", "olmo-2-7b", "phi-4",
                         "starcoder2-15b", "mistral-small-3.1-24b", "llama-3.3-70b",
-                        "qwen2.5-72b", "smollm2-1.7b"}) {
+                        "qwen2.5-72b", "smollm2-1.7b", "phi-3.5-moe", "glm-4-9b-0414"}) {
     PlanResult r = Plan_(Job(m, 1e11, 512, 4096), Bundled("b200-128"));
     ASSERT_FALSE(r.plans.empty()) << m << ": " << Why(r);
     EXPECT_EQ(r.plans[0].gpu, "B200") << m;
