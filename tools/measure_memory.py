@@ -470,6 +470,11 @@ class Block(nn.Module):
         return x + F.dropout(self.mlp(self.ln2(x)), p, self.training)
 
 
+def _autocast_block(blk, dtype, x, mask, rope, run):
+    with torch.autocast(device_type=x.device.type, dtype=dtype):
+        return blk(x, mask, rope, run)
+
+
 class Decoder(nn.Module):
     def __init__(self, c):
         super().__init__()
@@ -500,7 +505,13 @@ class Decoder(nn.Module):
         mask = torch.full((s, s), torch.finfo(x.dtype).min, device=ids.device, dtype=x.dtype).triu(1)[None, None]
         rope = self.rotary(s, x.dtype, ids.device) if self.c["pos"] == "rotary" else None
         for blk in self.blocks:
-            if run["recompute"] == "full":
+            if run["recompute"] == "full" and run.get("autocast_in_recompute"):
+                # As on CUDA, where checkpoint re-enters the forward's autocast to recompute
+                # (torch 1.13 restores CUDA autocast only; on CPU the recompute would run
+                # without it). Used for the fine-tuning cases.
+                x = ckpt.checkpoint(_autocast_block, blk, run["autocast_in_recompute"], x, mask,
+                                    rope, run)
+            elif run["recompute"] == "full":
                 x = ckpt.checkpoint(blk, x, mask, rope, run)
             else:
                 x = blk(x, mask, rope, run)
@@ -514,6 +525,149 @@ class Decoder(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------
+# Fine-tuning: LoRA adapters as PEFT's LoraLayer runs them, and a 4-bit NF4 linear with the
+# memory behaviour of bitsandbytes' Linear4bit (no library needed on CPU).
+
+# The 16 NF4 levels: quantiles of N(0, 1) normalised to [-1, 1] (Dettmers et al., "QLoRA",
+# 2023, appendix E).
+NF4_LEVELS = (-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
+              -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
+              0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
+              0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0)
+NF4_BLOCK = 64        # values per absmax (bitsandbytes' default blocksize for 4-bit)
+NF4_BLOCK2 = 256      # absmax values per second-level fp32 absmax (double quantisation)
+
+
+class _Nf4MatMul(torch.autograd.Function):
+    """x @ dequant(W)^T. Like bitsandbytes' MatMul4Bit: the frozen 4-bit weight needs no
+    gradient, so the input is not saved; forward and backward each dequantise the whole weight
+    into a transient of the compute dtype."""
+
+    @staticmethod
+    def forward(ctx, x, layer):
+        ctx.layer = layer
+        return F.linear(x, layer.dequantize(x.dtype))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad @ ctx.layer.dequantize(grad.dtype), None
+
+
+class Nf4Linear(nn.Module):
+    """A frozen linear layer stored as packed 4-bit NF4 codes with blockwise absmax scales:
+    uint8 absmax per 64 values plus an fp32 scale and offset per 256 blocks with double
+    quantisation, fp32 absmax per block without. Inputs are cast to the compute dtype and the
+    output back to the input's dtype (Linear4bit's forward)."""
+
+    def __init__(self, linear, compute_dtype, double_quant=True):
+        super().__init__()
+        w = linear.weight.detach().float().reshape(-1)
+        self.shape, self.compute_dtype, self.double = tuple(linear.weight.shape), compute_dtype, double_quant
+        n = w.numel()
+        assert n % NF4_BLOCK == 0, "NF4 needs a multiple of 64 values"
+        blocks = w.view(-1, NF4_BLOCK)
+        absmax = blocks.abs().amax(dim=1).clamp(min=1e-12)
+        levels = torch.tensor(NF4_LEVELS)
+        codes = (blocks / absmax[:, None]).unsqueeze(-1).sub(levels).abs().argmin(dim=-1).to(torch.uint8)
+        codes = codes.view(-1)
+        self.register_buffer("packed", (codes[0::2] << 4 | codes[1::2]).contiguous())
+        self.register_buffer("levels", levels)
+        if double_quant:
+            pad = (-absmax.numel()) % NF4_BLOCK2
+            a = torch.cat([absmax, absmax.new_zeros(pad)]).view(-1, NF4_BLOCK2)
+            offset = a.mean(dim=1, keepdim=True)
+            scale = (a - offset).abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127.0
+            q = torch.round((a - offset) / scale).clamp(-127, 127).to(torch.int8)
+            self.register_buffer("absmax_q", q.view(-1)[: absmax.numel()].contiguous())
+            self.register_buffer("absmax_scale", scale.view(-1).contiguous())
+            self.register_buffer("absmax_offset", offset.view(-1).contiguous())
+        else:
+            self.register_buffer("absmax", absmax.contiguous())
+        self.bias = linear.bias
+
+    def dequantize(self, dtype):
+        # Written straight into one weight-sized tensor of `dtype`, a few blocks at a time, as
+        # bitsandbytes' kernel does (its only allocation is the output).
+        with torch.no_grad():
+            out = torch.empty(self.shape, dtype=dtype, device=self.packed.device)
+            flat = out.view(-1, NF4_BLOCK)
+            step = 16  # blocks per chunk: 1024 values, a few KiB of temporaries
+            for b0 in range(0, flat.shape[0], step):
+                b1 = min(b0 + step, flat.shape[0])
+                packed = self.packed[b0 * NF4_BLOCK // 2: b1 * NF4_BLOCK // 2]
+                codes = torch.stack([packed >> 4, packed & 15], dim=1).view(-1).long()
+                if self.double:
+                    blk = torch.arange(b0, b1, device=packed.device) // NF4_BLOCK2
+                    absmax = self.absmax_q[b0:b1].float() * self.absmax_scale[blk] + self.absmax_offset[blk]
+                else:
+                    absmax = self.absmax[b0:b1]
+                flat[b0:b1] = (self.levels[codes].view(-1, NF4_BLOCK) * absmax[:, None]).to(dtype)
+            return out
+
+    def forward(self, x):
+        out = _Nf4MatMul.apply(x.to(self.compute_dtype), self)
+        if self.bias is not None:
+            out = out + self.bias.to(out.dtype)
+        return out.to(x.dtype)
+
+
+class LoraLinear(nn.Module):
+    """PEFT's lora.Linear: base(x) + lora_B(lora_A(dropout(x.to(A's dtype)))) * alpha / r with
+    the base frozen; the adapters are fp32 (get_peft_model's autocast_adapter_dtype)."""
+
+    def __init__(self, base, rank, alpha, dropout):
+        super().__init__()
+        self.base_layer = base
+        fin = base.shape[1] if isinstance(base, Nf4Linear) else base.in_features
+        fout = base.shape[0] if isinstance(base, Nf4Linear) else base.out_features
+        dev = next(iter(base.buffers() if isinstance(base, Nf4Linear) else base.parameters())).device
+        self.lora_A = nn.Linear(fin, rank, bias=False, device=dev)
+        self.lora_B = nn.Linear(rank, fout, bias=False, device=dev)
+        nn.init.normal_(self.lora_B.weight, std=0.02)  # nonzero, so that every gradient flows
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.scaling = alpha / rank
+
+    def forward(self, x):
+        result = self.base_layer(x)
+        x = x.to(self.lora_A.weight.dtype)
+        return result + self.lora_B(self.lora_A(self.dropout(x))) * self.scaling
+
+
+LORA_TARGETS = {
+    "attention": ("q_proj", "k_proj", "v_proj", "qkv", "o_proj"),
+    "all-linear": ("q_proj", "k_proj", "v_proj", "qkv", "o_proj", "gate_proj", "up_proj", "down_proj"),
+}
+
+
+def apply_finetune(model, finetune, rank, alpha, dropout, targets, compute_dtype, double_quant):
+    """Freezes the model and wraps the targeted linear layers (by name, as PEFT matches them)
+    with adapters; with qlora the layers' linear weights become NF4 first and every other
+    parameter is upcast to fp32, as peft.prepare_model_for_kbit_training does. Returns the
+    trainable parameters."""
+    names = LORA_TARGETS.get(targets) or tuple(targets.split(","))
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for blk in model.blocks:
+        for parent in list(blk.modules()):
+            for name, child in list(parent.named_children()):
+                if not isinstance(child, nn.Linear):
+                    continue
+                base = child
+                if finetune == "qlora":
+                    base = Nf4Linear(child, compute_dtype, double_quant)
+                if name in names:
+                    base = LoraLinear(base, rank, alpha, dropout)
+                setattr(parent, name, base)
+    if finetune == "qlora":
+        for p in model.parameters():
+            if p.dtype in (torch.float16, torch.bfloat16):
+                p.data = p.data.float()
+    trainable = [p for n, p in model.named_parameters() if "lora_" in n]
+    for p in trainable:
+        p.data = p.data.float()
+        p.requires_grad_(True)
+    return trainable
+
 
 def make_optimizer(name, params):
     if name == "adamw":
@@ -539,11 +693,14 @@ def tensor_bytes(tensors):
 
 
 def measure(doc, micro_batch=1, seq_len=128, precision="fp32", optimizer="adamw", recompute="none",
-            attn="eager", dropout="on", steps=3, device=None, seed=0):
+            attn="eager", dropout="on", steps=3, device=None, seed=0, finetune="full", lora_rank=8,
+            lora_alpha=16.0, lora_dropout=0.0, lora_targets="all-linear", double_quant=True):
     """Builds the model of config `doc`, trains `steps` steps and returns the measured peak."""
     args = argparse.Namespace(micro_batch=micro_batch, seq_len=seq_len, precision=precision,
                               optimizer=optimizer, recompute=recompute, attn=attn, dropout=dropout,
-                              steps=steps, seed=seed,
+                              steps=steps, seed=seed, finetune=finetune, lora_rank=lora_rank,
+                              lora_alpha=lora_alpha, lora_dropout=lora_dropout,
+                              lora_targets=lora_targets, double_quant=double_quant,
                               device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
     return _measure(parse_config(doc), args)
 
@@ -561,6 +718,13 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--finetune", default="full", choices=["full", "lora", "qlora"])
+    ap.add_argument("--lora-rank", type=int, default=8)
+    ap.add_argument("--lora-alpha", type=float, default=16.0)
+    ap.add_argument("--lora-dropout", type=float, default=0.0)
+    ap.add_argument("--lora-targets", default="all-linear",
+                    help="attention, all-linear, or module names (q_proj,v_proj,...)")
+    ap.add_argument("--no-double-quant", dest="double_quant", action="store_false")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with open(args.config) as f:
@@ -579,14 +743,28 @@ def _measure(c, args):
     torch.manual_seed(args.seed)
     dev = torch.device(args.device)
     model = Decoder(c).to(dev)
-    if args.precision == "bf16-pure":
-        model = model.to(torch.bfloat16)
-    model.train()
-    params = [p for p in model.parameters()]
-    n_params = sum(p.numel() for p in params)
-    opt = make_optimizer(args.optimizer, params)
-    run = {"recompute": args.recompute, "attn": args.attn, "dropout": args.dropout == "on"}
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    finetune = getattr(args, "finetune", "full")
+    if args.precision == "bf16-pure" or (finetune == "lora" and amp_dtype is not None):
+        # Pure bf16; or LoRA on a base loaded in the 16-bit compute dtype (torch_dtype=...).
+        model = model.to(amp_dtype or torch.bfloat16)
+    model.train()
+    n_params = sum(p.numel() for p in model.parameters())
+    if finetune == "full":
+        params = [p for p in model.parameters()]
+    else:
+        compute = amp_dtype or (torch.bfloat16 if args.precision == "bf16-pure" else torch.float32)
+        params = apply_finetune(model, finetune, args.lora_rank, args.lora_alpha, args.lora_dropout,
+                                args.lora_targets, compute, args.double_quant)
+        # The embeddings' output requires grad, as PEFT arranges (enable_input_require_grads).
+        model.embed.register_forward_hook(lambda mod, inp, out: out.requires_grad_(True))
+        n_params += sum(p.numel() for p in params)
+        if finetune == "qlora":  # the quantised weights are no longer parameters
+            n_params = sum(p.numel() for p in model.parameters()) + sum(
+                math.prod(m.shape) for m in model.modules() if isinstance(m, Nf4Linear))
+    opt = make_optimizer(args.optimizer, params)
+    run = {"recompute": args.recompute, "attn": args.attn, "dropout": args.dropout == "on",
+           "autocast_in_recompute": amp_dtype if finetune != "full" else None}
     scaler = torch.cuda.amp.GradScaler() if args.precision == "fp16" else None
     b, s, V = args.micro_batch, args.seq_len, c["vocab"]
     gen = torch.Generator().manual_seed(args.seed)
@@ -594,7 +772,7 @@ def _measure(c, args):
     inputs, labels = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
 
     saved = {"bytes": 0}
-    param_storages = {p.storage().data_ptr() for p in params}
+    param_storages = {p.storage().data_ptr() for p in list(model.parameters()) + list(model.buffers())}
 
     def step(count_saved=False):
         seen = set()
@@ -634,11 +812,12 @@ def _measure(c, args):
 
     for _ in range(max(0, args.steps - 1)):
         step()
-    state_tensors = list(params)
+    state_tensors = list(model.parameters()) + list(model.buffers())
     for st in opt.state.values():
         state_tensors += [v for v in st.values() if torch.is_tensor(v)]
     baseline = tensor_bytes(state_tensors)
-    result = {"params": n_params, "baseline_bytes": baseline}
+    result = {"params": n_params, "trainable_params": sum(p.numel() for p in params),
+              "baseline_bytes": baseline}
     if dev.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -671,7 +850,7 @@ def _measure(c, args):
     result["saved_activation_bytes"] = saved["bytes"]
     result.update(model_type=c["model_type"], micro_batch=b, seq_len=s, precision=args.precision,
                   optimizer=args.optimizer, recompute=args.recompute, attn=args.attn,
-                  dropout=args.dropout, device=dev.type, torch=torch.__version__)
+                  dropout=args.dropout, device=dev.type, torch=torch.__version__, finetune=finetune)
     return result
 
 

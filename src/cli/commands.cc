@@ -248,6 +248,9 @@ struct PredictOptions {
   bool no_foreach = false;
   bool loss_in_model_dtype = false;
   double cuda_context_mib = 512;
+  std::string finetune = "full";
+  std::string lora_targets = "all-linear";
+  bool no_double_quant = false;
   bool json = false;
   TrainingSpec train;
   ParallelPlan plan;
@@ -290,6 +293,19 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
     return InvalidArgument("must be between 0 and 1048576", {}, "--cuda-context-mib");
   }
   o.train.cuda_context_bytes = static_cast<int64_t>(o.cuda_context_mib * (1 << 20));
+  auto finetune = ParseFineTune(o.finetune);
+  if (!finetune) return bad("--finetune", o.finetune, "full, lora or qlora");
+  o.train.finetune = *finetune;
+  std::string word;
+  auto targets = ParseLoraTargets(o.lora_targets, &word);
+  if (!targets) {
+    return InvalidArgument("unknown module '" + word +
+                               "' (expected attention, all-linear or q_proj,k_proj,v_proj,o_proj,"
+                               "gate_proj,up_proj,down_proj)",
+                           {}, "--lora-targets");
+  }
+  o.train.lora.targets = *targets;
+  o.train.lora.double_quant = !o.no_double_quant;
   return Status::Ok();
 }
 
@@ -323,6 +339,14 @@ void RunPredict(PredictOptions o) {
   fmt::print("  recompute {}, {} attention, ZeRO {}{}\n", RecomputeName(o.train.recompute),
              o.train.flash_attn ? "flash" : "eager", o.plan.zero,
              o.plan.sequence_parallel ? ", sequence parallel" : "");
+  if (o.train.finetune != FineTune::kFull) {
+    const LoraSpec& l = o.train.lora;
+    fmt::print("  fine-tune {}: rank {} on {}{}{}, base frozen ({})\n", FineTuneName(o.train.finetune),
+               l.rank, LoraTargetsName(l.targets),
+               l.dropout > 0 ? fmt::format(", dropout {}", l.dropout) : std::string(),
+               o.train.finetune == FineTune::kQlora && !l.double_quant ? ", no double quant" : "",
+               o.train.finetune == FineTune::kQlora ? "NF4 layers, fp32 rest" : "16-bit");
+  }
   fmt::print("\n  {:<6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  {}\n",
              "stage", "layers", "weights", "grads", "optim", "activ", "logits", "temp",
              "overhead", "peak", "device", "peak in");
@@ -585,6 +609,19 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
     cmd->add_option("--cuda-context-mib", o->cuda_context_mib,
                     "CUDA context and kernels (512: lazy loading; 1343 measured on CUDA 11.2)")
         ->capture_default_str();
+    cmd->add_option("--finetune", o->finetune,
+                    "full|lora|qlora (PEFT adapters over a frozen 16-bit or 4-bit NF4 base)")
+        ->capture_default_str();
+    cmd->add_option("--lora-rank", o->train.lora.rank, "LoRA rank r")->capture_default_str();
+    cmd->add_option("--lora-alpha", o->train.lora.alpha, "LoRA alpha (scaling alpha / r)")
+        ->capture_default_str();
+    cmd->add_option("--lora-dropout", o->train.lora.dropout, "Dropout on the adapters' input")
+        ->capture_default_str();
+    cmd->add_option("--lora-targets", o->lora_targets,
+                    "attention|all-linear|q_proj,v_proj,... (PEFT's target_modules)")
+        ->capture_default_str();
+    cmd->add_flag("--no-double-quant", o->no_double_quant,
+                  "QLoRA without double quantisation (fp32 absmax per 64 weights)");
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "memory/finetune.h"
+
 namespace frenzy {
 namespace {
 
@@ -26,8 +28,11 @@ Widths LocalWidths(const ModelSpec& m, const ParallelPlan& p, int64_t ffn) {
   return w;
 }
 
-// The HF Trainer's mixed precision is torch.autocast over fp32 weights.
-bool IsAutocast(const TrainingSpec& t) { return t.framework == Framework::kHf && t.mixed(); }
+// The HF Trainer's mixed precision is torch.autocast over fp32 weights (QLoRA's too: its
+// non-4-bit weights are fp32). LoRA's base is 16-bit: its stream is 16-bit as in pure bf16.
+bool IsAutocast(const TrainingSpec& t) {
+  return t.framework == Framework::kHf && t.mixed() && t.finetune != FineTune::kLora;
+}
 
 // Bytes per dropout-mask element for an input of `input_bytes`: CUDA keeps a bool mask, the
 // CPU kernel a mask of the input's dtype.
@@ -365,12 +370,98 @@ void ApplyLayerRecompute(const ModelSpec& m, const TrainingSpec& t, const EagerS
   out.saved = out.recompute_saved;
 }
 
+// What a frozen norm does not keep: nothing needs the normalised x for a weight gradient, and
+// the frozen linear layers it feeds keep no input. `fed` counts the 16-bit casts that autocast
+// made for those layers (QLoRA) or 1 for the output itself (LoRA).
+int64_t FrozenNormSaving(const ModelSpec& m, const EagerShape& x, int64_t fed) {
+  const int64_t th = x.norm_tokens * x.w.h;
+  const int64_t out = fed * th * x.e;
+  if (m.norm == NormKind::kLayerNorm) return out;  // native_layer_norm keeps x, mean, rstd
+  const int64_t x_norm = x.autocast || m.gemma_norm ? kF32 : x.e;
+  return th * x_norm + out;
+}
+
+// LoRA and QLoRA (PEFT's lora.Linear over a frozen base): frozen linear layers keep no input,
+// frozen norms no normalised x; each targeted layer's adapter keeps its own 16-bit cast of the
+// input (x.to(fp32) and autocast's cast back: a copy per adapter) or, in fp32, the input itself,
+// and A's r-wide output; lora_dropout keeps a mask. QLoRA's 4-bit layers cast their outputs
+// back to the fp32 stream, so the MLP's tensors are fp32. Dense layers only: an MoE layer keeps
+// its full fine-tuning account plus the adapters' tensors (an over-estimate).
+struct LoraExtras {
+  int64_t qkv = 0, attn_out = 0, mlp = 0;  // kept for backward, by step
+  // Backward transients: the fp32 gradient of each adapter's x.to(fp32) cast (mixed
+  // precision), and QLoRA's dequantised 16-bit weight.
+  int64_t qkv_bwd = 0, attn_out_bwd = 0, mlp_bwd = 0;
+};
+
+void ApplyLora(const ModelSpec& m, const TrainingSpec& t, const EagerShape& x, bool moe_layer,
+               EagerNorms& norms, EagerAttention& attn, EagerMlp& mlp, LoraExtras& ex) {
+  const LoraSpec& l = t.lora;
+  const bool copies = t.mixed();
+  const int64_t T = x.tokens, e = x.e, ea = copies ? e : kF32;
+  const int64_t drop_mask = l.dropout > 0 ? MaskBytes(t, copies ? kF32 : x.e) : 0;
+  const bool qlora = t.finetune == FineTune::kQlora;
+  const int64_t fed_attn = x.autocast ? 3 : 1, fed_mlp = x.autocast ? (m.gated_mlp ? 2 : 1) : 1;
+  auto adapter_input = [&](int64_t width, bool& shared_kept) {
+    // Bytes an adapter keeps of its input beyond what the frozen model keeps: its own copy,
+    // or (fp32, no dropout) the norm's output, once for all the adapters that read it.
+    const int64_t b = T * width * drop_mask;
+    if (copies || l.dropout > 0 || !shared_kept) {
+      shared_kept = shared_kept || !(copies || l.dropout > 0);
+      return b + T * width * ea;
+    }
+    return b;
+  };
+  bool attn_in = false, mlp_in = false;
+  for (const LinearWeight& w : LayerLinearWeights(m, moe_layer)) {
+    const bool attention = (w.target & kLoraAttention) != 0;
+    int64_t& bwd = w.target == kLoraO ? ex.attn_out_bwd : attention ? ex.qkv_bwd : ex.mlp_bwd;
+    if (qlora) bwd = std::max(bwd, w.in * w.out * e);
+    if ((w.target & l.targets) == 0) continue;
+    if (copies) {
+      const auto rows_in = static_cast<int64_t>(static_cast<double>(T) * w.rows_per_token);
+      bwd = std::max(bwd, rows_in * w.in * kF32 + (qlora ? w.in * w.out * e : 0));
+    }
+    const auto rows = static_cast<int64_t>(static_cast<double>(T) * w.rows_per_token);
+    int64_t kept = static_cast<int64_t>(w.count) * rows * l.rank * ea;  // A's output
+    if (moe_layer && !attention) {
+      ex.mlp += kept;
+      continue;
+    }
+    if (w.target == kLoraO || w.target == kLoraDown) {
+      // The adapter's copy (or, in fp32, the input itself) replaces the input the full
+      // account counts for these layers; dropout adds its mask (and, in fp32, its output).
+      kept += T * w.in * drop_mask + (l.dropout > 0 && !copies ? T * w.in * kF32 : 0);
+    } else {
+      kept += adapter_input(w.in, attention ? attn_in : mlp_in);
+    }
+    (w.target == kLoraO ? ex.attn_out : attention ? ex.qkv : ex.mlp) += kept;
+  }
+  if (!(l.targets & kLoraO)) attn.attn_out = 0;
+  if (moe_layer) return;
+  norms.norm1 -= FrozenNormSaving(m, x, fed_attn);
+  if (m.norms_per_layer >= 2 && !m.parallel_attn_mlp) norms.norm2 -= FrozenNormSaving(m, x, fed_mlp);
+  if (norms.post1 > 0) norms.post1 -= FrozenNormSaving(m, x, 0);
+  if (norms.post2 > 0) norms.post2 -= FrozenNormSaving(m, x, 0);
+  const int64_t tf = T * x.w.f * e;
+  const bool down = (l.targets & kLoraDown) != 0;
+  if (qlora) {
+    // fp32 gate/up outputs, their activation and product; the down adapter's 16-bit copy.
+    mlp.saved = (m.gated_mlp ? 3 : 1) * T * x.w.f * kF32 + (down ? tf : 0);
+    mlp.backward = (m.gated_mlp ? 2 : 1) * T * x.w.f * kF32;  // their fp32 gradients
+  } else if (!down && (m.gated_mlp || m.activation != Activation::kRelu)) {
+    mlp.saved -= tf;  // the product (or activation output) only the frozen down kept
+  }
+}
+
 LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
                             bool moe_layer) {
   const EagerShape x = MakeEagerShape(m, t, p, moe_layer);
-  const EagerNorms norms = EagerNormsSaved(m, x, moe_layer);
-  const EagerAttention attn = EagerAttentionSaved(m, t, x);
-  const EagerMlp mlp = EagerMlpSaved(m, p, x, moe_layer);
+  EagerNorms norms = EagerNormsSaved(m, x, moe_layer);
+  EagerAttention attn = EagerAttentionSaved(m, t, x);
+  EagerMlp mlp = EagerMlpSaved(m, p, x, moe_layer);
+  LoraExtras lora;
+  if (t.finetune != FineTune::kFull) ApplyLora(m, t, x, moe_layer, norms, attn, mlp, lora);
   const int64_t tokens = x.tokens, e = x.e;
   double hid_p = HiddenDropout(m, t);
   int64_t dropout_mask = hid_p > 0 ? x.norm_tokens * x.w.h * x.sh.mask : 0;
@@ -391,12 +482,13 @@ LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const Par
   if (moe_layer && m.moe.stacked_experts) down_share = 1.0;
   out.backward = {{
       {norms.post2 > 0 ? norm_bwd : 0, norms.post2, P::kNone, 0.0},
-      {mlp.backward, mlp.saved + dropout_mask, P::kMlp, down_share},
+      {mlp.backward + lora.mlp_bwd, mlp.saved + lora.mlp + dropout_mask, P::kMlp, down_share},
       {norm_bwd, norms.norm2, P::kNorm, 0.0},
       {norms.post1 > 0 ? norm_bwd : 0, norms.post1, P::kNone, 0.0},
-      {q_bytes, attn.attn_out + dropout_mask, P::kAttnOut, 1.0},
+      {q_bytes + lora.attn_out_bwd, attn.attn_out + lora.attn_out + dropout_mask, P::kAttnOut,
+       1.0},
       {core_backward, selective ? 0 : attn.core.saved, P::kNone, 0.0},
-      {3 * q_bytes + stream, attn.qkv, P::kAttnQkv, 0.0},
+      {3 * q_bytes + stream + lora.qkv_bwd, attn.qkv + lora.qkv, P::kAttnQkv, 0.0},
       {norm_bwd, norms.norm1, P::kNorm, 0.0},
   }};
   for (const auto& st : out.backward) out.saved += st.frees;
@@ -567,12 +659,17 @@ OutputActivations OutputActivationBytes(const ModelSpec& m, const TrainingSpec& 
     return out;
   }
   if (m.final_norm) {
+    const int64_t th = norm_tokens * m.hidden_size;
+    const bool rms = m.norm == NormKind::kRmsNorm;
+    const bool frozen = t.finetune != FineTune::kFull;
     if (IsAutocast(t)) {
-      int64_t th = norm_tokens * m.hidden_size;
       out.saved += th * kF32 + 2 * norm_tokens * kF32 + th * e;  // input, stats, head's cast
-      if (m.norm == NormKind::kRmsNorm) out.saved += 2 * th * kF32 - norm_tokens * kF32;
+      if (rms) out.saved += 2 * th * kF32 - norm_tokens * kF32;
+      // Frozen (QLoRA): no normalised x for the weight, no cast kept by the frozen head.
+      if (frozen) out.saved -= th * e + (rms ? th * kF32 : 0);
     } else {
       out.saved += EagerNormSaved(m, norm_tokens, e, true);
+      if (frozen) out.saved -= th * e + (rms ? th * (m.gemma_norm ? kF32 : e) : 0);
     }
   }
   if (t.head == HeadType::kMaskedLm) {

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "memory/activations.h"
+#include "memory/finetune.h"
 #include "model/param_count.h"
 
 namespace frenzy {
@@ -24,6 +25,8 @@ struct RankLayer {
   int64_t adafactor_state = 0;
   // By backward step (see BackwardStep::Params).
   int64_t mlp = 0, attn_out = 0, attn_qkv = 0, norm = 0;
+  // Fine-tuning: trainable adapter parameters (in `total`) and 4-bit base weights.
+  int64_t adapters = 0, quantized = 0;
 };
 
 RankLayer LayerOnRank(const ModelSpec& m, const LayerParams& l, const ParallelPlan& p) {
@@ -56,6 +59,9 @@ struct StageParams {
   int64_t adafactor_state = 0;  // Adafactor's factored second moment (elements)
   int64_t per_layer_max = 0;    // largest layer (ZeRO-3/FSDP gather unit)
   int64_t head = 0;             // output layer + final norm (their grads appear first)
+  int64_t head_matmul = 0;      // of `matmul`, the output layer's matrix
+  int64_t adapters = 0;         // fine-tuning: trainable adapter parameters (in `total`)
+  int64_t quantized = 0;        // ... base weights stored in 4 bits (in `total`)
 };
 
 StageParams ParamsOnRank(const ModelSpec& m, const ParamCounts& c, const ParallelPlan& p,
@@ -66,6 +72,8 @@ StageParams ParamsOnRank(const ModelSpec& m, const ParamCounts& c, const Paralle
     if (n == 0) continue;
     s.total += n * layer->total;
     s.matmul += n * layer->matmul;
+    s.adapters += n * layer->adapters;
+    s.quantized += n * layer->quantized;
     s.adafactor_state += n * layer->adafactor_state;
     s.largest_tensor = std::max(s.largest_tensor, layer->largest_tensor);
     s.per_layer_max = std::max(s.per_layer_max, layer->total);
@@ -84,7 +92,8 @@ StageParams ParamsOnRank(const ModelSpec& m, const ParamCounts& c, const Paralle
     if (m.tied_embeddings && !first_stage) head += c.token_embedding / p.tp;
     s.total += head;
     s.head = head;
-    s.matmul += c.head() / p.tp + (m.tied_embeddings ? c.token_embedding / p.tp : 0);
+    s.head_matmul = c.head() / p.tp + (m.tied_embeddings ? c.token_embedding / p.tp : 0);
+    s.matmul += s.head_matmul;
     s.largest_tensor = std::max(s.largest_tensor, vocab_matrix);
     s.adafactor_state += m.vocab_size / p.tp + m.embedding_width();
   }
@@ -258,9 +267,48 @@ int64_t OptimizerStepTemp(const TrainingSpec& t, const StageParams& sp, const St
   return 2 * sp.largest_tensor * in.state_bytes;
 }
 
+// Adapter fine-tuning (PEFT, whichever framework shards it): the base is frozen — 16-bit (LoRA,
+// the compute dtype) or 4-bit NF4 layers with every other weight upcast to fp32 (QLoRA, as
+// prepare_model_for_kbit_training leaves it); only the fp32 adapters have gradients and
+// optimizer states, which ZeRO shards like any others. Autocast caches 16-bit copies of the fp32
+// weights it multiplies: the adapters, and QLoRA's output layer.
+States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp) {
+  States st;
+  const double adapters = static_cast<double>(sp.adapters);
+  const double frozen = static_cast<double>(sp.total - sp.adapters);
+  double base = frozen * static_cast<double>(t.act_bytes());
+  if (t.finetune == FineTune::kQlora) {
+    const double q = static_cast<double>(sp.quantized);
+    base = q * Nf4BytesPerWeight(t.lora.double_quant) + (frozen - q) * 4.0;
+  }
+  const int64_t z = p.shard_size();
+  st.weights = CeilBytes((p.zero >= 3 ? (base + 4.0 * adapters) / static_cast<double>(z)
+                                      : base + 4.0 * adapters));
+  st.grads = CeilBytes(4.0 * adapters);
+  if (p.zero >= 2) st.grads = Div(st.grads, z);
+  st.optimizer = CeilBytes(OptimizerStateBytes(t.optimizer, 4) * adapters);
+  if (p.zero >= 1) st.optimizer = Div(st.optimizer, z);
+  if (t.mixed()) {
+    const int64_t head = t.finetune == FineTune::kQlora ? sp.head_matmul : 0;
+    st.autocast_cache = 2 * (sp.adapters + head);
+  }
+  if (p.dp > 1 && p.zero == 0) st.buckets = st.grads;  // DDP's bucket copy
+  return st;
+}
+
 States ModelStates(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp) {
   const StateInputs in = MakeStateInputs(t, p, sp);
   States st;
+  if (t.finetune != FineTune::kFull) {
+    st = FineTuneStates(t, p, sp);
+    StateInputs trainable = in;
+    trainable.opt_bytes = OptimizerStateBytes(t.optimizer, 4) * static_cast<double>(sp.adapters);
+    trainable.state_bytes = 4;
+    StageParams adapters = sp;
+    adapters.largest_tensor = 0;  // single-tensor Adam's temporaries: adapter-sized, negligible
+    st.optimizer_temp = OptimizerStepTemp(t, adapters, trainable);
+    return st;
+  }
   switch (t.framework) {
     case Framework::kMegatron:
       st = MegatronStates(t, p, in);
@@ -313,6 +361,7 @@ ParamCounts TrainedParamCounts(const ModelSpec& m, const TrainingSpec& t) {
     counts.head_extra = m.hidden_size * t.num_labels + t.num_labels;
     counts.total += counts.head();
   }
+  if (t.finetune != FineTune::kFull) counts.total += ModelAdapterParams(m, t.lora);
   return counts;
 }
 
@@ -332,6 +381,16 @@ LayerKinds MakeLayerKinds(const ModelSpec& m, const TrainingSpec& t, const Paral
   k.has_moe = m.moe.enabled();
   k.dense_params = LayerOnRank(m, CountLayerParams(m, false), p);
   if (k.has_moe) k.moe_params = LayerOnRank(m, CountLayerParams(m, true), p);
+  if (t.finetune != FineTune::kFull) {
+    // Adapters are the only trainable (and autocast-cast) matrices; tp = 1 for fine-tuning.
+    for (auto [rl, moe] : {std::pair{&k.dense_params, false}, std::pair{&k.moe_params, true}}) {
+      if (moe && !k.has_moe) continue;
+      rl->adapters = LayerAdapterParams(m, t.lora, moe);
+      rl->total += rl->adapters;
+      rl->matmul = rl->adapters;
+      if (t.finetune == FineTune::kQlora) rl->quantized = LayerLinearElements(m, moe);
+    }
+  }
   k.dense_act = LayerActivationBytes(m, t, p, false);
   if (k.has_moe) k.moe_act = LayerActivationBytes(m, t, p, true);
   k.embedding_act = EmbeddingActivationBytes(m, t, p);
@@ -634,6 +693,11 @@ Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
 }
 
 int64_t CheckpointBytes(const ModelSpec& m, const TrainingSpec& t) {
+  if (t.finetune != FineTune::kFull) {
+    // A fine-tuning checkpoint holds the fp32 adapters and their optimizer states.
+    const double a = static_cast<double>(ModelAdapterParams(m, t.lora));
+    return CeilBytes(a * (4.0 + OptimizerStateBytes(t.optimizer, 4)));
+  }
   StageParams whole;
   whole.total = TrainedParamCounts(m, t).total;
   const StateInputs in = MakeStateInputs(t, ParallelPlan{}, whole);

@@ -55,7 +55,59 @@ constexpr std::array<std::pair<HeadType, const char*>, 3> kHeads = {{
     {HeadType::kClassification, "classification"},
 }};
 
+constexpr std::array<std::pair<FineTune, const char*>, 3> kFineTunes = {{
+    {FineTune::kFull, "full"},
+    {FineTune::kLora, "lora"},
+    {FineTune::kQlora, "qlora"},
+}};
+constexpr std::array<std::pair<unsigned, const char*>, 7> kLoraModules = {{
+    {kLoraQ, "q_proj"},
+    {kLoraK, "k_proj"},
+    {kLoraV, "v_proj"},
+    {kLoraO, "o_proj"},
+    {kLoraGate, "gate_proj"},
+    {kLoraUp, "up_proj"},
+    {kLoraDown, "down_proj"},
+}};
+
 }  // namespace
+
+const char* FineTuneName(FineTune f) { return NameOf(kFineTunes, f); }
+std::optional<FineTune> ParseFineTune(std::string_view s) { return Parse(kFineTunes, s); }
+
+std::optional<unsigned> ParseLoraTargets(std::string_view s, std::string* bad) {
+  if (s == "attention") return kLoraAttention;
+  if (s == "all-linear" || s == "all") return kLoraAllLinear;
+  unsigned targets = 0;
+  while (!s.empty()) {
+    const size_t comma = s.find(',');
+    const std::string_view word = s.substr(0, comma);
+    std::optional<unsigned> bit = Parse(kLoraModules, word);
+    if (!bit) {
+      if (bad) *bad = std::string(word);
+      return std::nullopt;
+    }
+    targets |= *bit;
+    s = comma == std::string_view::npos ? std::string_view{} : s.substr(comma + 1);
+  }
+  if (targets == 0) {
+    if (bad) bad->clear();
+    return std::nullopt;
+  }
+  return targets;
+}
+
+std::string LoraTargetsName(unsigned targets) {
+  if (targets == kLoraAllLinear) return "all-linear";
+  if (targets == kLoraAttention) return "attention";
+  std::string out;
+  for (const auto& [bit, name] : kLoraModules) {
+    if ((targets & bit) == 0) continue;
+    if (!out.empty()) out += ',';
+    out += name;
+  }
+  return out;
+}
 
 const char* PrecisionName(Precision p) { return NameOf(kPrecisions, p); }
 const char* OptimizerName(OptimizerKind o) { return NameOf(kOptimizers, o); }
@@ -153,6 +205,35 @@ Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelP
   if (t.num_labels < 1) add("num_labels", "must be at least 1");
   if (p.distributed_optimizer && t.framework != Framework::kMegatron) {
     add("distributed_optimizer", "is Megatron's; use --zero with other frameworks");
+  }
+  if (t.finetune != FineTune::kFull) {
+    const char* kind = FineTuneName(t.finetune);
+    if (t.framework == Framework::kMegatron) {
+      add("finetune", std::string(kind) +
+                          " is modelled as PEFT runs it: use --framework hf, fsdp or deepspeed");
+    } else if (t.finetune == FineTune::kQlora && t.framework != Framework::kHf) {
+      add("finetune", "qlora (bitsandbytes 4-bit layers) is modelled with --framework hf only");
+    }
+    if (t.precision == Precision::kBf16Pure) {
+      add("precision", std::string(kind) +
+                           " keeps fp32 adapters over a 16-bit base: use --precision bf16 "
+                           "(autocast), fp16 or fp32");
+    }
+    if (t.finetune == FineTune::kQlora && t.precision == Precision::kFp32) {
+      add("precision", "qlora computes in 16 bits: use --precision bf16 or fp16");
+    }
+    if (t.lora.rank < 1 || t.lora.rank > (int64_t{1} << 16)) {
+      add("lora_rank", "must be in [1, 65536], found " + s(t.lora.rank));
+    }
+    if (!(t.lora.dropout >= 0.0 && t.lora.dropout < 1.0)) {
+      add("lora_dropout", "must be in [0, 1)");
+    }
+    if ((t.lora.targets & kLoraAllLinear) == 0) add("lora_targets", "names no layer");
+    if (t.head != HeadType::kCausalLm) add("head", "fine-tuning is modelled for causal LMs");
+    if (p.pp > 1 || p.tp > 1 || p.cp > 1) {
+      add("finetune", "PEFT fine-tuning runs data parallel (with ZeRO/FSDP sharding): use "
+                      "tp = pp = cp = 1");
+    }
   }
   if (problems.empty()) return Status::Ok();
   std::string msg = problems[0].second;

@@ -43,6 +43,33 @@ std::optional<Recompute> ParseRecompute(std::string_view s);
 std::optional<Framework> ParseFramework(std::string_view s);
 std::optional<HeadType> ParseHeadType(std::string_view s);
 
+// What is trained. kLora: frozen 16-bit base (the compute dtype) with LoRA adapters (PEFT's
+// lora.Linear, adapters in fp32); kQlora: the layers' linear weights frozen in 4-bit NF4
+// (bitsandbytes Linear4bit, blockwise absmax per 64 values), every other weight upcast to fp32
+// (peft.prepare_model_for_kbit_training), fp32 adapters.
+enum class FineTune { kFull, kLora, kQlora };
+const char* FineTuneName(FineTune f);
+std::optional<FineTune> ParseFineTune(std::string_view s);
+
+// The linear layers a LoRA adapter can wrap, as PEFT names them in Llama-style blocks.
+enum LoraTarget : unsigned {
+  kLoraQ = 1, kLoraK = 2, kLoraV = 4, kLoraO = 8, kLoraGate = 16, kLoraUp = 32, kLoraDown = 64,
+  kLoraAttention = kLoraQ | kLoraK | kLoraV | kLoraO,
+  kLoraAllLinear = kLoraAttention | kLoraGate | kLoraUp | kLoraDown,
+};
+// "attention", "all-linear", or module names separated by commas ("q_proj,v_proj"); nullopt
+// names the first word it does not know in `bad`.
+std::optional<unsigned> ParseLoraTargets(std::string_view s, std::string* bad = nullptr);
+std::string LoraTargetsName(unsigned targets);
+
+struct LoraSpec {
+  int64_t rank = 8;     // PEFT LoraConfig defaults: r = 8, lora_alpha = 8, lora_dropout = 0
+  double alpha = 8.0;   // scaling alpha / r: no memory of its own
+  double dropout = 0.0;
+  unsigned targets = kLoraAllLinear;
+  bool double_quant = true;  // QLoRA: the absmax values quantised again (8-bit, fp32 per 256)
+};
+
 struct TrainingSpec {
   int64_t seq_len = 2048;
   int64_t micro_batch = 1;
@@ -56,6 +83,8 @@ struct TrainingSpec {
   bool flash_attn = true;   // fused attention: no s x s matrices kept
   bool dropout = true;      // apply the model's dropout probabilities
   DeviceKind device = DeviceKind::kCuda;
+  FineTune finetune = FineTune::kFull;
+  LoraSpec lora;
 
   // The software environment, where it changes memory:
   // PyTorch >= 2.0 runs torch.optim's Adam with the foreach implementation by default on CUDA;

@@ -187,11 +187,61 @@ GRID = [
     ("gpt-oss-sinks-moe", 2, 128, "bf16", "adamw", "none"),
 ]
 
+# Fine-tuning (issue 17): PEFT LoRA adapters over a frozen bf16 base, and QLoRA (4-bit NF4
+# layers, fp32 everything else, as prepare_model_for_kbit_training leaves it), under the HF
+# Trainer's autocast. The seventh field: the fine-tuning settings. QLoRA with full
+# recomputation is predicted within 4% only (its backward's fp32 gradients through the 4-bit
+# layers are approximated): a known gap, with its own bound rather than the 3%.
+LORA, QLORA = {"finetune": "lora"}, {"finetune": "qlora"}
+GRID += [
+    ("llama-mha", 2, 128, "bf16", "adamw", "none", LORA),
+    ("llama-mha", 2, 128, "bf16", "adamw", "full", LORA),
+    ("llama-gqa", 2, 128, "bf16", "adamw", "none", dict(LORA, lora_targets="attention")),
+    ("llama-gqa", 2, 128, "bf16", "adamw", "none", dict(LORA, lora_dropout=0.1)),
+    ("llama-gqa", 2, 128, "fp32", "adamw", "none", dict(LORA, lora_targets="q_proj,v_proj")),
+    ("llama-gqa", 2, 128, "fp32", "sgd", "full", LORA),
+    ("mistral-gqa-tied", 2, 96, "bf16", "adamw", "none", dict(LORA, lora_targets="q_proj,v_proj")),
+    ("gpt2", 2, 128, "bf16", "adamw", "none", LORA),
+    ("gemma2-sandwich", 2, 128, "bf16", "adamw", "none", LORA),
+    ("gemma2-sandwich", 2, 128, "bf16", "adamw", "full", LORA),
+    ("qwen3-qknorm", 2, 128, "bf16", "adamw", "none", LORA),
+    ("llama-mha", 2, 128, "bf16", "adamw", "none", QLORA),
+    ("llama-gqa", 2, 128, "bf16", "adamw", "none", dict(QLORA, lora_rank=16, lora_dropout=0.05)),
+    ("qwen2-bias", 2, 128, "bf16", "adamw", "none", dict(QLORA, double_quant=False)),
+    ("qwen3-qknorm", 2, 128, "bf16", "adamw", "none", QLORA),
+    ("llama-mha", 2, 128, "bf16", "adamw", "full", dict(QLORA, tolerance=0.04)),
+    ("llama-gqa", 2, 128, "bf16", "adamw", "full", dict(QLORA, lora_targets="attention",
+                                                          tolerance=0.04)),
+    ("qwen2-bias", 1, 256, "bf16", "adamw", "full", dict(QLORA, lora_rank=16, lora_dropout=0.05,
+                                                          tolerance=0.04)),
+]
 
-def predict(frenzy, config_path, mb, seq, precision, optimizer, recompute):
+
+def finetune_flags(ft):
+    if not ft:
+        return []
+    flags = ["--finetune", ft["finetune"], "--lora-rank", str(ft.get("lora_rank", 8)),
+             "--lora-dropout", str(ft.get("lora_dropout", 0.0)),
+             "--lora-targets", ft.get("lora_targets", "all-linear")]
+    return flags + ([] if ft.get("double_quant", True) else ["--no-double-quant"])
+
+
+def finetune_kwargs(ft):
+    return {k: v for k, v in ft.items() if k != "tolerance"}
+
+
+def finetune_name(ft):
+    if not ft:
+        return "full"
+    return " ".join([ft["finetune"], f"r{ft.get('lora_rank', 8)}", ft.get("lora_targets", "all-linear")] +
+                    ([f"dropout {ft['lora_dropout']}"] if ft.get("lora_dropout") else []) +
+                    ([] if ft.get("double_quant", True) else ["no-double-quant"]))
+
+
+def predict(frenzy, config_path, mb, seq, precision, optimizer, recompute, ft=None):
     cmd = [frenzy, "predict", "--model", config_path, "--micro-batch", str(mb), "--seq-len",
            str(seq), "--precision", precision, "--optimizer", optimizer, "--recompute", recompute,
-           "--framework", "hf", "--device", "cpu", "--no-flash-attn", "--json"]
+           "--framework", "hf", "--device", "cpu", "--no-flash-attn", "--json"] + finetune_flags(ft)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
@@ -210,22 +260,26 @@ def main():
             paths[name] = os.path.join(tmp, name + ".json")
             with open(paths[name], "w") as f:
                 json.dump(cfg, f)
-        for arch, mb, seq, precision, optimizer, recompute in grid:
+        for case in grid:
+            arch, mb, seq, precision, optimizer, recompute = case[:6]
+            ft = case[6] if len(case) > 6 else {}
             m = measure_memory.measure(ARCHS[arch], micro_batch=mb, seq_len=seq,
                                        precision=precision, optimizer=optimizer,
-                                       recompute=recompute, device="cpu")
-            p = predict(args.frenzy, paths[arch], mb, seq, precision, optimizer, recompute)
+                                       recompute=recompute, device="cpu", **finetune_kwargs(ft))
+            p = predict(args.frenzy, paths[arch], mb, seq, precision, optimizer, recompute, ft)
             err = (p["peak_bytes"] - m["peak_bytes"]) / m["peak_bytes"]
             phase_ok = measured_name(p["peak_phase"]) == m["peak_phase"]
             phases_agree += 1 if phase_ok else 0
-            ok = abs(err) <= TOLERANCE and phase_ok
+            ok = abs(err) <= ft.get("tolerance", TOLERANCE) and phase_ok
             failures += 0 if ok else 1
             rows.append({"arch": arch, "micro_batch": mb, "seq_len": seq, "precision": precision,
                          "optimizer": optimizer, "recompute": recompute,
+                         "finetune": finetune_name(ft),
                          "measured_bytes": m["peak_bytes"], "measured_phase": m["peak_phase"],
                          "predicted_bytes": p["peak_bytes"], "predicted_phase": p["peak_phase"],
                          "error_pct": round(100 * err, 3)})
             print(f"{'ok ' if ok else 'BAD'} {arch:>17} mb={mb} s={seq:<4} {precision:>9} "
+                  f"{finetune_name(ft):>24} "
                   f"{optimizer:>5} {recompute:>9}: measured {m['peak_bytes']:>10} "
                   f"({m['peak_phase']}) predicted {p['peak_bytes']:>10} ({p['peak_phase']}) "
                   f"{100 * err:+.2f}%{'' if phase_ok else ' PHASE DIFFERS'}", flush=True)

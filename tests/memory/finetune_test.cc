@@ -1,0 +1,97 @@
+// LoRA and QLoRA model states against published figures and hand-derived sums.
+#include "memory/finetune.h"
+
+#include <gtest/gtest.h>
+
+#include "memory/memory_model.h"
+#include "model/zoo.h"
+
+namespace frenzy {
+namespace {
+
+ModelSpec Zoo(const std::string& name) {
+  auto r = ResolveModel(name);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return *r;
+}
+
+TEST(FineTune, AdaptersOfLlama3_8bAsPeftPrintsThem) {
+  // PEFT's print_trainable_parameters for Meta-Llama-3-8B with r = 16 on all seven linear
+  // layers, as published in many fine-tuning write-ups: "trainable params: 41,943,040 ||
+  // all params: 8,072,204,288". By hand per layer: q, o 16 x (4096 + 4096); k, v
+  // 16 x (4096 + 1024); gate, up, down 16 x (4096 + 14336): 1,310,720; x 32 layers.
+  ModelSpec m = Zoo("llama-3-8b");
+  LoraSpec l;
+  l.rank = 16;
+  EXPECT_EQ(LayerAdapterParams(m, l, false), 1'310'720);
+  EXPECT_EQ(ModelAdapterParams(m, l), 41'943'040);
+  TrainingSpec t;
+  t.framework = Framework::kHf;
+  t.finetune = FineTune::kLora;
+  t.lora = l;
+  auto est = PredictMemory(m, t, ParallelPlan{});
+  ASSERT_TRUE(est.ok()) << est.status().ToString();
+  EXPECT_EQ(est->params, 8'072'204'288);
+  // Attention only (q, k, v, o): 16 x (8192 x 2 + 5120 x 2) x 32.
+  l.targets = kLoraAttention;
+  EXPECT_EQ(ModelAdapterParams(m, l), int64_t{16} * (8192 * 2 + 5120 * 2) * 32);
+}
+
+TEST(FineTune, Nf4StorageIsTheQloraPapersFigure) {
+  // QLoRA §3: 4 bits a weight plus 32/64 = 0.5 bits of fp32 absmax, or with double
+  // quantisation 8/64 + 32/(64 x 256) = 0.127 bits.
+  EXPECT_DOUBLE_EQ((Nf4BytesPerWeight(false) - 0.5) * 8, 0.5);
+  EXPECT_NEAR((Nf4BytesPerWeight(true) - 0.5) * 8, 0.127, 0.0005);
+}
+
+TEST(FineTune, FrozenBaseHasNoGradientsOrOptimizerStates) {
+  // Llama-3-8B, LoRA r = 16, bf16 base: weights 2 x 8,030,261,248 + 4 x 41,943,040 bytes;
+  // gradients and AdamW states only for the adapters (4 + 8 bytes each).
+  ModelSpec m = Zoo("llama-3-8b");
+  TrainingSpec t;
+  t.framework = Framework::kHf;
+  t.finetune = FineTune::kLora;
+  t.lora.rank = 16;
+  t.seq_len = 512;
+  t.recompute = Recompute::kFull;
+  auto est = PredictMemory(m, t, ParallelPlan{});
+  ASSERT_TRUE(est.ok());
+  const MemoryBreakdown& b = est->stages[0].breakdown;
+  EXPECT_EQ(b.weights, 2 * int64_t{8'030'261'248} + 4 * int64_t{41'943'040});
+  EXPECT_EQ(b.optimizer, 8 * int64_t{41'943'040});
+  EXPECT_LE(b.gradients, 4 * int64_t{41'943'040});
+  // QLoRA: the layers' linear weights in NF4, embeddings, norms and head in fp32.
+  t.finetune = FineTune::kQlora;
+  est = PredictMemory(m, t, ParallelPlan{});
+  ASSERT_TRUE(est.ok());
+  const int64_t linear = int64_t{32} * (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336);
+  const int64_t rest = int64_t{8'030'261'248} - linear;
+  const double expected = static_cast<double>(linear) * Nf4BytesPerWeight(true) +
+                          4.0 * static_cast<double>(rest) + 4.0 * 41'943'040;
+  EXPECT_NEAR(static_cast<double>(est->stages[0].breakdown.weights), expected, 1.0);
+}
+
+TEST(FineTune, ImpossibleSettingsSayWhy) {
+  ModelSpec m = Zoo("llama-3-8b");
+  TrainingSpec t;
+  t.finetune = FineTune::kLora;
+  t.framework = Framework::kMegatron;
+  EXPECT_FALSE(PredictMemory(m, t, ParallelPlan{}).ok());
+  t.framework = Framework::kFsdp;
+  t.finetune = FineTune::kQlora;
+  EXPECT_FALSE(PredictMemory(m, t, ParallelPlan{}).ok());
+  t.framework = Framework::kHf;
+  t.precision = Precision::kBf16Pure;
+  EXPECT_FALSE(PredictMemory(m, t, ParallelPlan{}).ok());
+  t.precision = Precision::kBf16;
+  t.lora.rank = 0;
+  EXPECT_FALSE(PredictMemory(m, t, ParallelPlan{}).ok());
+  std::string bad;
+  EXPECT_FALSE(ParseLoraTargets("q_proj,w9", &bad));
+  EXPECT_EQ(bad, "w9");
+  EXPECT_EQ(*ParseLoraTargets("q_proj,v_proj"), unsigned{kLoraQ | kLoraV});
+  EXPECT_EQ(LoraTargetsName(kLoraQ | kLoraV), "q_proj,v_proj");
+}
+
+}  // namespace
+}  // namespace frenzy
