@@ -758,10 +758,9 @@ def _measure(c, args):
                                 args.lora_targets, compute, args.double_quant)
         # The embeddings' output requires grad, as PEFT arranges (enable_input_require_grads).
         model.embed.register_forward_hook(lambda mod, inp, out: out.requires_grad_(True))
-        n_params += sum(p.numel() for p in params)
-        if finetune == "qlora":  # the quantised weights are no longer parameters
-            n_params = sum(p.numel() for p in model.parameters()) + sum(
-                math.prod(m.shape) for m in model.modules() if isinstance(m, Nf4Linear))
+        # Base, adapters and the 4-bit weights (buffers, no longer parameters).
+        n_params = sum(p.numel() for p in model.parameters()) + sum(
+            math.prod(m.shape) for m in model.modules() if isinstance(m, Nf4Linear))
     opt = make_optimizer(args.optimizer, params)
     run = {"recompute": args.recompute, "attn": args.attn, "dropout": args.dropout == "on",
            "autocast_in_recompute": amp_dtype if finetune != "full" else None}

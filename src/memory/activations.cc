@@ -119,10 +119,17 @@ struct EagerNorms {
   int64_t post1 = 0, post2 = 0;
 };
 
+// The linear layers that read the attention's and the MLP's norm output: under autocast each
+// keeps its own 16-bit cast of it. An MoE layer's norm feeds the router (the experts read
+// gathered copies).
+struct NormConsumers {
+  int64_t attn = 1, mlp = 1;
+};
+NormConsumers NormConsumersOf(const ModelSpec& m, bool moe_layer) {
+  return {m.fused_qkv() ? 1 : 3, moe_layer ? 1 : m.gated_mlp ? 2 : 1};
+}
+
 EagerNorms EagerNormsSaved(const ModelSpec& m, const EagerShape& x, bool moe_layer) {
-  // A norm feeding separate q, k and v projections pays three 16-bit casts under autocast.
-  bool fused_qkv = m.model_type == "gpt2" || m.model_type == "gpt_neox" ||
-                   m.model_type == "bloom" || m.model_type == "falcon" || m.model_type == "phi3";
   auto norm_saved = [&](bool include_input, int64_t consumers) {
     if (!x.autocast) return EagerNormSaved(m, x.norm_tokens, x.e, include_input);
     int64_t th = x.norm_tokens * x.w.h;
@@ -134,9 +141,8 @@ EagerNorms EagerNormsSaved(const ModelSpec& m, const EagerShape& x, bool moe_lay
     }
     return kept + consumers * th * x.e;  // the consumers' 16-bit casts of the output
   };
-  int64_t attn_consumers = fused_qkv ? 1 : 3;
-  // An MoE layer's norm feeds the router (the experts read gathered copies).
-  int64_t mlp_consumers = moe_layer ? 1 : m.gated_mlp ? 2 : 1;
+  const NormConsumers consumers = NormConsumersOf(m, moe_layer);
+  const int64_t attn_consumers = consumers.attn, mlp_consumers = consumers.mlp;
   // The layer input is kept by the first norm (pre-norm) or by the residual's norm.
   EagerNorms n;
   const int64_t th = x.norm_tokens * x.w.h;
@@ -385,8 +391,8 @@ int64_t FrozenNormSaving(const ModelSpec& m, const EagerShape& x, int64_t fed) {
 // frozen norms no normalised x; each targeted layer's adapter keeps its own 16-bit cast of the
 // input (x.to(fp32) and autocast's cast back: a copy per adapter) or, in fp32, the input itself,
 // and A's r-wide output; lora_dropout keeps a mask. QLoRA's 4-bit layers cast their outputs
-// back to the fp32 stream, so the MLP's tensors are fp32. Dense layers only: an MoE layer keeps
-// its full fine-tuning account plus the adapters' tensors (an over-estimate).
+// back to the fp32 stream, so the MLP's tensors are fp32. An MoE layer's sparse block and norms
+// keep their full fine-tuning account plus the adapters' tensors (an over-estimate).
 struct LoraExtras {
   int64_t qkv = 0, attn_out = 0, mlp = 0;  // kept for backward, by step
   // Backward transients: the fp32 gradient of each adapter's x.to(fp32) cast (mixed
@@ -401,16 +407,17 @@ void ApplyLora(const ModelSpec& m, const TrainingSpec& t, const EagerShape& x, b
   const int64_t T = x.tokens, e = x.e, ea = copies ? e : kF32;
   const int64_t drop_mask = l.dropout > 0 ? MaskBytes(t, copies ? kF32 : x.e) : 0;
   const bool qlora = t.finetune == FineTune::kQlora;
-  const int64_t fed_attn = x.autocast ? 3 : 1, fed_mlp = x.autocast ? (m.gated_mlp ? 2 : 1) : 1;
+  // What a frozen norm no longer feeds: the frozen layers' 16-bit casts (autocast), or its
+  // output itself.
+  const NormConsumers fed = x.autocast ? NormConsumersOf(m, moe_layer) : NormConsumers{};
+  // Each adapter keeps its own copy of its input (a cast, or dropout's output); in fp32 without
+  // dropout the adapters reading one norm output keep that tensor, once.
+  const bool own_copy = copies || l.dropout > 0;
   auto adapter_input = [&](int64_t width, bool& shared_kept) {
-    // Bytes an adapter keeps of its input beyond what the frozen model keeps: its own copy,
-    // or (fp32, no dropout) the norm's output, once for all the adapters that read it.
-    const int64_t b = T * width * drop_mask;
-    if (copies || l.dropout > 0 || !shared_kept) {
-      shared_kept = shared_kept || !(copies || l.dropout > 0);
-      return b + T * width * ea;
-    }
-    return b;
+    const int64_t mask = T * width * drop_mask;
+    if (!own_copy && shared_kept) return mask;
+    shared_kept = true;
+    return mask + T * width * ea;
   };
   bool attn_in = false, mlp_in = false;
   for (const LinearWeight& w : LayerLinearWeights(m, moe_layer)) {
@@ -431,7 +438,7 @@ void ApplyLora(const ModelSpec& m, const TrainingSpec& t, const EagerShape& x, b
     if (w.target == kLoraO || w.target == kLoraDown) {
       // The adapter's copy (or, in fp32, the input itself) replaces the input the full
       // account counts for these layers; dropout adds its mask (and, in fp32, its output).
-      kept += T * w.in * drop_mask + (l.dropout > 0 && !copies ? T * w.in * kF32 : 0);
+      kept += T * w.in * drop_mask + (own_copy && !copies ? T * w.in * kF32 : 0);
     } else {
       kept += adapter_input(w.in, attention ? attn_in : mlp_in);
     }
@@ -439,8 +446,8 @@ void ApplyLora(const ModelSpec& m, const TrainingSpec& t, const EagerShape& x, b
   }
   if (!(l.targets & kLoraO)) attn.attn_out = 0;
   if (moe_layer) return;
-  norms.norm1 -= FrozenNormSaving(m, x, fed_attn);
-  if (m.norms_per_layer >= 2 && !m.parallel_attn_mlp) norms.norm2 -= FrozenNormSaving(m, x, fed_mlp);
+  norms.norm1 -= FrozenNormSaving(m, x, fed.attn);
+  if (m.norms_per_layer >= 2 && !m.parallel_attn_mlp) norms.norm2 -= FrozenNormSaving(m, x, fed.mlp);
   if (norms.post1 > 0) norms.post1 -= FrozenNormSaving(m, x, 0);
   if (norms.post2 > 0) norms.post2 -= FrozenNormSaving(m, x, 0);
   const int64_t tf = T * x.w.f * e;

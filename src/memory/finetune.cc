@@ -5,11 +5,6 @@
 namespace frenzy {
 namespace {
 
-bool FusedQkv(const ModelSpec& m) {
-  return m.model_type == "gpt2" || m.model_type == "gpt_neox" || m.model_type == "bloom" ||
-         m.model_type == "falcon" || m.model_type == "phi3";
-}
-
 void AddMlp(std::vector<LinearWeight>& out, const ModelSpec& m, int64_t ffn, int64_t count,
             double rows) {
   const int64_t h = m.hidden_size;
@@ -36,7 +31,7 @@ std::vector<LinearWeight> LayerLinearWeights(const ModelSpec& m, bool moe_layer)
     out.push_back({kLoraK | kLoraV, h, l.kv_lora_rank + l.qk_rope_head_dim});
     out.push_back({kLoraK | kLoraV, l.kv_lora_rank, m.num_heads * (l.qk_nope_head_dim + l.v_head_dim)});
     out.push_back({kLoraO, m.num_heads * l.v_head_dim, h});
-  } else if (FusedQkv(m)) {
+  } else if (m.fused_qkv()) {
     out.push_back({kLoraQ | kLoraK | kLoraV, h, m.q_size() + 2 * m.kv_size()});
     out.push_back({kLoraO, m.q_size(), h});
   } else {
@@ -81,11 +76,9 @@ double Nf4BytesPerWeight(bool double_quant) {
 }
 
 int64_t ModelAdapterParams(const ModelSpec& m, const LoraSpec& lora) {
-  int64_t n = 0;
-  const int64_t dense = LayerAdapterParams(m, lora, false);
-  const int64_t sparse = m.moe.enabled() ? LayerAdapterParams(m, lora, true) : 0;
-  for (int64_t i = 0; i < m.num_layers; ++i) n += m.IsMoeLayer(i) ? sparse : dense;
-  return n;
+  const int64_t n_moe = m.num_moe_layers();
+  const int64_t sparse = n_moe > 0 ? n_moe * LayerAdapterParams(m, lora, true) : 0;
+  return (m.num_layers - n_moe) * LayerAdapterParams(m, lora, false) + sparse;
 }
 
 }  // namespace frenzy

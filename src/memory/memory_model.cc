@@ -274,6 +274,12 @@ int64_t OptimizerStepTemp(const TrainingSpec& t, const StageParams& sp, const St
 // weights it multiplies: the adapters, and QLoRA's output layer.
 States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp) {
   States st;
+  StateInputs adapter_inputs;  // the optimizer works on the fp32 adapters alone
+  adapter_inputs.state_bytes = 4;
+  adapter_inputs.opt_bytes =
+      OptimizerStateBytes(t.optimizer, 4) * static_cast<double>(sp.adapters);
+  StageParams adapter_params;  // single-tensor Adam's temporaries: adapter-sized, negligible
+  st.optimizer_temp = OptimizerStepTemp(t, adapter_params, adapter_inputs);
   const double adapters = static_cast<double>(sp.adapters);
   const double frozen = static_cast<double>(sp.total - sp.adapters);
   double base = frozen * static_cast<double>(t.act_bytes());
@@ -286,7 +292,7 @@ States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageP
                                       : base + 4.0 * adapters));
   st.grads = CeilBytes(4.0 * adapters);
   if (p.zero >= 2) st.grads = Div(st.grads, z);
-  st.optimizer = CeilBytes(OptimizerStateBytes(t.optimizer, 4) * adapters);
+  st.optimizer = CeilBytes(adapter_inputs.opt_bytes);
   if (p.zero >= 1) st.optimizer = Div(st.optimizer, z);
   if (t.mixed()) {
     const int64_t head = t.finetune == FineTune::kQlora ? sp.head_matmul : 0;
@@ -297,18 +303,9 @@ States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageP
 }
 
 States ModelStates(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp) {
+  if (t.finetune != FineTune::kFull) return FineTuneStates(t, p, sp);
   const StateInputs in = MakeStateInputs(t, p, sp);
   States st;
-  if (t.finetune != FineTune::kFull) {
-    st = FineTuneStates(t, p, sp);
-    StateInputs trainable = in;
-    trainable.opt_bytes = OptimizerStateBytes(t.optimizer, 4) * static_cast<double>(sp.adapters);
-    trainable.state_bytes = 4;
-    StageParams adapters = sp;
-    adapters.largest_tensor = 0;  // single-tensor Adam's temporaries: adapter-sized, negligible
-    st.optimizer_temp = OptimizerStepTemp(t, adapters, trainable);
-    return st;
-  }
   switch (t.framework) {
     case Framework::kMegatron:
       st = MegatronStates(t, p, in);

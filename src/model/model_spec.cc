@@ -62,6 +62,11 @@ int64_t ModelSpec::num_moe_layers() const {
   return n;
 }
 
+bool ModelSpec::fused_qkv() const {
+  return model_type == "gpt2" || model_type == "gpt_neox" || model_type == "bloom" ||
+         model_type == "falcon" || model_type == "phi3";
+}
+
 std::vector<ModelSpec::Problem> ModelSpec::Problems() const {
   std::vector<Problem> problems;
   auto add = [&](std::string field, std::string message) {

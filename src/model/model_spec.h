@@ -158,6 +158,9 @@ struct ModelSpec {
   }
   bool IsMoeLayer(int64_t layer) const;
   int64_t num_moe_layers() const;
+  // q, k and v come from one fused projection (GPT-2's c_attn, GPT-NeoX's query_key_value,
+  // BLOOM, Falcon, Phi-3's qkv_proj): one linear layer reads the attention's norm output.
+  bool fused_qkv() const;
 
   // Every problem with the ModelSpec field it concerns (empty when none).
   struct Problem {

@@ -4,16 +4,12 @@
 #include <gtest/gtest.h>
 
 #include "memory/memory_model.h"
-#include "model/zoo.h"
+#include "zoo_model.h"
 
 namespace frenzy {
 namespace {
 
-ModelSpec Zoo(const std::string& name) {
-  auto r = ResolveModel(name);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return *r;
-}
+using test::Zoo;
 
 TEST(FineTune, AdaptersOfLlama3_8bAsPeftPrintsThem) {
   // PEFT's print_trainable_parameters for Meta-Llama-3-8B with r = 16 on all seven linear

@@ -6,15 +6,12 @@
 #include "model/hf_config.h"
 #include "model/param_count.h"
 #include "model/zoo.h"
+#include "zoo_model.h"
 
 namespace frenzy {
 namespace {
 
-ModelSpec Zoo(const std::string& name) {
-  auto r = ResolveModel(name);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return *r;
-}
+using test::Zoo;
 
 MemoryEstimate Predict(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p) {
   auto r = PredictMemory(m, t, p);
