@@ -1,4 +1,5 @@
 #include "cli/commands.h"
+#include "cli/finetune_flags.h"
 
 #include <iostream>
 #include <memory>
@@ -248,9 +249,7 @@ struct PredictOptions {
   bool no_foreach = false;
   bool loss_in_model_dtype = false;
   double cuda_context_mib = 512;
-  std::string finetune = "full";
-  std::string lora_targets = "all-linear";
-  bool no_double_quant = false;
+  FineTuneFlags ft;
   bool json = false;
   TrainingSpec train;
   ParallelPlan plan;
@@ -269,7 +268,7 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
   if (!precision) return bad("--precision", o.precision, "fp32, fp16, bf16 or bf16-pure");
   auto optimizer = ParseOptimizer(o.optimizer);
   if (!optimizer) {
-    return bad("--optimizer", o.optimizer, "adamw, adam, sgd, sgdm, adafactor or adam8bit");
+    return bad("--optimizer", o.optimizer, "adamw, adam, sgd, sgdm, adafactor, adam8bit, paged-adamw or paged-adamw8bit");
   }
   auto recompute = ParseRecompute(o.recompute);
   if (!recompute) return bad("--recompute", o.recompute, "none, selective, op or full");
@@ -293,20 +292,7 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
     return InvalidArgument("must be between 0 and 1048576", {}, "--cuda-context-mib");
   }
   o.train.cuda_context_bytes = static_cast<int64_t>(o.cuda_context_mib * (1 << 20));
-  auto finetune = ParseFineTune(o.finetune);
-  if (!finetune) return bad("--finetune", o.finetune, "full, lora or qlora");
-  o.train.finetune = *finetune;
-  std::string word;
-  auto targets = ParseLoraTargets(o.lora_targets, &word);
-  if (!targets) {
-    return InvalidArgument("unknown module '" + word +
-                               "' (expected attention, all-linear or q_proj,k_proj,v_proj,o_proj,"
-                               "gate_proj,up_proj,down_proj)",
-                           {}, "--lora-targets");
-  }
-  o.train.lora.targets = *targets;
-  o.train.lora.double_quant = !o.no_double_quant;
-  return Status::Ok();
+  return ResolveFineTune(o.ft, &o.train.finetune, &o.train.lora);
 }
 
 void RunPredict(PredictOptions o) {
@@ -340,12 +326,7 @@ void RunPredict(PredictOptions o) {
              o.train.flash_attn ? "flash" : "eager", o.plan.zero,
              o.plan.sequence_parallel ? ", sequence parallel" : "");
   if (o.train.finetune != FineTune::kFull) {
-    const LoraSpec& l = o.train.lora;
-    fmt::print("  fine-tune {}: rank {} on {}{}{}, base frozen ({})\n", FineTuneName(o.train.finetune),
-               l.rank, LoraTargetsName(l.targets),
-               l.dropout > 0 ? fmt::format(", dropout {}", l.dropout) : std::string(),
-               o.train.finetune == FineTune::kQlora && !l.double_quant ? ", no double quant" : "",
-               o.train.finetune == FineTune::kQlora ? "NF4 layers, fp32 rest" : "16-bit");
+    fmt::print("  fine-tune {}\n", DescribeFineTune(o.train.finetune, o.train.lora));
   }
   fmt::print("\n  {:<6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  {}\n",
              "stage", "layers", "weights", "grads", "optim", "activ", "logits", "temp",
@@ -469,8 +450,10 @@ struct PlanOptions {
   std::string cluster = "cluster64";
   int64_t top = 10;
   std::string objective = "time";
-  std::string framework = "megatron";
+  std::string framework;  // megatron for full training, hf (PEFT + Trainer) for adapters
   std::string precision = "bf16";
+  std::string optimizer = "adamw";
+  FineTuneFlags ft;
   std::string gpu;
   std::string recompute;
   int64_t gpus = 0, tp = 0, pp = 0, dp = 0, cp = 0, micro_batch = 0, zero = -1;
@@ -491,12 +474,18 @@ void RunPlan(const PlanOptions& o) {
   job.tokens = o.tokens;
   job.global_batch = o.global_batch;
   job.seq_len = o.seq_len;
+  if (Status s = ResolveFineTune(o.ft, &job.finetune, &job.lora); !s.ok()) return Fail(s);
+  std::string fw = o.framework;
+  if (fw.empty()) fw = job.finetune == FineTune::kFull ? "megatron" : "hf";
   auto precision = ParsePrecision(o.precision);
-  auto framework = ParseFramework(o.framework);
+  auto framework = ParseFramework(fw);
+  auto optimizer = ParseOptimizer(o.optimizer);
   if (!precision) return Fail(InvalidArgument("unknown precision '" + o.precision + "'", {}, "--precision"));
-  if (!framework) return Fail(InvalidArgument("unknown framework '" + o.framework + "'", {}, "--framework"));
+  if (!framework) return Fail(InvalidArgument("unknown framework '" + fw + "'", {}, "--framework"));
+  if (!optimizer) return Fail(InvalidArgument("unknown optimizer '" + o.optimizer + "'", {}, "--optimizer"));
   job.precision = *precision;
   job.framework = *framework;
+  job.optimizer = *optimizer;
   if (!o.gpu.empty()) job.gpu = o.gpu;
   if (!o.recompute.empty()) {
     auto rc = ParseRecompute(o.recompute);
@@ -531,6 +520,8 @@ void RunPlan(const PlanOptions& o) {
     nlohmann::json j;
     j["model"] = spec->name;
     j["cluster"] = cluster->name;
+    j["framework"] = FrameworkName(job.framework);
+    j["finetune"] = FineTuneName(job.finetune);
     j["plans"] = nlohmann::json::array();
     for (const auto& p : r->plans) j["plans"].push_back(PlanToJson(p));
     j["pareto"] = nlohmann::json::array();
@@ -541,8 +532,11 @@ void RunPlan(const PlanOptions& o) {
     j["infeasible"] = InfeasibleOrNull(*r);  // the typed reasons behind the explanation
     PrintJson(j);
   } else {
-    fmt::print("{} on {}: {} layouts considered, {} fit\n", spec->name, cluster->name,
-               r->layouts_considered, r->layouts_fitting);
+    fmt::print("{} on {} ({}): {} layouts considered, {} fit\n", spec->name, cluster->name,
+               FrameworkName(job.framework), r->layouts_considered, r->layouts_fitting);
+    if (job.finetune != FineTune::kFull) {
+      fmt::print("  fine-tune {}\n", DescribeFineTune(job.finetune, job.lora));
+    }
     if (!r->plans.empty()) {
       fmt::print("  {:<3} {:<10} {:>5} {:>3} {:>3} {:>4} {:>3} {:>3} {:>9} {:>13} {:>12} {:>6} "
                  "{:>10} {:>9}\n",
@@ -589,7 +583,7 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
     cmd->add_option("--recompute", o->recompute, "none|selective|op|full")->capture_default_str();
     cmd->add_option("--precision", o->precision, "bf16|fp16|fp32|bf16-pure")
         ->capture_default_str();
-    cmd->add_option("--optimizer", o->optimizer, "adamw|adam|sgd|sgdm|adafactor|adam8bit")
+    cmd->add_option("--optimizer", o->optimizer, "adamw|adam|sgd|sgdm|adafactor|adam8bit|paged-adamw|paged-adamw8bit")
         ->capture_default_str();
     cmd->add_flag("--no-flash-attn{true},--flash-attn{false}", o->no_flash,
                   "Eager attention (keeps the s x s scores) or fused attention (default)");
@@ -609,19 +603,7 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
     cmd->add_option("--cuda-context-mib", o->cuda_context_mib,
                     "CUDA context and kernels (512: lazy loading; 1343 measured on CUDA 11.2)")
         ->capture_default_str();
-    cmd->add_option("--finetune", o->finetune,
-                    "full|lora|qlora (PEFT adapters over a frozen 16-bit or 4-bit NF4 base)")
-        ->capture_default_str();
-    cmd->add_option("--lora-rank", o->train.lora.rank, "LoRA rank r")->capture_default_str();
-    cmd->add_option("--lora-alpha", o->train.lora.alpha, "LoRA alpha (scaling alpha / r)")
-        ->capture_default_str();
-    cmd->add_option("--lora-dropout", o->train.lora.dropout, "Dropout on the adapters' input")
-        ->capture_default_str();
-    cmd->add_option("--lora-targets", o->lora_targets,
-                    "attention|all-linear|q_proj,v_proj,... (PEFT's target_modules)")
-        ->capture_default_str();
-    cmd->add_flag("--no-double-quant", o->no_double_quant,
-                  "QLoRA without double quantisation (fp32 absmax per 64 weights)");
+    AddFineTuneFlags(cmd, &o->ft);
 }
 
 }  // namespace
@@ -691,10 +673,14 @@ void RegisterCommands(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--top", o->top, "How many plans to list")->capture_default_str();
     cmd->add_option("--objective", o->objective, "time|cost|mix")->capture_default_str();
-    cmd->add_option("--framework", o->framework, "megatron|deepspeed|fsdp|hf")
-        ->capture_default_str();
+    cmd->add_option("--framework", o->framework,
+                    "megatron|deepspeed|fsdp|hf (default: megatron; hf for --finetune lora/qlora)");
     cmd->add_option("--precision", o->precision, "bf16|fp16|fp32|bf16-pure")
         ->capture_default_str();
+    cmd->add_option("--optimizer", o->optimizer,
+                    "adamw|adam|sgd|sgdm|adafactor|adam8bit|paged-adamw|paged-adamw8bit")
+        ->capture_default_str();
+    AddFineTuneFlags(cmd, &o->ft);
     cmd->add_option("--gpu", o->gpu, "Pin a GPU type (normally left to Frenzy)");
     cmd->add_option("--gpus", o->gpus, "Pin the GPU count");
     cmd->add_option("--tp", o->tp, "Pin tensor parallelism");

@@ -363,6 +363,8 @@ void RegisterSubmit(CLI::App& app) {
   auto model = std::make_shared<std::string>();
   auto name = std::make_shared<std::string>();
   auto precision = std::make_shared<std::string>();
+  auto finetune = std::make_shared<std::string>();
+  auto framework = std::make_shared<std::string>();
   auto tokens = std::make_shared<double>(0);
   auto batch = std::make_shared<int64_t>(0);
   auto seq = std::make_shared<int64_t>(0);
@@ -374,6 +376,9 @@ void RegisterSubmit(CLI::App& app) {
   cmd->add_option("--global-batch", *batch, "Sequences per step");
   cmd->add_option("--seq-len", *seq, "Sequence length");
   cmd->add_option("--precision", *precision, "bf16 | fp16 | fp32 | bf16-pure");
+  cmd->add_option("--finetune", *finetune,
+                  "full | lora | qlora (rank and targets: a \"finetune\" object in --file)");
+  cmd->add_option("--framework", *framework, "megatron | deepspeed | fsdp | hf");
   cmd->add_option("--name", *name, "A name for listings");
   cmd->callback(ClientCallback(c, [=] {
     json spec = json::object();
@@ -389,6 +394,8 @@ void RegisterSubmit(CLI::App& app) {
     if (*batch > 0) spec["global_batch"] = *batch;
     if (*seq > 0) spec["seq_len"] = *seq;
     if (!precision->empty()) spec["precision"] = *precision;
+    if (!finetune->empty()) spec["finetune"] = *finetune;
+    if (!framework->empty()) spec["framework"] = *framework;
     if (!name->empty()) spec["name"] = *name;
     auto r = Call(*c, "POST", "/v1/jobs", &spec);
     if (!r.ok()) return Fail(r.status());

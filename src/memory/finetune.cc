@@ -81,4 +81,25 @@ int64_t ModelAdapterParams(const ModelSpec& m, const LoraSpec& lora) {
   return (m.num_layers - n_moe) * LayerAdapterParams(m, lora, false) + sparse;
 }
 
+double ModelActiveAdapterParams(const ModelSpec& m, const LoraSpec& lora) {
+  auto layer = [&](bool moe) {
+    double n = 0;
+    for (const LinearWeight& w : LayerLinearWeights(m, moe)) {
+      if ((w.target & lora.targets) == 0) continue;
+      n += static_cast<double>(w.count) * w.rows_per_token *
+           static_cast<double>(lora.rank * (w.in + w.out));
+    }
+    return n;
+  };
+  const int64_t n_moe = m.num_moe_layers();
+  return static_cast<double>(m.num_layers - n_moe) * layer(false) +
+         (n_moe > 0 ? static_cast<double>(n_moe) * layer(true) : 0.0);
+}
+
+int64_t ModelLinearElements(const ModelSpec& m) {
+  const int64_t n_moe = m.num_moe_layers();
+  return (m.num_layers - n_moe) * LayerLinearElements(m, false) +
+         (n_moe > 0 ? n_moe * LayerLinearElements(m, true) : 0);
+}
+
 }  // namespace frenzy

@@ -40,6 +40,13 @@ double Nf4BytesPerWeight(bool double_quant);
 // Adapter parameters of the whole model.
 int64_t ModelAdapterParams(const ModelSpec& m, const LoraSpec& lora);
 
+// Adapter parameters one token passes through (routed experts' adapters count top-k / experts):
+// what the adapters' matmul FLOPs scale with.
+double ModelActiveAdapterParams(const ModelSpec& m, const LoraSpec& lora);
+
+// Elements of every layer's linear weights (what QLoRA stores in NF4).
+int64_t ModelLinearElements(const ModelSpec& m);
+
 }  // namespace frenzy
 
 #endif  // FRENZY_MEMORY_FINETUNE_H_

@@ -129,9 +129,13 @@ double OptimizerStateBytes(OptimizerKind o, int64_t state_bytes) {
     case OptimizerKind::kAdafactor:
       return 0;  // factored: computed from matrix shapes
     case OptimizerKind::kAdam8bit:
+    case OptimizerKind::kPagedAdamW8bit:
       // bitsandbytes blockwise 8-bit Adam: two uint8 states plus one fp32 absmax per 2048-value
       // block of each (Dettmers et al., "8-bit Optimizers via Block-wise Quantization", 2022).
       return 2.0 + 2.0 * 4.0 / 2048.0;
+    case OptimizerKind::kPagedAdamW:
+      // bitsandbytes' 32-bit optimizers keep both moments in fp32 whatever the weights' dtype.
+      return 8.0;
   }
   return 0;
 }
@@ -274,10 +278,11 @@ int64_t OptimizerStepTemp(const TrainingSpec& t, const StageParams& sp, const St
 // weights it multiplies: the adapters, and QLoRA's output layer.
 States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp) {
   States st;
-  StateInputs adapter_inputs;  // the optimizer works on the fp32 adapters alone
-  adapter_inputs.state_bytes = 4;
+  const int64_t ab = t.lora.adapter_bytes;  // fp32 (PEFT's default) or 16-bit adapters
+  StateInputs adapter_inputs;  // the optimizer works on the adapters alone
+  adapter_inputs.state_bytes = ab;
   adapter_inputs.opt_bytes =
-      OptimizerStateBytes(t.optimizer, 4) * static_cast<double>(sp.adapters);
+      OptimizerStateBytes(t.optimizer, ab) * static_cast<double>(sp.adapters);
   StageParams adapter_params;  // single-tensor Adam's temporaries: adapter-sized, negligible
   st.optimizer_temp = OptimizerStepTemp(t, adapter_params, adapter_inputs);
   const double adapters = static_cast<double>(sp.adapters);
@@ -288,15 +293,15 @@ States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageP
     base = q * Nf4BytesPerWeight(t.lora.double_quant) + (frozen - q) * 4.0;
   }
   const int64_t z = p.shard_size();
-  st.weights = CeilBytes((p.zero >= 3 ? (base + 4.0 * adapters) / static_cast<double>(z)
-                                      : base + 4.0 * adapters));
-  st.grads = CeilBytes(4.0 * adapters);
+  const double a_bytes = static_cast<double>(ab) * adapters;
+  st.weights = CeilBytes((p.zero >= 3 ? (base + a_bytes) / static_cast<double>(z) : base + a_bytes));
+  st.grads = CeilBytes(a_bytes);
   if (p.zero >= 2) st.grads = Div(st.grads, z);
   st.optimizer = CeilBytes(adapter_inputs.opt_bytes);
   if (p.zero >= 1) st.optimizer = Div(st.optimizer, z);
   if (t.mixed()) {
     const int64_t head = t.finetune == FineTune::kQlora ? sp.head_matmul : 0;
-    st.autocast_cache = 2 * (sp.adapters + head);
+    st.autocast_cache = 2 * ((ab == 4 ? sp.adapters : 0) + head);
   }
   if (p.dp > 1 && p.zero == 0) st.buckets = st.grads;  // DDP's bucket copy
   return st;

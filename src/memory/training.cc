@@ -29,13 +29,15 @@ constexpr std::array<std::pair<Precision, const char*>, 4> kPrecisions = {{
     {Precision::kBf16, "bf16"},
     {Precision::kBf16Pure, "bf16-pure"},
 }};
-constexpr std::array<std::pair<OptimizerKind, const char*>, 6> kOptimizers = {{
+constexpr std::array<std::pair<OptimizerKind, const char*>, 8> kOptimizers = {{
     {OptimizerKind::kAdamW, "adamw"},
     {OptimizerKind::kAdam, "adam"},
     {OptimizerKind::kSgd, "sgd"},
     {OptimizerKind::kSgdMomentum, "sgdm"},
     {OptimizerKind::kAdafactor, "adafactor"},
     {OptimizerKind::kAdam8bit, "adam8bit"},
+    {OptimizerKind::kPagedAdamW, "paged-adamw"},
+    {OptimizerKind::kPagedAdamW8bit, "paged-adamw8bit"},
 }};
 constexpr std::array<std::pair<Recompute, const char*>, 4> kRecomputes = {{
     {Recompute::kNone, "none"},
@@ -229,6 +231,9 @@ Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelP
       add("lora_dropout", "must be in [0, 1)");
     }
     if ((t.lora.targets & kLoraAllLinear) == 0) add("lora_targets", "names no layer");
+    if (t.lora.adapter_bytes != 2 && t.lora.adapter_bytes != 4) {
+      add("lora_dtype", "adapters are fp32 (4 bytes) or 16-bit (2 bytes)");
+    }
     if (t.head != HeadType::kCausalLm) add("head", "fine-tuning is modelled for causal LMs");
     if (p.pp > 1 || p.tp > 1 || p.cp > 1) {
       add("finetune", "PEFT fine-tuning runs data parallel (with ZeRO/FSDP sharding): use "

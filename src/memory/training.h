@@ -19,7 +19,11 @@ namespace frenzy {
 // kBf16/kFp16: mixed precision (16-bit compute, fp32 master weights). kBf16Pure: everything in
 // bf16, no master copy.
 enum class Precision { kFp32, kFp16, kBf16, kBf16Pure };
-enum class OptimizerKind { kAdamW, kAdam, kSgd, kSgdMomentum, kAdafactor, kAdam8bit };
+// kPagedAdamW / kPagedAdamW8bit: bitsandbytes' paged AdamW (32-bit or 8-bit states in CUDA
+// unified memory, which the driver may page out to host memory under pressure).
+enum class OptimizerKind {
+  kAdamW, kAdam, kSgd, kSgdMomentum, kAdafactor, kAdam8bit, kPagedAdamW, kPagedAdamW8bit
+};
 // kSelective: Megatron's — the attention core is recomputed. kOp: torchtitan's per-op selective
 // checkpointing — every other matmul output and the attention output are kept, the rest of the
 // layer is recomputed in backward. kFull: only each layer's input is kept.
@@ -68,6 +72,9 @@ struct LoraSpec {
   double dropout = 0.0;
   unsigned targets = kLoraAllLinear;
   bool double_quant = true;  // QLoRA: the absmax values quantised again (8-bit, fp32 per 256)
+  // Bytes of an adapter weight (and its gradient): 4, PEFT's default (adapters kept in fp32), or
+  // 2 when the adapters are cast to the 16-bit compute dtype (artidoro/qlora's qlora.py does).
+  int64_t adapter_bytes = 4;
 };
 
 struct TrainingSpec {

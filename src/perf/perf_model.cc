@@ -8,6 +8,7 @@
 #include "common/json_reader.h"
 #include "data/embedded.h"
 #include "memory/activations.h"
+#include "memory/finetune.h"
 #include "model/param_count.h"
 
 namespace frenzy {
@@ -82,15 +83,18 @@ GpuEfficiency EfficiencyOf(const GpuType& gpu) {
 }
 
 namespace {
+// Matmul parameters a token passes through: active parameters minus the embedding lookup
+// (no FLOPs) and norms; the LM head is a matmul even when tied.
+double MatmulParams(const ModelSpec& m, const ParamCounts& c) {
+  return static_cast<double>(c.active - c.embedding()) +
+         (m.tied_embeddings ? static_cast<double>(m.vocab_size * m.embedding_width()) : 0.0);
+}
+double AttentionFlopsPerToken(const ModelSpec& m, int64_t seq_len) {
+  return 12.0 * static_cast<double>(m.num_layers) * static_cast<double>(m.q_size()) *
+         static_cast<double>(seq_len);
+}
 double FlopsPerToken(const ModelSpec& m, const ParamCounts& c, int64_t seq_len) {
-  // Matmul parameters a token passes through: active parameters minus the embedding lookup
-  // (no FLOPs) and norms; the LM head is a matmul even when tied.
-  double matmul =
-      static_cast<double>(c.active - c.embedding()) +
-      (m.tied_embeddings ? static_cast<double>(m.vocab_size * m.embedding_width()) : 0.0);
-  double attention = 12.0 * static_cast<double>(m.num_layers) * static_cast<double>(m.q_size()) *
-                     static_cast<double>(seq_len);
-  return 6.0 * matmul + attention;
+  return 6.0 * MatmulParams(m, c) + AttentionFlopsPerToken(m, seq_len);
 }
 }  // namespace
 
@@ -110,6 +114,13 @@ struct PerfInputs {
   double tokens_per_mb = 0;
   ParamCounts counts;
   double flops_per_token = 0;
+  // Of the matmul FLOPs, the forward's share: 1/3 when every weight is trained (forward,
+  // input gradient, weight gradient), about 1/2 when the base is frozen (no weight gradient).
+  double matmul_fwd_share = 1.0 / 3.0;
+  double trained_params = 0;  // parameters with gradients and optimizer state (whole model)
+  double grad_bytes = 2;      // bytes of a gradient element in the data-parallel reduction
+  double state_bytes = 4;     // bytes of a parameter the optimizer step reads (per state)
+  double dequant_bytes = 0;   // QLoRA: bytes moved to dequantise the stage's NF4 weights once
   // Layers of the most loaded stage: ceil(L / pp); the head's FLOPs go to the last stage,
   // which usually holds fewer layers, so they are spread evenly.
   double stage_layers = 0;
@@ -120,19 +131,20 @@ struct PerfInputs {
   double per_mb() const { return mb_compute + mb_recompute; }
 };
 
-// Recomputation: full repeats each layer's forward (1/3 of its FLOPs); selective repeats the
-// attention core's forward (Korthikanti et al. 2023, §5: 2.7% for GPT-3 175B); torchtitan's
-// per-op policy repeats roughly half of the matmuls' forward.
-double RecomputeFraction(Recompute r, double attention_share) {
+// Recomputation: full repeats each layer's forward (1/3 of its FLOPs when every weight is
+// trained); selective repeats the attention core's forward (Korthikanti et al. 2023, §5: 2.7%
+// for GPT-3 175B); torchtitan's per-op policy repeats roughly half of the matmuls' forward.
+double RecomputeFraction(Recompute r, double attention_share, double matmul_fwd_share) {
+  const double matmul_fwd = (1.0 - attention_share) * matmul_fwd_share;
   switch (r) {
     case Recompute::kNone:
       return 0;
     case Recompute::kSelective:
       return attention_share / 3.0;
     case Recompute::kOp:
-      return (1.0 - attention_share) / 6.0;
+      return matmul_fwd / 2.0;
     case Recompute::kFull:
-      return 1.0 / 3.0;
+      return attention_share / 3.0 + matmul_fwd;
   }
   return 0;
 }
@@ -152,8 +164,14 @@ void MicroBatchCompute(const ModelSpec& m, const TrainingSpec& t, const Parallel
     layer_bytes = static_cast<double>(la.recomputed + la.saved);
   }
   double mb_mem_bytes = 4.0 * layer_bytes * in.stage_layers;
-  in.mb_compute = mb_flops / in.matmul_rate + mb_mem_bytes / in.mem_rate;
-  in.mb_recompute = mb_flops * RecomputeFraction(t.recompute, in.attention_share) / in.matmul_rate;
+  // QLoRA dequantises each NF4 weight before each matmul that uses it: forward and the input
+  // gradient's, and once more when the forward is recomputed (bitsandbytes MatMul4Bit).
+  const bool refwd = t.recompute == Recompute::kFull || t.recompute == Recompute::kOp;
+  in.mb_compute = mb_flops / in.matmul_rate + (mb_mem_bytes + 2.0 * in.dequant_bytes) / in.mem_rate;
+  in.mb_recompute =
+      mb_flops * RecomputeFraction(t.recompute, in.attention_share, in.matmul_fwd_share) /
+          in.matmul_rate +
+      (refwd ? in.dequant_bytes / in.mem_rate : 0.0);
 }
 
 // Ranks are laid out TP innermost, then CP, DP, PP (Megatron-LM's order): a group stays on the
@@ -211,26 +229,28 @@ double ContextParallelS(const ModelSpec& m, const ParallelPlan& p, const PerfInp
   return std::max(0.0, comm - attn) * static_cast<double>(in.microbatches);
 }
 
-// Parameters of one rank (its share of TP and PP).
+// Parameters of one rank (its share of TP and PP), and those of them that are trained.
 double RankParams(const ParallelPlan& p, const PerfInputs& in) {
   return static_cast<double>(in.counts.total) / static_cast<double>(p.tp * p.pp);
+}
+double RankTrainedParams(const ParallelPlan& p, const PerfInputs& in) {
+  return in.trained_params / static_cast<double>(p.tp * p.pp);
 }
 
 // Data parallel: gradient reduction of this rank's parameters (bf16/fp32 per framework),
 // overlapped with the last micro-batch's backward; ZeRO-3/FSDP also gathers parameters in
 // forward and backward (3x the volume), overlapped with compute.
-double DataParallelS(const TrainingSpec& t, const ParallelPlan& p, const PerfInputs& in,
+double DataParallelS(const ParallelPlan& p, const PerfInputs& in,
                      const Links& links) {
   if (p.dp * p.cp <= 1) return 0;
   const double rank_params = RankParams(p, in);
+  const double trained = RankTrainedParams(p, in);
   int64_t n = p.dp * p.cp;
-  // Megatron reduces bf16 runs' gradients in fp32 (its main grads); the others in 16 bits.
-  bool fp32_grads = t.precision == Precision::kFp32 ||
-                    (t.framework == Framework::kMegatron && t.precision == Precision::kBf16);
-  double grad_bytes = rank_params * (fp32_grads ? 4.0 : 2.0);
+  double grad_bytes = trained * in.grad_bytes;
   double gbs = links.GroupGbs(p.tp * p.cp * p.dp);
+  // Sharded optimizers reduce-scatter the gradients and all-gather the updated parameters.
   double comm = (p.zero >= 1 || p.distributed_optimizer)
-                    ? AllGatherS(grad_bytes, n, gbs) + AllGatherS(rank_params * in.e, n, gbs)
+                    ? AllGatherS(grad_bytes, n, gbs) + AllGatherS(trained * in.e, n, gbs)
                     : AllReduceS(grad_bytes, n, gbs);
   if (p.zero >= 3) comm += 2.0 * AllGatherS(rank_params * in.e, n, gbs);
   // Overlap: buckets reduce while backward continues (PyTorch DDP, Megatron overlap-grad-
@@ -241,11 +261,38 @@ double DataParallelS(const TrainingSpec& t, const ParallelPlan& p, const PerfInp
 
 // Optimizer step: Adam reads parameters, gradients and two moments and writes three of them;
 // sharded states shrink it.
-double OptimizerS(const TrainingSpec& t, const ParallelPlan& p, const PerfInputs& in) {
-  double state_bytes = t.precision == Precision::kBf16Pure ? 2.0 : 4.0;
-  double opt_bytes = RankParams(p, in) * (state_bytes * 7.0);
+double OptimizerS(const ParallelPlan& p, const PerfInputs& in) {
+  double opt_bytes = RankTrainedParams(p, in) * (in.state_bytes * 7.0);
   if (p.zero >= 1 || p.distributed_optimizer) opt_bytes /= static_cast<double>(p.dp);
   return opt_bytes / in.mem_rate;
+}
+
+// What is trained, and what that costs: every weight (full training), or the adapters alone
+// over a frozen base, whose weights need no weight-gradient GEMM (4 FLOPs per weight and token
+// instead of 6) and no reduction or optimizer step; the adapters train in fp32 (PEFT).
+void SetTrainedShare(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
+                     PerfInputs& in) {
+  // Megatron reduces bf16 runs' gradients in fp32 (its main grads); the others in 16 bits.
+  const bool fp32_grads = t.precision == Precision::kFp32 ||
+                          (t.framework == Framework::kMegatron && t.precision == Precision::kBf16);
+  in.grad_bytes = fp32_grads ? 4.0 : 2.0;
+  in.state_bytes = t.precision == Precision::kBf16Pure ? 2.0 : 4.0;
+  in.trained_params = static_cast<double>(in.counts.total);
+  if (t.finetune == FineTune::kFull) return;
+  const double base = MatmulParams(m, in.counts);
+  const double adapters = ModelActiveAdapterParams(m, t.lora);
+  const double matmul = 4.0 * base + 6.0 * adapters;
+  in.flops_per_token = matmul + AttentionFlopsPerToken(m, t.seq_len);
+  in.matmul_fwd_share = (2.0 * base + 2.0 * adapters) / matmul;
+  in.trained_params = static_cast<double>(ModelAdapterParams(m, t.lora));
+  in.counts.total += ModelAdapterParams(m, t.lora);
+  in.grad_bytes = 4.0;
+  in.state_bytes = 4.0;
+  if (t.finetune == FineTune::kQlora) {
+    // Read the 4-bit codes and scales, write the 16-bit weight the matmul reads.
+    const double stage = static_cast<double>(ModelLinearElements(m)) / static_cast<double>(p.pp);
+    in.dequant_bytes = stage * (Nf4BytesPerWeight(t.lora.double_quant) + 2.0);
+  }
 }
 
 // Throughput figures of the job from its iteration time.
@@ -289,6 +336,7 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t, cons
   in.tokens_per_mb = static_cast<double>(t.micro_batch * t.seq_len);
   in.counts = CountParams(m, HeadKind::kDefault, /*per_layer=*/false);
   in.flops_per_token = FlopsPerToken(m, in.counts, t.seq_len);
+  SetTrainedShare(m, t, p, in);
   in.stage_layers = std::ceil(static_cast<double>(m.num_layers) / static_cast<double>(p.pp));
   in.attention_share = 12.0 * static_cast<double>(m.num_layers * m.q_size()) *
                        static_cast<double>(t.seq_len) / in.flops_per_token;
@@ -302,8 +350,8 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t, cons
   b.tp_comm_s = TensorParallelS(m, t, p, in, links);
   PipelineS(m, p, in, links, b);
   b.cp_comm_s = ContextParallelS(m, p, in, links);
-  b.dp_comm_s = DataParallelS(t, p, in, links);
-  b.optimizer_s = OptimizerS(t, p, in);
+  b.dp_comm_s = DataParallelS(p, in, links);
+  b.optimizer_s = OptimizerS(p, in);
   return Summarize(t, p, in, b);
 }
 

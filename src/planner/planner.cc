@@ -62,10 +62,15 @@ struct Candidates {
 
 Candidates CandidatesFor(const JobSpec& job, const TypeInfo& ti) {
   Candidates c;
-  c.tps = PinnedOr(job.tp, Divisors(ti.gpus_per_node, ti.gpus_per_node));
-  c.pps = PinnedOr(job.pp, Divisors(job.model.num_layers, ti.count));
-  c.cps = PinnedOr(
-      job.cp, job.seq_len >= 16384 ? std::vector<int64_t>{1, 2, 4, 8} : std::vector<int64_t>{1});
+  // Adapter fine-tuning runs data parallel (PEFT): TP, PP and CP are tried only when pinned
+  // (and then refused by ValidateLayout with its reason).
+  const bool adapters = job.finetune != FineTune::kFull;
+  c.tps = PinnedOr(job.tp, adapters ? std::vector<int64_t>{1}
+                                    : Divisors(ti.gpus_per_node, ti.gpus_per_node));
+  c.pps = PinnedOr(job.pp, adapters ? std::vector<int64_t>{1}
+                                    : Divisors(job.model.num_layers, ti.count));
+  c.cps = PinnedOr(job.cp, job.seq_len >= 16384 && !adapters ? std::vector<int64_t>{1, 2, 4, 8}
+                                                             : std::vector<int64_t>{1});
   c.mbs = PinnedOr(job.micro_batch, {1, 2, 4, 8});
   if (job.zero) {
     c.zeros = {*job.zero};
@@ -359,6 +364,9 @@ TrainingSpec TrainingFor(const JobSpec& job, const GpuType& g) {
   t.global_batch = job.global_batch;
   t.framework = job.framework;
   t.precision = job.precision;
+  t.finetune = job.finetune;
+  t.lora = job.lora;
+  t.optimizer = job.optimizer;
   if ((t.precision == Precision::kBf16 || t.precision == Precision::kBf16Pure) && !g.bf16_tflops) {
     t.precision = Precision::kFp16;  // no bf16 tensor cores (V100, T4): fp16 mixed precision
   }

@@ -37,6 +37,11 @@ struct JobSpec {
   int64_t seq_len = 2048;
   Precision precision = Precision::kBf16;
   Framework framework = Framework::kMegatron;
+  // Full training, or adapters over a frozen base (then data parallel only, with ZeRO/FSDP
+  // sharding where the framework has it: PEFT's layouts).
+  FineTune finetune = FineTune::kFull;
+  LoraSpec lora;
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
   std::optional<std::string> gpu;  // pin a GPU type (users normally do not)
   std::optional<int64_t> gpus, tp, pp, dp, cp, micro_batch, zero;
   std::optional<Recompute> recompute;

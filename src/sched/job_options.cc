@@ -76,6 +76,8 @@ int64_t CheckpointBytes(const JobSpec& job) {
   TrainingSpec t;  // the planner's defaults (AdamW), in the job's precision
   t.precision = job.precision;
   t.seq_len = job.seq_len;
+  t.finetune = job.finetune;  // adapters alone when the base is frozen
+  t.lora = job.lora;
   return CheckpointBytes(job.model, t);
 }
 
@@ -155,8 +157,17 @@ Result<JobOptions> BuildJobOptions(const JobSpec& job_in, const Cluster& cluster
 
 Result<std::shared_ptr<const JobOptions>> OptionCache::Get(const std::string& model_key,
                                                            const JobSpec& job, OptionKind kind) {
+  // What else changes the table: the framework, the optimizer and what is trained.
+  std::string variant = std::string(FrameworkName(job.framework)) + "/" +
+                        OptimizerName(job.optimizer) + "/" + FineTuneName(job.finetune);
+  if (job.finetune != FineTune::kFull) {
+    const LoraSpec& l = job.lora;
+    variant += "/r" + std::to_string(l.rank) + "/t" + std::to_string(l.targets) + "/b" +
+               std::to_string(l.adapter_bytes) + (l.double_quant ? "/dq" : "") + "/d" +
+               std::to_string(l.dropout);
+  }
   auto key = std::make_tuple(model_key, job.global_batch, job.seq_len,
-                             static_cast<int>(job.precision), static_cast<int>(kind));
+                             static_cast<int>(job.precision), static_cast<int>(kind), variant);
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cache_.find(key);

@@ -71,7 +71,8 @@ int64_t CheckpointBytes(const JobSpec& job);
 Result<JobOptions> BuildJobOptions(const JobSpec& job, const Cluster& cluster,
                                    const GpuCatalog& catalog, OptionKind kind, double margin);
 
-// Caches option tables by (model name, global batch, seq len, precision, kind). Thread-safe: a
+// Caches option tables by (model name, global batch, seq len, precision, kind, and the
+// framework, optimizer and fine-tuning method with its adapter). Thread-safe: a
 // table is built outside the cache's lock (building one can take seconds for a large model), so
 // a slow build never holds up lookups of tables already built; two threads building the same
 // table both build it and the first to finish is kept.
@@ -93,7 +94,8 @@ class OptionCache {
   const Cluster& cluster_;
   const GpuCatalog& catalog_;
   double margin_;
-  std::map<std::tuple<std::string, int64_t, int64_t, int, int>, std::shared_ptr<const JobOptions>>
+  std::map<std::tuple<std::string, int64_t, int64_t, int, int, std::string>,
+           std::shared_ptr<const JobOptions>>
       cache_;
 };
 

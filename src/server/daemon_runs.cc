@@ -356,6 +356,9 @@ Status Daemon::Launch(JobRow& row, const JobView& v, const Allocation& alloc, do
   train["global_batch"] = spec.value("global_batch", int64_t{1});
   train["seq_len"] = spec.value("seq_len", int64_t{2048});
   train["precision"] = spec.value("precision", std::string("bf16"));
+  train["framework"] = spec.value("framework", std::string("megatron"));
+  // What is trained, as submitted (validated at submission): "full", "lora", or the adapter.
+  train["finetune"] = spec.contains("finetune") ? spec["finetune"] : json("full");
   ls.env["FRENZY_JOB_ID"] = row.id;
   ls.env["FRENZY_PLAN"] = DumpJson(train);
   ls.env["FRENZY_TOKENS"] = fmt::format("{:.0f}", row.total_tokens);

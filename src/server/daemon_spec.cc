@@ -23,8 +23,75 @@ using namespace internal;  // NOLINT: the daemon's own helpers
 namespace {
 
 // Fields a job spec may hold. Jobs never name GPUs or layouts: choosing them is Frenzy's job.
-const std::set<std::string> kSpecFields = {"name",    "model",     "tokens",   "global_batch",
-                                           "seq_len", "precision", "priority", "user"};
+const std::set<std::string> kSpecFields = {
+    "name",     "model", "tokens",    "global_batch", "seq_len",  "precision",
+    "priority", "user",  "framework", "optimizer",    "finetune"};
+const std::set<std::string> kFineTuneFields = {"method", "rank",    "alpha",
+                                               "dropout", "targets", "dtype", "double_quant"};
+
+// "finetune": "lora", or {"method": "qlora", "rank": 64, "alpha": 16, "dropout": 0.05,
+// "targets": "all-linear", "dtype": "bf16", "double_quant": true}; every field checked.
+Status ParseFineTuneSpec(const json& v, JobSpec* job) {
+  const json* method = &v;
+  if (v.is_object()) {
+    for (const auto& [key, value] : v.items()) {
+      if (!kFineTuneFields.count(key)) return InvalidArgument("unknown field", {}, "finetune." + key);
+    }
+    if (!v.contains("method")) return InvalidArgument("missing: full, lora or qlora", {}, "finetune.method");
+    method = &v["method"];
+  }
+  const std::string where = v.is_object() ? "finetune.method" : "finetune";
+  if (!method->is_string()) return InvalidArgument("must be full, lora or qlora", {}, where);
+  auto m = ParseFineTune(method->get<std::string>());
+  if (!m) return InvalidArgument("unknown method (full, lora or qlora)", {}, where);
+  job->finetune = *m;
+  if (!v.is_object()) return Status::Ok();
+  LoraSpec& l = job->lora;
+  if (v.contains("rank")) {
+    const json& r = v["rank"];
+    if (!r.is_number_integer() || r.get<int64_t>() < 1 || r.get<int64_t>() > 65536) {
+      return InvalidArgument("must be an integer in [1, 65536]", {}, "finetune.rank");
+    }
+    l.rank = r.get<int64_t>();
+  }
+  for (auto [key, lo, hi, out] : {std::tuple{"alpha", 0.0, 1e6, &l.alpha},
+                                  std::tuple{"dropout", 0.0, 0.99, &l.dropout}}) {
+    if (!v.contains(key)) continue;
+    const json& x = v[key];
+    if (!x.is_number() || !(x.get<double>() >= lo && x.get<double>() <= hi)) {
+      return InvalidArgument(fmt::format("must be a number in [{:g}, {:g}]", lo, hi), {},
+                             std::string("finetune.") + key);
+    }
+    *out = x.get<double>();
+  }
+  if (v.contains("targets")) {
+    const json& t = v["targets"];
+    std::string bad;
+    auto targets = t.is_string() && t.get<std::string>().size() <= 256
+                       ? ParseLoraTargets(t.get<std::string>(), &bad)
+                       : std::nullopt;
+    if (!targets) {
+      return InvalidArgument("must be attention, all-linear or module names (q_proj,v_proj,...)",
+                             {}, "finetune.targets");
+    }
+    l.targets = *targets;
+  }
+  if (v.contains("dtype")) {
+    const json& d = v["dtype"];
+    std::string name = d.is_string() ? d.get<std::string>() : "";
+    if (name != "fp32" && name != "bf16" && name != "fp16") {
+      return InvalidArgument("must be fp32, bf16 or fp16", {}, "finetune.dtype");
+    }
+    l.adapter_bytes = name == "fp32" ? 4 : 2;
+  }
+  if (v.contains("double_quant")) {
+    if (!v["double_quant"].is_boolean()) {
+      return InvalidArgument("must be true or false", {}, "finetune.double_quant");
+    }
+    l.double_quant = v["double_quant"].get<bool>();
+  }
+  return Status::Ok();
+}
 const std::set<std::string> kGpuFields = {
     "gpu", "gpus", "gpu_type", "gpu_count", "requested_gpu", "requested_gpus", "nodes",    "tp",
     "pp",  "dp",   "cp",       "ep",        "micro_batch",   "zero",           "recompute"};
@@ -134,12 +201,33 @@ Result<Daemon::Parsed> Daemon::ParseSpec(const json& spec) const {
       return InvalidArgument("unknown precision (bf16, fp16, fp32, bf16-pure)", {}, "precision");
     p.spec.precision = *pr;
   }
+  if (spec.contains("finetune")) RETURN_IF_ERROR(ParseFineTuneSpec(spec["finetune"], &p.spec));
+  // The framework the job runs under (its training stack, not a layout): Megatron-LM for full
+  // training, PEFT + Trainer for adapters, unless the spec names one.
+  p.spec.framework = p.spec.finetune == FineTune::kFull ? Framework::kMegatron : Framework::kHf;
+  if (spec.contains("framework")) {
+    const json& f = spec["framework"];
+    auto fw = f.is_string() ? ParseFramework(f.get<std::string>()) : std::nullopt;
+    if (!fw) return InvalidArgument("must be megatron, deepspeed, fsdp or hf", {}, "framework");
+    p.spec.framework = *fw;
+  }
+  if (spec.contains("optimizer")) {
+    const json& o = spec["optimizer"];
+    auto opt = o.is_string() ? ParseOptimizer(o.get<std::string>()) : std::nullopt;
+    if (!opt) {
+      return InvalidArgument(
+          "must be adamw, adam, sgd, sgdm, adafactor, adam8bit, paged-adamw or paged-adamw8bit",
+          {}, "optimizer");
+    }
+    p.spec.optimizer = *opt;
+  }
   for (const char* key : {"name", "user"}) {
     if (spec.contains(key) && !spec[key].is_string()) {
       return InvalidArgument("must be a string", {}, key);
     }
   }
   p.normalized = spec;
+  p.normalized["framework"] = FrameworkName(p.spec.framework);
   p.normalized["seq_len"] = p.spec.seq_len;
   p.normalized["precision"] = PrecisionName(p.spec.precision);
   p.normalized["priority"] = static_cast<int64_t>(priority);

@@ -214,6 +214,30 @@ TEST(Cli, PlanRanksFeasiblePlansAndExplains) {
   EXPECT_NE(text.out.find("fastest plan:"), std::string::npos) << text.out;
 }
 
+TEST(Cli, PlanFineTunesUnderPeftDataParallel) {
+  CliRun r = Frenzy("plan --model llama-2-70b --tokens 1e7 --global-batch 16 --cluster lab "
+                    "--finetune qlora --lora-rank 64 --lora-dtype bf16 --optimizer paged-adamw "
+                    "--json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["framework"], "hf");
+  EXPECT_EQ(j["finetune"], "qlora");
+  ASSERT_FALSE(j["plans"].empty());
+  for (const auto& p : j["plans"]) {
+    EXPECT_EQ(p["dp"], p["gpus"]);
+    EXPECT_EQ(p["tp"], 1);
+  }
+  CliRun text = Frenzy("plan --model llama-2-70b --tokens 1e7 --global-batch 16 --cluster lab "
+                       "--finetune lora --framework fsdp");
+  EXPECT_EQ(text.exit_code, 0) << text.out;
+  EXPECT_NE(text.out.find("(fsdp)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("fine-tune lora: rank 8 on all-linear"), std::string::npos) << text.out;
+  CliRun bad = Frenzy("plan --model gpt2 --tokens 1e7 --global-batch 16 --finetune lora "
+                      "--lora-dtype int4");
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--lora-dtype"), std::string::npos) << bad.out;
+}
+
 TEST(Cli, PlanSaysWhyNothingFits) {
   // Llama-3.1-405B on the lab cluster (8 GPUs of each of three types): too little memory on
   // every type. Mixed-precision Adam keeps at least 16 bytes per parameter (ZeRO, section

@@ -96,5 +96,64 @@ TEST(PerfModel, Bf16OnV100IsAnError) {
   EXPECT_TRUE(PredictPerf(m, t, ParallelPlan{}, Gpu("V100-32GB"), {8, 25}).ok());
 }
 
+// LoRA over a frozen base: the base's weights need no weight-gradient GEMM (4 FLOPs per weight
+// and token), the adapters train (6); attention is unchanged. Llama-3-8B's published 8,030,261,248
+// parameters less its 128,256 x 4096 input embedding, and PEFT's 41,943,040 adapters at r = 16.
+TEST(PerfModel, LoraFrozenBaseSkipsWeightGradients) {
+  ModelSpec m = *ResolveModel("llama-3-8b");
+  TrainingSpec t;
+  t.seq_len = 2048;
+  t.framework = Framework::kHf;
+  t.finetune = FineTune::kLora;
+  t.lora.rank = 16;
+  const double base = 8030261248.0 - 128256.0 * 4096.0;
+  const double expected = 4 * base + 6 * 41943040.0 + 12.0 * 32 * 4096 * 2048;
+  auto lora = Perf(m, t, ParallelPlan{}, "A100-80GB");
+  EXPECT_NEAR(lora.model_flops_per_token, expected, 1e-4 * expected);
+  t.finetune = FineTune::kFull;
+  auto full = Perf(m, t, ParallelPlan{}, "A100-80GB");
+  EXPECT_LT(lora.breakdown.compute_s, 0.8 * full.breakdown.compute_s);
+  // Adam reads and writes the states of what is trained: 41.9M adapters, not 8.07B weights.
+  EXPECT_NEAR(lora.breakdown.optimizer_s / full.breakdown.optimizer_s, 41943040.0 / 8030261248.0,
+              1e-6);
+}
+
+TEST(PerfModel, LoraReducesOnlyTheAdaptersGradients) {
+  ModelSpec m = *ResolveModel("llama-2-7b");
+  TrainingSpec t;
+  t.seq_len = 2048;
+  t.global_batch = 32;
+  t.framework = Framework::kHf;
+  ParallelPlan p;
+  p.dp = 32;
+  auto full = Perf(m, t, p, "A100-80GB", {8, 5});
+  t.finetune = FineTune::kLora;
+  auto lora = Perf(m, t, p, "A100-80GB", {8, 5});
+  ASSERT_GT(full.breakdown.dp_comm_s, 0.1);
+  EXPECT_LT(lora.breakdown.dp_comm_s, 0.01 * full.breakdown.dp_comm_s);
+}
+
+TEST(PerfModel, QloraPaysForDequantisationAndRecomputationRepeatsHalfTheWork) {
+  ModelSpec m = *ResolveModel("llama-2-7b");
+  TrainingSpec t;
+  t.seq_len = 2048;
+  t.framework = Framework::kHf;
+  t.finetune = FineTune::kLora;
+  auto lora = Perf(m, t, ParallelPlan{}, "A100-80GB");
+  t.finetune = FineTune::kQlora;
+  auto qlora = Perf(m, t, ParallelPlan{}, "A100-80GB");
+  EXPECT_GT(qlora.breakdown.compute_s, lora.breakdown.compute_s);
+  EXPECT_LT(qlora.breakdown.compute_s, 1.2 * lora.breakdown.compute_s);
+  // Recomputing a frozen layer's forward costs about half its matmul work (forward 2 of 4
+  // FLOPs per weight), against a third when every weight is trained.
+  t.finetune = FineTune::kLora;
+  t.recompute = Recompute::kFull;
+  auto lora_rc = Perf(m, t, ParallelPlan{}, "A100-80GB");
+  t.finetune = FineTune::kFull;
+  auto full_rc = Perf(m, t, ParallelPlan{}, "A100-80GB");
+  EXPECT_GT(lora_rc.breakdown.recompute_s / lora_rc.breakdown.compute_s, 0.4);
+  EXPECT_LT(full_rc.breakdown.recompute_s / full_rc.breakdown.compute_s, 0.34);
+}
+
 }  // namespace
 }  // namespace frenzy

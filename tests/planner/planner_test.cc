@@ -334,6 +334,42 @@ TEST(Planner, The2026FamiliesArePlannedOnABlackwellCluster) {
   }
 }
 
+// Adapter fine-tuning is planned as PEFT runs it: data parallel only, even where full training
+// would use context parallelism, and the frozen base decides what fits.
+TEST(Planner, LoraAndQloraArePlannedDataParallel) {
+  Cluster c = OneNode("A100-80GB", 8);
+  JobSpec lora = Job("llama-3-70b", 1e7, 16, 2048);
+  lora.framework = Framework::kHf;
+  lora.finetune = FineTune::kLora;
+  // A 16-bit 70B base is 141 GB on every DDP rank: nothing fits without sharding.
+  PlanResult r = Plan_(lora, c);
+  ASSERT_TRUE(r.infeasible) << Why(r);
+  EXPECT_EQ(r.infeasible->kind, InfeasibleKind::kTooLittleMemory);
+  // FSDP shards the frozen base; QLoRA's 4-bit base (about 37 GB) fits one GPU.
+  lora.framework = Framework::kFsdp;
+  r = Plan_(lora, c);
+  ASSERT_FALSE(r.plans.empty()) << Why(r);
+  JobSpec qlora = lora;
+  qlora.framework = Framework::kHf;
+  qlora.finetune = FineTune::kQlora;
+  PlanResult q = Plan_(qlora, c);
+  ASSERT_FALSE(q.pareto.empty()) << Why(q);
+  EXPECT_EQ(q.pareto.front().gpus, 1);
+  for (const PlanResult* res : {&r, &q}) {
+    for (const auto& p : res->plans) {
+      EXPECT_EQ(p.tp * p.pp * p.cp, 1) << p.gpu << " " << p.gpus;
+      EXPECT_EQ(p.dp, p.gpus);
+    }
+  }
+  // Megatron has no PEFT path: the job's error says which frameworks do.
+  qlora.framework = Framework::kMegatron;
+  q = Plan_(qlora, c);
+  ASSERT_TRUE(q.infeasible);
+  EXPECT_EQ(q.infeasible->kind, InfeasibleKind::kNoLayout);
+  ASSERT_TRUE(q.infeasible->error);
+  EXPECT_EQ(q.infeasible->error->field, "finetune");
+}
+
 TEST(Planner, BadJobsAreErrors) {
   JobSpec j = Job("gpt2");
   j.tokens = 0;

@@ -106,6 +106,30 @@ TEST(Daemon, DataParallelOnlyEntryPointsGetNoTensorOrPipelineParallelism) {
   EXPECT_EQ(big.status().code(), StatusCode::kFailedPrecondition);
 }
 
+// A 70B model no lab GPU can train in full is a QLoRA fine-tune one A100-80GB holds (a 4-bit
+// base of about 37 GB): it is planned data parallel under PEFT, and the run is told so.
+TEST(Daemon, QloraJobsArePlannedWhereFullTrainingIsNot) {
+  Fixture f("qlora");
+  auto d = f.Make();
+  json spec{{"model", "llama-2-70b"}, {"tokens", 1e7}, {"global_batch", 8}, {"seq_len", 2048}};
+  auto full = d->Submit(spec);
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.status().code(), StatusCode::kFailedPrecondition);
+  spec["finetune"] = {{"method", "qlora"}, {"rank", 16}};
+  auto q = d->Submit(spec);
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  ASSERT_TRUE(d->Tick().ok());
+  auto j = d->GetJob("j-000001");
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ((*j)["state"], "running") << j->dump();
+  const json& plan = (*j)["plan"];
+  EXPECT_EQ(plan["gpu"], "A100-80GB");
+  EXPECT_EQ(plan["tp"], 1);
+  EXPECT_EQ(plan["pp"], 1);
+  EXPECT_LE(plan["device_bytes"].get<int64_t>(), plan["gpu_memory_bytes"].get<int64_t>());
+  EXPECT_EQ((*j)["spec"]["framework"], "hf") << j->dump();
+}
+
 TEST(Daemon, RestartedDaemonReattachesToRunningJobs) {
   Fixture f("restart");
   f.policy = "frenzy-no-move";  // so that the job stays where it is and attempts count runs
@@ -158,6 +182,36 @@ TEST(Daemon, BadSpecsAreRefusedAndStoreNothing) {
       // A model no GPU of the lab can hold.
       {json{{"model", "llama-2-70b"}, {"tokens", 1e9}, {"global_batch", 8}, {"seq_len", 4096}},
        "model", StatusCode::kFailedPrecondition},
+      // Fine-tuning specs, field by field.
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"finetune", "dora"}},
+       "finetune", StatusCode::kInvalidArgument},
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"finetune", 7}},
+       "finetune", StatusCode::kInvalidArgument},
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8},
+            {"finetune", {{"rank", 8}}}},
+       "finetune.method", StatusCode::kInvalidArgument},
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8},
+            {"finetune", {{"method", "lora"}, {"rank", -3}}}},
+       "finetune.rank", StatusCode::kInvalidArgument},
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8},
+            {"finetune", {{"method", "lora"}, {"rank", 1e300}}}},
+       "finetune.rank", StatusCode::kInvalidArgument},
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8},
+            {"finetune", {{"method", "lora"}, {"dropout", 1.5}}}},
+       "finetune.dropout", StatusCode::kInvalidArgument},
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8},
+            {"finetune", {{"method", "lora"}, {"targets", "q_proj,nose"}}}},
+       "finetune.targets", StatusCode::kInvalidArgument},
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8},
+            {"finetune", {{"method", "lora"}, {"dtype", "int4"}}}},
+       "finetune.dtype", StatusCode::kInvalidArgument},
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8},
+            {"finetune", {{"method", "lora"}, {"layers", 3}}}},
+       "finetune.layers", StatusCode::kInvalidArgument},
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"framework", "jax"}},
+       "framework", StatusCode::kInvalidArgument},
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"optimizer", 3}},
+       "optimizer", StatusCode::kInvalidArgument},
   };
   for (const Case& c : cases) {
     auto r = d->Submit(c.spec);
