@@ -250,6 +250,7 @@ struct PredictOptions {
   bool loss_in_model_dtype = false;
   double cuda_context_mib = 512;
   FineTuneFlags ft;
+  std::string offload = "none";
   bool json = false;
   TrainingSpec train;
   ParallelPlan plan;
@@ -292,6 +293,9 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
     return InvalidArgument("must be between 0 and 1048576", {}, "--cuda-context-mib");
   }
   o.train.cuda_context_bytes = static_cast<int64_t>(o.cuda_context_mib * (1 << 20));
+  auto offload = ParseOffload(o.offload);
+  if (!offload) return bad("--offload", o.offload, "none, optimizer or params");
+  o.plan.offload = *offload;
   return ResolveFineTune(o.ft, &o.train.finetune, &o.train.lora);
 }
 
@@ -342,8 +346,17 @@ void RunPredict(PredictOptions o) {
   fmt::print("  peak allocated {} GiB, reserved {} GiB, device {} GiB (stage {})\n",
              Gib(est->peak_bytes), Gib(est->peak_reserved_bytes), Gib(est->device_bytes),
              est->worst_stage);
+  if (est->resident_bytes < est->device_bytes) {
+    fmt::print("  of which {} GiB are paged optimizer states the driver may move to host memory: "
+               "{} GiB must stay on the GPU\n",
+               Gib(est->device_bytes - est->resident_bytes), Gib(est->resident_bytes));
+  }
+  if (est->host_bytes > 0) {
+    fmt::print("  offloaded to host memory: {} GiB per GPU ({})\n", Gib(est->host_bytes),
+               OffloadName(o.plan.offload));
+  }
   if (gpu != nullptr) {
-    int64_t headroom = gpu->memory_bytes - est->device_bytes;
+    int64_t headroom = gpu->memory_bytes - est->resident_bytes;
     fmt::print("  {} on {} ({} GiB): headroom {} GiB\n",
                headroom >= 0 ? "fits" : "does NOT fit", gpu->name, Gib(gpu->memory_bytes),
                Gib(headroom));
@@ -409,7 +422,8 @@ void RunPerf(PerfOptions o) {
   nlohmann::json breakdown = {{"compute_s", b.compute_s},     {"recompute_s", b.recompute_s},
                               {"tp_comm_s", b.tp_comm_s},     {"pp_bubble_s", b.pp_bubble_s},
                               {"pp_p2p_s", b.pp_p2p_s},       {"dp_comm_s", b.dp_comm_s},
-                              {"cp_comm_s", b.cp_comm_s},     {"optimizer_s", b.optimizer_s}};
+                              {"cp_comm_s", b.cp_comm_s},     {"optimizer_s", b.optimizer_s},
+                              {"offload_s", b.offload_s}};
   if (o.json) {
     nlohmann::json j = {{"model", spec->name},
                         {"gpu", (*g)->name},
@@ -542,6 +556,8 @@ void RunPlan(const PlanOptions& o) {
                  "{:>10} {:>9}\n",
                  "#", "GPU", "GPUS", "TP", "PP", "DP", "CP", "MB", "RECOMP", "MEM GiB", "TIME",
                  "MFU", "COST $", "PARETO");
+      bool offload = false;
+      for (const auto& p : r->plans) offload = offload || p.offload != Offload::kNone;
       int i = 0;
       for (const auto& p : r->plans) {
         std::string time = p.total_s < 86400 * 2 ? fmt::format("{:.1f} h", p.total_s / 3600)
@@ -552,6 +568,10 @@ void RunPlan(const PlanOptions& o) {
                    RecomputeName(p.recompute), Gib(p.device_bytes), Gib(p.gpu_memory_bytes), time,
                    100 * p.mfu, p.cost ? fmt::format("{:.0f}", *p.cost) : "-",
                    p.pareto ? "yes" : "");
+        if (offload && p.offload != Offload::kNone) {
+          fmt::print("      ZeRO {}, {} offloaded: {} GiB of host memory per node\n", p.zero,
+                     OffloadName(p.offload), Gib(p.host_bytes_per_node));
+        }
       }
     }
     fmt::print("  {}\n", ExplainPlan(*r, popt));
@@ -578,6 +598,10 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
         ->capture_default_str();
     cmd->add_flag("--distributed-optimizer", o->plan.distributed_optimizer,
                   "Megatron's distributed optimizer");
+    cmd->add_option("--offload", o->offload,
+                    "none|optimizer|params: model states in host memory (DeepSpeed "
+                    "offload_optimizer/offload_param, FSDP CPUOffload)")
+        ->capture_default_str();
     cmd->add_option("--shard-group", o->plan.shard_group,
                     "Hybrid sharding group size (default: all of dp)");
     cmd->add_option("--recompute", o->recompute, "none|selective|op|full")->capture_default_str();

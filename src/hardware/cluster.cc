@@ -76,15 +76,30 @@ nlohmann::json Cluster::ToJson(const GpuCatalog& catalog) const {
                         {"count", g.count},
                         {"gpu", g.gpu},
                         {"gpus_per_node", g.gpus_per_node},
-                        {"network_gbs", g.network_gbs}});
+                        {"network_gbs", g.network_gbs},
+                        {"host_memory_gib", g.host_memory_gib}});
   }
   auto& nodes_j = j["nodes"] = nlohmann::json::array();
   for (const auto& n : nodes) {
     nodes_j.push_back(
-        {{"name", n.name}, {"gpu", n.gpu}, {"gpus", n.gpus}, {"network_gbs", n.network_gbs}});
+        {{"name", n.name}, {"gpu", n.gpu}, {"gpus", n.gpus}, {"network_gbs", n.network_gbs},
+         {"host_memory_gib", n.host_memory_gib}});
   }
   return j;
 }
+
+namespace {
+// A node's optional system memory, GiB: positive and at most 64 TiB.
+double HostMemory(JsonReader& r) {
+  if (!r.HasValue("host_memory_gib")) return 0;
+  auto v = r.OptDouble("host_memory_gib");
+  if (!v || !(*v > 0 && *v <= 65536)) {
+    r.Error("host_memory_gib", "must be a number of GiB in (0, 65536]");
+    return 0;
+  }
+  return *v;
+}
+}  // namespace
 
 Result<Cluster> Cluster::Parse(std::string_view text, const std::string& where,
                                const GpuCatalog& catalog) {
@@ -123,6 +138,7 @@ Result<Cluster> Cluster::Parse(std::string_view text, const std::string& where,
       if (r.HasValue("network_gbs") && !(g.network_gbs > 0)) {
         r.Error("network_gbs", "must be positive");
       }
+      g.host_memory_gib = HostMemory(r);
       if (g.count > kMaxNodesPerGroup) {
         r.Error("count", "implausibly large (at most " + std::to_string(kMaxNodesPerGroup) + ")");
       }
@@ -135,7 +151,7 @@ Result<Cluster> Cluster::Parse(std::string_view text, const std::string& where,
       ASSIGN_OR_RETURN(g.gpu, ResolveGpu(r, "gpu", gpu, catalog));
       for (int64_t n = 0; n < g.count; ++n) {
         RETURN_IF_ERROR(add_node({NodeName(g.prefix, n, g.count), g.gpu, g.gpus_per_node,
-                                  g.network_gbs},
+                                  g.network_gbs, g.host_memory_gib},
                                  r, "prefix"));
       }
       c.groups.push_back(std::move(g));
@@ -153,6 +169,7 @@ Result<Cluster> Cluster::Parse(std::string_view text, const std::string& where,
       if (r.HasValue("network_gbs") && !(node.network_gbs > 0)) {
         r.Error("network_gbs", "must be positive");
       }
+      node.host_memory_gib = HostMemory(r);
       if (node.gpus > kMaxGpusPerNode) r.Error("gpus", "implausibly large");
       if (r.HasValue("name") && node.name.empty()) r.Error("name", "must not be empty");
       RETURN_IF_ERROR(r.Finish());

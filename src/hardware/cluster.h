@@ -27,6 +27,7 @@ struct NodeGroup {
   std::string gpu;  // canonical catalog name
   int64_t gpus_per_node = 0;
   double network_gbs = 0;  // per-node inter-node bandwidth, GB/s
+  double host_memory_gib = 0;  // system memory per node (0: unknown; offload is then not planned)
 };
 
 struct Node {
@@ -34,6 +35,7 @@ struct Node {
   std::string gpu;  // canonical catalog name
   int64_t gpus = 0;
   double network_gbs = 0;
+  double host_memory_gib = 0;  // system memory (0: unknown)
 };
 
 struct GpuTotal {

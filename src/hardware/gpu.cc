@@ -56,6 +56,7 @@ nlohmann::json GpuType::ToJson() const {
   j["mem_bw_gbs"] = mem_bw_gbs;
   j["link"] = LinkKindName(link);
   j["link_gbs"] = link_gbs;
+  j["pcie_gen"] = pcie_gen;
   SetOpt(j, "price_per_hour", price_per_hour);
   j["source"] = source;
   j["price_source"] = price_source;
@@ -103,6 +104,8 @@ Result<GpuCatalog> GpuCatalog::Parse(std::string_view text, const std::string& w
     g.mem_bw_gbs = r.Double("mem_bw_gbs");
     std::string link = r.String("link");
     g.link_gbs = r.Double("link_gbs");
+    g.pcie_gen = r.IntAtLeast("pcie_gen", 4, 3);
+    if (g.pcie_gen > 6) r.Error("pcie_gen", "must be a PCIe generation from 3 to 6");
     g.price_per_hour = r.OptDouble("price_per_hour");
     g.source = r.String("source");
     g.price_source = r.String("price_source", "");

@@ -40,6 +40,7 @@ struct GpuType {
   double mem_bw_gbs = 0;  // GB/s
   LinkKind link = LinkKind::kPcie;
   double link_gbs = 0;  // per-GPU intra-node bandwidth, GB/s, bidirectional as vendors quote it
+  int64_t pcie_gen = 4;  // the host link (x16): what offloaded states travel over
   std::optional<double> price_per_hour;  // USD per GPU-hour, on demand
   std::string source;
   std::string price_source;

@@ -39,6 +39,8 @@ nlohmann::json MemoryEstimateToJson(const MemoryEstimate& e, const GpuType* gpu)
   j["peak_bytes"] = e.peak_bytes;
   j["peak_reserved_bytes"] = e.peak_reserved_bytes;
   j["device_bytes"] = e.device_bytes;
+  j["resident_bytes"] = e.resident_bytes;  // device less paged optimizer states
+  j["host_bytes"] = e.host_bytes;          // offloaded states, per GPU's rank
   j["worst_stage"] = e.worst_stage;
   const StageEstimate& worst = e.stages.at(static_cast<size_t>(e.worst_stage));
   j["breakdown"] = BreakdownToJson(worst.breakdown);
@@ -59,8 +61,8 @@ nlohmann::json MemoryEstimateToJson(const MemoryEstimate& e, const GpuType* gpu)
   if (gpu != nullptr) {
     j["gpu"] = gpu->name;
     j["gpu_memory_bytes"] = gpu->memory_bytes;
-    j["fits"] = e.device_bytes <= gpu->memory_bytes;
-    j["headroom_bytes"] = gpu->memory_bytes - e.device_bytes;
+    j["fits"] = e.resident_bytes <= gpu->memory_bytes;
+    j["headroom_bytes"] = gpu->memory_bytes - e.resident_bytes;
   }
   return j;
 }

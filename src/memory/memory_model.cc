@@ -112,7 +112,13 @@ struct States {
   int64_t gather = 0;          // ZeRO-3/FSDP unsharded parameters while computing
   int64_t gather_grad = 0;     // ... and the unsharded gradient before reduce-scatter
   int64_t autocast_cache = 0;  // 16-bit copies of fp32 weights under torch.autocast
+  int64_t host = 0;            // offloaded states in host memory (this rank's share)
+  int64_t pageable = 0;        // of `optimizer`, what a paged optimizer lets the driver evict
 };
+
+bool PagedOptimizer(OptimizerKind o) {
+  return o == OptimizerKind::kPagedAdamW || o == OptimizerKind::kPagedAdamW8bit;
+}
 
 int64_t Div(int64_t bytes, int64_t by) { return by > 1 ? (bytes + by - 1) / by : bytes; }
 
@@ -304,7 +310,35 @@ States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageP
     st.autocast_cache = 2 * ((ab == 4 ? sp.adapters : 0) + head);
   }
   if (p.dp > 1 && p.zero == 0) st.buckets = st.grads;  // DDP's bucket copy
+  if (PagedOptimizer(t.optimizer)) st.pageable = st.optimizer;
   return st;
+}
+
+// Offload moves states to host memory (this rank's share of the shards). The optimizer's host
+// side is fp32 master weights, fp32 gradients and the optimizer states — 16 bytes a parameter
+// for mixed-precision Adam, 18 with DeepSpeed's 16-bit parameters offloaded too; this is
+// DeepSpeed's own estimate (estimate_zero2/zero3_model_states_mem_needs: 16 and 18 bytes a
+// parameter before its 1.5 "additional_buffer_factor", which the planner applies to host
+// memory). FSDP's CPUOffload keeps the fp32 flat-parameter shard, its gradient and the
+// optimizer states there. On the GPU remain the 16-bit weights (kOptimizer; ZeRO-3 shards
+// them), the communication buckets and the gathered layers.
+void ApplyOffload(const TrainingSpec& t, const ParallelPlan& p, const StateInputs& in, States& st) {
+  if (p.offload == Offload::kNone) return;
+  const double z = static_cast<double>(in.z);
+  const double master = in.mixed ? 4.0 : (in.pure ? 2.0 : 0.0);
+  double host = (master + 4.0) * in.n + in.opt_bytes;
+  if (t.framework == Framework::kDeepSpeed && p.offload == Offload::kParams) {
+    host += static_cast<double>(in.compute) * in.n;
+    st.weights = 0;
+  }
+  if (t.framework == Framework::kFsdp) {
+    host = (in.pure ? 2.0 : 4.0) * 2.0 * in.n + in.opt_bytes;
+    st.weights = 0;
+  }
+  st.host = CeilBytes(host / z);
+  st.grads = 0;
+  st.optimizer = 0;
+  st.optimizer_temp = 0;
 }
 
 States ModelStates(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp) {
@@ -326,6 +360,14 @@ States ModelStates(const TrainingSpec& t, const ParallelPlan& p, const StagePara
       break;
   }
   st.optimizer_temp = OptimizerStepTemp(t, sp, in);
+  ApplyOffload(t, p, in, st);
+  // bitsandbytes allocates paged states in CUDA unified memory (cudaMallocManaged): resident
+  // while the GPU has room, paged to host memory under pressure (Dettmers et al., "QLoRA",
+  // 2023, §3 "Paged Optimizers"). Megatron and DeepSpeed run their own optimizers.
+  if (PagedOptimizer(t.optimizer) &&
+      (t.framework == Framework::kHf || t.framework == Framework::kFsdp)) {
+    st.pageable = st.optimizer;
+  }
   return st;
 }
 
@@ -645,6 +687,8 @@ StageEstimate EstimateStage(const ModelSpec& m, const TrainingSpec& t, const Par
   se.breakdown = peak->b;
   se.activations_per_microbatch = s.act;
   se.peak_bytes = peak->b.total();
+  se.host_bytes = s.st.host;
+  se.pageable_bytes = std::min(s.st.pageable, peak->b.optimizer);
   AddDeviceBytes(t, p, se);
   return se;
 }
@@ -655,10 +699,12 @@ void SummarizeStages(MemoryEstimate& est) {
     const auto& s = est.stages[i];
     est.peak_bytes = std::max(est.peak_bytes, s.peak_bytes);
     est.peak_reserved_bytes = std::max(est.peak_reserved_bytes, s.peak_reserved_bytes);
+    est.host_bytes = std::max(est.host_bytes, s.host_bytes);
     if (s.device_bytes > est.device_bytes) {
       est.device_bytes = s.device_bytes;
       est.worst_stage = static_cast<int64_t>(i);
     }
+    est.resident_bytes = std::max(est.resident_bytes, s.device_bytes - s.pageable_bytes);
   }
 }
 

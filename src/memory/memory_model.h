@@ -52,6 +52,8 @@ struct StageEstimate {
   int64_t peak_bytes = 0;
   int64_t peak_reserved_bytes = 0;
   int64_t device_bytes = 0;
+  int64_t host_bytes = 0;  // offloaded model states in host memory, this rank's share
+  int64_t pageable_bytes = 0;  // paged optimizer states (in device_bytes while resident)
 };
 
 struct MemoryEstimate {
@@ -61,6 +63,10 @@ struct MemoryEstimate {
   int64_t peak_bytes = 0;   // max over stages
   int64_t peak_reserved_bytes = 0;
   int64_t device_bytes = 0;
+  int64_t host_bytes = 0;  // max over stages: host memory one GPU's rank needs (offload)
+  // What must stay on the GPU: device bytes less paged optimizer states, which the driver
+  // pages to host memory when the GPU runs short (max over stages). What `fits` is judged on.
+  int64_t resident_bytes = 0;
 };
 
 // Which pipeline stages to account. kWorst computes only the stages that can hold the peak —

@@ -1,6 +1,7 @@
 #include "memory/training.h"
 
 #include <array>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -62,6 +63,11 @@ constexpr std::array<std::pair<FineTune, const char*>, 3> kFineTunes = {{
     {FineTune::kLora, "lora"},
     {FineTune::kQlora, "qlora"},
 }};
+constexpr std::array<std::pair<Offload, const char*>, 3> kOffloads = {{
+    {Offload::kNone, "none"},
+    {Offload::kOptimizer, "optimizer"},
+    {Offload::kParams, "params"},
+}};
 constexpr std::array<std::pair<unsigned, const char*>, 7> kLoraModules = {{
     {kLoraQ, "q_proj"},
     {kLoraK, "k_proj"},
@@ -75,6 +81,8 @@ constexpr std::array<std::pair<unsigned, const char*>, 7> kLoraModules = {{
 }  // namespace
 
 const char* FineTuneName(FineTune f) { return NameOf(kFineTunes, f); }
+const char* OffloadName(Offload o) { return NameOf(kOffloads, o); }
+std::optional<Offload> ParseOffload(std::string_view s) { return Parse(kOffloads, s); }
 std::optional<FineTune> ParseFineTune(std::string_view s) { return Parse(kFineTunes, s); }
 
 std::optional<unsigned> ParseLoraTargets(std::string_view s, std::string* bad) {
@@ -131,9 +139,74 @@ int64_t MicroBatchesPerStep(const TrainingSpec& train, const ParallelPlan& plan)
   return train.global_batch / per_step;
 }
 
+namespace {
+
+using AddProblem = std::function<void(std::string, std::string)>;
+
+void CheckOffload(const TrainingSpec& t, const ParallelPlan& p, const AddProblem& add) {
+  if (p.offload != Offload::kNone) {
+    const bool params = p.offload == Offload::kParams;
+    if (t.framework == Framework::kDeepSpeed) {
+      if (params && p.zero != 3) {
+        add("offload", "DeepSpeed offloads parameters (offload_param) with ZeRO-3 only: use --zero 3");
+      } else if (p.zero < 1) {
+        add("offload", "DeepSpeed offloads the optimizer with ZeRO 1-3: use --zero 1, 2 or 3");
+      }
+    } else if (t.framework == Framework::kFsdp) {
+      if (!params || p.zero != 3) {
+        add("offload", "FSDP's CPUOffload moves parameters, gradients and the optimizer step "
+                       "together: use --offload params with --zero 3 (full shard)");
+      }
+    } else {
+      add("offload", "is modelled as DeepSpeed (ZeRO-Offload/Infinity) and FSDP (CPUOffload) run "
+                     "it: use --framework deepspeed or fsdp");
+    }
+    if (t.finetune != FineTune::kFull) add("offload", "is modelled for full training");
+    if (t.device != DeviceKind::kCuda) add("offload", "needs a GPU to offload from");
+  }
+}
+
+void CheckFineTune(const TrainingSpec& t, const ParallelPlan& p, const AddProblem& add) {
+  auto s = [](int64_t v) { return std::to_string(v); };
+  if (t.finetune != FineTune::kFull) {
+    const char* kind = FineTuneName(t.finetune);
+    if (t.framework == Framework::kMegatron) {
+      add("finetune", std::string(kind) +
+                          " is modelled as PEFT runs it: use --framework hf, fsdp or deepspeed");
+    } else if (t.finetune == FineTune::kQlora && t.framework != Framework::kHf) {
+      add("finetune", "qlora (bitsandbytes 4-bit layers) is modelled with --framework hf only");
+    }
+    if (t.precision == Precision::kBf16Pure) {
+      add("precision", std::string(kind) +
+                           " keeps fp32 adapters over a 16-bit base: use --precision bf16 "
+                           "(autocast), fp16 or fp32");
+    }
+    if (t.finetune == FineTune::kQlora && t.precision == Precision::kFp32) {
+      add("precision", "qlora computes in 16 bits: use --precision bf16 or fp16");
+    }
+    if (t.lora.rank < 1 || t.lora.rank > (int64_t{1} << 16)) {
+      add("lora_rank", "must be in [1, 65536], found " + s(t.lora.rank));
+    }
+    if (!(t.lora.dropout >= 0.0 && t.lora.dropout < 1.0)) {
+      add("lora_dropout", "must be in [0, 1)");
+    }
+    if ((t.lora.targets & kLoraAllLinear) == 0) add("lora_targets", "names no layer");
+    if (t.lora.adapter_bytes != 2 && t.lora.adapter_bytes != 4) {
+      add("lora_dtype", "adapters are fp32 (4 bytes) or 16-bit (2 bytes)");
+    }
+    if (t.head != HeadType::kCausalLm) add("head", "fine-tuning is modelled for causal LMs");
+    if (p.pp > 1 || p.tp > 1 || p.cp > 1) {
+      add("finetune", "PEFT fine-tuning runs data parallel (with ZeRO/FSDP sharding): use "
+                      "tp = pp = cp = 1");
+    }
+  }
+}
+
+}  // namespace
+
 Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p) {
   std::vector<std::pair<std::string, std::string>> problems;
-  auto add = [&](std::string field, std::string msg) {
+  AddProblem add = [&](std::string field, std::string msg) {
     problems.emplace_back(std::move(field), std::move(msg));
   };
   auto s = [](int64_t v) { return std::to_string(v); };
@@ -208,38 +281,8 @@ Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelP
   if (p.distributed_optimizer && t.framework != Framework::kMegatron) {
     add("distributed_optimizer", "is Megatron's; use --zero with other frameworks");
   }
-  if (t.finetune != FineTune::kFull) {
-    const char* kind = FineTuneName(t.finetune);
-    if (t.framework == Framework::kMegatron) {
-      add("finetune", std::string(kind) +
-                          " is modelled as PEFT runs it: use --framework hf, fsdp or deepspeed");
-    } else if (t.finetune == FineTune::kQlora && t.framework != Framework::kHf) {
-      add("finetune", "qlora (bitsandbytes 4-bit layers) is modelled with --framework hf only");
-    }
-    if (t.precision == Precision::kBf16Pure) {
-      add("precision", std::string(kind) +
-                           " keeps fp32 adapters over a 16-bit base: use --precision bf16 "
-                           "(autocast), fp16 or fp32");
-    }
-    if (t.finetune == FineTune::kQlora && t.precision == Precision::kFp32) {
-      add("precision", "qlora computes in 16 bits: use --precision bf16 or fp16");
-    }
-    if (t.lora.rank < 1 || t.lora.rank > (int64_t{1} << 16)) {
-      add("lora_rank", "must be in [1, 65536], found " + s(t.lora.rank));
-    }
-    if (!(t.lora.dropout >= 0.0 && t.lora.dropout < 1.0)) {
-      add("lora_dropout", "must be in [0, 1)");
-    }
-    if ((t.lora.targets & kLoraAllLinear) == 0) add("lora_targets", "names no layer");
-    if (t.lora.adapter_bytes != 2 && t.lora.adapter_bytes != 4) {
-      add("lora_dtype", "adapters are fp32 (4 bytes) or 16-bit (2 bytes)");
-    }
-    if (t.head != HeadType::kCausalLm) add("head", "fine-tuning is modelled for causal LMs");
-    if (p.pp > 1 || p.tp > 1 || p.cp > 1) {
-      add("finetune", "PEFT fine-tuning runs data parallel (with ZeRO/FSDP sharding): use "
-                      "tp = pp = cp = 1");
-    }
-  }
+  CheckOffload(t, p, add);
+  CheckFineTune(t, p, add);
   if (problems.empty()) return Status::Ok();
   std::string msg = problems[0].second;
   for (size_t i = 1; i < problems.size(); ++i) {

@@ -66,6 +66,15 @@ enum LoraTarget : unsigned {
 std::optional<unsigned> ParseLoraTargets(std::string_view s, std::string* bad = nullptr);
 std::string LoraTargetsName(unsigned targets);
 
+// What lives in host memory instead of the GPU's. kOptimizer: the optimizer step runs on the CPU
+// over fp32 master weights, fp32 gradients and the optimizer states kept in host memory
+// (DeepSpeed ZeRO-Offload, `offload_optimizer`); the GPU keeps its 16-bit weights. kParams: the
+// 16-bit weights too, fetched layer by layer (DeepSpeed ZeRO-Infinity's `offload_param` with
+// ZeRO-3; FSDP's CPUOffload(offload_params=True), which also keeps the gradients on the host).
+enum class Offload { kNone, kOptimizer, kParams };
+const char* OffloadName(Offload o);
+std::optional<Offload> ParseOffload(std::string_view s);
+
 struct LoraSpec {
   int64_t rank = 8;     // PEFT LoraConfig defaults: r = 8, lora_alpha = 8, lora_dropout = 0
   double alpha = 8.0;   // scaling alpha / r: no memory of its own
@@ -120,6 +129,7 @@ struct ParallelPlan {
   int zero = 0;                        // ZeRO stage 0-3 (FSDP: 3 full shard, 2 grad+optimizer)
   bool distributed_optimizer = false;  // Megatron's sharded optimizer (like ZeRO-1)
   int64_t shard_group = 0;             // hybrid sharding group size (0: all of dp)
+  Offload offload = Offload::kNone;    // model states kept in host memory
 
   int64_t gpus() const { return tp * pp * dp * cp; }
   // Ranks over which model states are sharded by ZeRO/FSDP/distributed optimizer.

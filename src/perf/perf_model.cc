@@ -295,13 +295,54 @@ void SetTrainedShare(const ModelSpec& m, const TrainingSpec& t, const ParallelPl
   }
 }
 
+// The host link of one GPU (PCIe x16), one direction, as CUDA's bandwidthTest measures it with
+// pinned memory: Gen3 12.4 GB/s (V100-era node), Gen4 25.8 GB/s (A100 node; Princeton Research
+// Computing's published bandwidthTest runs), Gen5 about 52 GB/s (nvbandwidth on H100). Eight-GPU
+// servers put two GPUs behind each PCIe switch's uplink (DGX A100/H100 topology): when all of
+// them offload at once, each gets half.
+double HostLinkGbs(const GpuType& g, int64_t gpus_on_node) {
+  double gbs = g.pcie_gen <= 3 ? 12.4 : g.pcie_gen == 4 ? 25.8 : 52.0;
+  if (g.pcie_gen >= 6) gbs *= 2.0;
+  return gpus_on_node >= 8 ? gbs / 2.0 : gbs;
+}
+
+// Parameters a node's CPUs update a second. DeepSpeedCPUAdam: DeepSpeed PR #7474's ZeRO-Offload
+// step of Qwen2.5-3B on two A100s takes 2.38 s in all (so at least 1.3e9 a second), and
+// ZeRO-Offload's 40 TFLOP/s for a 10B model on one V100 (Ren et al., ATC'21, abstract) leaves
+// its step a few seconds (about 2e9 a second): 2e9 is used. FSDP steps with torch's CPU Adam,
+// 5-7x slower than DeepSpeedCPUAdam (DeepSpeed's ZeRO-Offload tutorial): 2e9 / 6.
+constexpr double kCpuAdamParamsPerS = 2e9;
+
+// Offload: the gradients go to host memory during backward (hidden behind it where they fit),
+// the CPU steps the optimizer, and the updated 16-bit weights come back; with the weights
+// offloaded, every pass over the layers fetches them (prefetched under the compute).
+double OffloadS(const TrainingSpec& t, const ParallelPlan& p, const GpuType& g,
+                const Network& net, const PerfInputs& in) {
+  if (p.offload == Offload::kNone) return 0;
+  const double shard = RankTrainedParams(p, in) / static_cast<double>(p.shard_size());
+  const int64_t on_node = std::min<int64_t>(net.gpus_per_node, in.gpus);
+  const double link = HostLinkGbs(g, on_node) * 1e9;
+  const bool fsdp = t.framework == Framework::kFsdp;
+  const double rate = fsdp ? kCpuAdamParamsPerS / 6.0 : kCpuAdamParamsPerS;
+  const double cpu = shard * static_cast<double>(on_node) / rate;
+  const double grads = shard * (fsdp ? 4.0 : in.e) / link;
+  const double back = shard * in.e / link;
+  double exposed = cpu + back + std::max(0.0, grads - (2.0 / 3.0) * in.per_mb());
+  if (p.offload == Offload::kParams) {
+    const bool refwd = t.recompute == Recompute::kFull || t.recompute == Recompute::kOp;
+    const double fetch = shard * in.e * (refwd ? 3.0 : 2.0) / link;
+    exposed += std::max(0.0, fetch - in.per_mb()) * static_cast<double>(in.microbatches);
+  }
+  return exposed;
+}
+
 // Throughput figures of the job from its iteration time.
 PerfEstimate Summarize(const TrainingSpec& t, const ParallelPlan& p, const PerfInputs& in,
                        const PerfBreakdown& b) {
   PerfEstimate out;
   out.breakdown = b;
   out.iteration_s = b.compute_s + b.recompute_s + b.tp_comm_s + b.pp_bubble_s + b.pp_p2p_s +
-                    b.dp_comm_s + b.cp_comm_s + b.optimizer_s;
+                    b.dp_comm_s + b.cp_comm_s + b.optimizer_s + b.offload_s;
   out.gpus = in.gpus;
   double global_batch =
       static_cast<double>(t.global_batch > 0 ? t.global_batch : t.micro_batch * p.dp);
@@ -351,7 +392,8 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t, cons
   PipelineS(m, p, in, links, b);
   b.cp_comm_s = ContextParallelS(m, p, in, links);
   b.dp_comm_s = DataParallelS(p, in, links);
-  b.optimizer_s = OptimizerS(p, in);
+  b.optimizer_s = p.offload == Offload::kNone ? OptimizerS(p, in) : 0.0;  // else on the CPU
+  b.offload_s = OffloadS(t, p, gpu, net, in);
   return Summarize(t, p, in, b);
 }
 

@@ -42,6 +42,7 @@ struct PerfBreakdown {
   double dp_comm_s = 0;      // exposed gradient reduction / parameter gathers
   double cp_comm_s = 0;      // exposed context-parallel key/value exchange
   double optimizer_s = 0;    // optimizer step
+  double offload_s = 0;      // exposed host-link traffic and the CPU's optimizer step (offload)
 };
 
 struct PerfEstimate {

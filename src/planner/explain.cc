@@ -19,12 +19,47 @@ std::string ExplainWinner(const PlanResult& r, const PlannerOptions& opt) {
   const char* why = opt.objective == Objective::kCost  ? "cheapest"
                     : opt.objective == Objective::kMix ? "best time x cost"
                                                        : "fastest";
+  std::string paged;
+  if (w.resident_bytes > 0 && w.resident_bytes < w.device_bytes) {
+    paged = fmt::format(" ({} GiB of them paged optimizer states the driver can move to host "
+                        "memory)",
+                        Gib(w.device_bytes - w.resident_bytes));
+  }
+  std::string offload;
+  if (w.offload != Offload::kNone) {
+    offload = fmt::format(
+        "; nothing fits the GPUs without offload: {} offloaded to host memory, {} GiB per node",
+        w.offload == Offload::kParams ? "parameters, gradients and optimizer states"
+                                      : "optimizer states and gradients (CPU optimizer step)",
+        Gib(w.host_bytes_per_node));
+  }
   return fmt::format(
-      "{} plan: {} x {} (TP {}, PP {}, DP {}{}, micro-batch {}, {} recomputation) trains in {} "
-      "at {:.0f}% MFU; {} of {} GiB per GPU",
+      "{} plan: {} x {} (TP {}, PP {}, DP {}{}{}, micro-batch {}, {} recomputation) trains in {} "
+      "at {:.0f}% MFU; {} of {} GiB per GPU{}",
       why, w.gpus, w.gpu, w.tp, w.pp, w.dp, w.cp > 1 ? fmt::format(", CP {}", w.cp) : "",
-      w.micro_batch, RecomputeName(w.recompute), Duration(w.total_s), 100 * w.mfu,
-      Gib(w.device_bytes), Gib(w.gpu_memory_bytes));
+      w.zero > 0 ? fmt::format(", ZeRO {}", w.zero) : "", w.micro_batch,
+      RecomputeName(w.recompute), Duration(w.total_s), 100 * w.mfu, Gib(w.device_bytes),
+      Gib(w.gpu_memory_bytes), paged + offload);
+}
+
+// What trying offload found, when it was tried and nothing fit.
+std::string ExplainOffload(const Infeasible& why) {
+  std::string s;
+  if (!why.offload_tried) {
+  } else if (why.offload_host_memory_bytes > 0 || why.offload_least_host_bytes > 0) {
+    s = fmt::format(" With offload the GPUs would hold it, but it needs {} GiB of host memory "
+                    "per node (with the host margin) and the nodes have {} GiB.",
+                    Gib(why.offload_least_host_bytes), Gib(why.offload_host_memory_bytes));
+  } else {
+    s = " Offload to host memory was tried and does not fit the GPUs either.";
+  }
+  if (!why.host_memory_unknown.empty()) {
+    std::string types;
+    for (const auto& t : why.host_memory_unknown) types += (types.empty() ? "" : ", ") + t;
+    s += " Offload was not tried on " + types +
+         ": the cluster file gives no host_memory_gib for their nodes.";
+  }
+  return s;
 }
 
 std::string ExplainTooLittleMemory(const Infeasible& why) {
@@ -38,6 +73,7 @@ std::string ExplainTooLittleMemory(const Infeasible& why) {
         f.gpu, Gib(f.gpu_memory_bytes), Gib(f.least_bytes), l.gpus, l.tp, l.pp, l.dp,
         RecomputeName(l.recompute), i + 1 < why.shortfalls.size() ? ";" : ".");
   }
+  s += ExplainOffload(why);
   if (!why.would_fit) {
     return s + " More GPUs of a type (to shard further) or GPUs with more memory would fit it.";
   }
@@ -86,6 +122,11 @@ nlohmann::json InfeasibleToJson(const Infeasible& why) {
   j["error"] = why.error
                    ? nlohmann::json{{"field", why.error->field}, {"message", why.error->message}}
                    : nlohmann::json(nullptr);
+  j["offload"] = why.offload_tried
+                     ? nlohmann::json{{"host_memory_unknown", why.host_memory_unknown},
+                                      {"least_host_bytes_per_node", why.offload_least_host_bytes},
+                                      {"host_memory_bytes", why.offload_host_memory_bytes}}
+                     : nlohmann::json(nullptr);
   j["shortfalls"] = nlohmann::json::array();
   for (const Shortfall& f : why.shortfalls) {
     j["shortfalls"].push_back({{"gpu", f.gpu},

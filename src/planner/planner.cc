@@ -58,7 +58,22 @@ Result<std::vector<TypeInfo>> TypesFor(const JobSpec& job, const Cluster& cluste
 struct Candidates {
   std::vector<int64_t> tps, pps, cps, mbs, zeros;
   std::vector<Recompute> rcs;  // least recomputation first
+  std::vector<Offload> offloads = {Offload::kNone};
 };
+
+// Offload modes a framework has, for a ZeRO stage (ValidateLayout's rules, so that the search
+// never counts a combination the framework lacks as an impossible layout).
+bool OffloadFits(Framework f, int64_t zero, Offload o) {
+  switch (o) {
+    case Offload::kNone:
+      return true;
+    case Offload::kOptimizer:
+      return f == Framework::kDeepSpeed && zero >= 1;
+    case Offload::kParams:
+      return (f == Framework::kDeepSpeed || f == Framework::kFsdp) && zero == 3;
+  }
+  return false;
+}
 
 Candidates CandidatesFor(const JobSpec& job, const TypeInfo& ti) {
   Candidates c;
@@ -84,7 +99,17 @@ Candidates CandidatesFor(const JobSpec& job, const TypeInfo& ti) {
   // between keeping everything and recomputing whole layers.
   c.rcs = {Recompute::kNone, Recompute::kFull};
   if (job.recompute) c.rcs = {*job.recompute};
+  if (job.offload) c.offloads = {*job.offload};
   return c;
+}
+
+// The offload modes worth a second search when nothing fits without: those of the job's
+// framework, on full training; none when the job pins offload (its first search tried it).
+std::vector<Offload> OffloadsToTry(const JobSpec& job) {
+  if (job.offload || job.finetune != FineTune::kFull) return {};
+  if (job.framework == Framework::kDeepSpeed) return {Offload::kOptimizer, Offload::kParams};
+  if (job.framework == Framework::kFsdp) return {Offload::kParams};
+  return {};
 }
 
 // One layout short of its recomputation: the parallel plan, micro-batch and GPU count.
@@ -109,9 +134,12 @@ void EnumerateLayouts(const JobSpec& job, const TypeInfo& ti, const Candidates& 
           int64_t n = tp * pp * cp * dp;
           if (n > ti.count || (job.gpus && n != *job.gpus)) continue;
           for (int64_t zero : c.zeros) {
+           for (Offload off : c.offloads) {
+            if (!OffloadFits(job.framework, zero, off) && !job.offload) continue;
             for (int64_t mb : c.mbs) {
               if (job.global_batch % (mb * dp) != 0) continue;
               Layout l;
+              l.p.offload = off;
               l.p.tp = tp;
               l.p.pp = pp;
               l.p.cp = cp;
@@ -123,6 +151,7 @@ void EnumerateLayouts(const JobSpec& job, const TypeInfo& ti, const Candidates& 
               l.gpus = n;
               if (!visit(l) && !job.micro_batch) break;
             }
+           }
           }
         }
       }
@@ -143,8 +172,10 @@ Plan MakePlan(const GpuType& g, const Layout& l, Recompute rc, const MemoryEstim
   plan.zero = l.p.zero;
   plan.distributed_optimizer = l.p.distributed_optimizer;
   plan.recompute = rc;
+  plan.offload = l.p.offload;
   plan.peak_bytes = mem.peak_bytes;
   plan.device_bytes = mem.device_bytes;
+  plan.resident_bytes = mem.resident_bytes;
   plan.gpu_memory_bytes = g.memory_bytes;
   return plan;
 }
@@ -174,6 +205,10 @@ struct Search {
   int64_t fitting = 0;
   std::vector<Plan> least_per_type;  // per GPU type, the layout needing the least memory
   std::optional<LayoutError> first_error;
+  // Offloaded layouts that fit the GPU but not the nodes' host memory: the least host memory
+  // per node (with the margin) one of them needs, and what that type's nodes have.
+  int64_t least_host_needed = std::numeric_limits<int64_t>::max();
+  int64_t host_memory = 0;
 };
 
 // The search of one GPU type: each of its layouts fitted and scored into a Search.
@@ -186,6 +221,7 @@ class TypeSearch {
         net_{ti.gpus_per_node, ti.network_gbs},
         usable_bytes_(static_cast<int64_t>(static_cast<double>(ti.gpu->memory_bytes) /
                                            (1.0 + opt.memory_margin))),
+        host_margin_(opt.host_margin),
         s_(s) {}
 
   // Fits one layout with the least recomputation whose memory fits (less recomputation is
@@ -203,14 +239,28 @@ class TypeSearch {
         }
         return false;
       }
-      if (mem->device_bytes < least_device_) {
-        least_device_ = mem->device_bytes;
+      if (mem->resident_bytes < least_device_) {
+        least_device_ = mem->resident_bytes;
         least_ = MakePlan(g, l, rc, *mem);
       }
-      if (mem->device_bytes > usable_bytes_) continue;
+      if (mem->resident_bytes > usable_bytes_) continue;
+      // Offloaded states of the job's ranks on one node, in that node's host memory.
+      const int64_t host_node = mem->host_bytes * std::min(ti_.gpus_per_node, l.gpus);
+      if (host_node > 0) {
+        const auto needed =
+            static_cast<int64_t>(static_cast<double>(host_node) * (1.0 + host_margin_));
+        if (needed > ti_.host_memory_bytes) {
+          if (needed < s_->least_host_needed) {
+            s_->least_host_needed = needed;
+            s_->host_memory = ti_.host_memory_bytes;
+          }
+          return false;  // more recomputation frees no host memory
+        }
+      }
       auto perf = PredictPerf(job_.model, t_, l.p, g, net_);
       if (!perf.ok()) return false;
       Plan plan = MakePlan(g, l, rc, *mem);
+      plan.host_bytes_per_node = host_node;
       ScorePlan(job_, g, *perf, &plan);
       ++s_->fitting;
       if (MeetsGoals(job_, plan)) s_->meeting_goals.push_back(plan);
@@ -230,18 +280,22 @@ class TypeSearch {
   TrainingSpec t_;  // micro-batch and recomputation set per layout
   Network net_;
   int64_t usable_bytes_;  // GPU memory less the margin
+  double host_margin_;
   Search* s_;
   Plan least_;
   int64_t least_device_ = std::numeric_limits<int64_t>::max();
 };
 
 Search SearchLayouts(const JobSpec& job, const std::vector<TypeInfo>& types,
-                     const PlannerOptions& opt) {
+                     const PlannerOptions& opt, const std::vector<Offload>* offloads = nullptr) {
   Search s;
   s.meeting_goals.reserve(4096);
   for (const TypeInfo& ti : types) {
+    // Offload needs the nodes' host memory to check against.
+    if (offloads != nullptr && ti.host_memory_bytes <= 0) continue;
     TypeSearch ts(job, ti, opt, &s);
     Candidates c = CandidatesFor(job, ti);
+    if (offloads != nullptr) c.offloads = *offloads;
     EnumerateLayouts(job, ti, c, [&](const Layout& l) { return ts.FitLayout(l, c.rcs); });
     if (auto least = ts.Least()) s.least_per_type.push_back(*least);
   }
@@ -393,9 +447,12 @@ std::vector<ClusterGpuType> ClusterGpuTypes(const Cluster& c, const GpuCatalog& 
     if (it == out.end()) {
       const GpuType* g = cat.Find(node.gpu);
       if (g == nullptr) continue;
-      out.push_back({g, 0, 0, node.network_gbs});
+      out.push_back({g, 0, 0, node.network_gbs,
+                     static_cast<int64_t>(node.host_memory_gib * 1073741824.0)});
       it = out.end() - 1;
     }
+    it->host_memory_bytes = std::min(
+        it->host_memory_bytes, static_cast<int64_t>(node.host_memory_gib * 1073741824.0));
     it->count += node.gpus;
     it->gpus_per_node = std::max(it->gpus_per_node, node.gpus);
     it->network_gbs = std::min(it->network_gbs, node.network_gbs);
@@ -411,8 +468,31 @@ Result<PlanResult> PlanJob(const JobSpec& job, const Cluster& cluster, const Gpu
   PlanResult result;
   result.layouts_considered = s.considered;
   result.layouts_fitting = s.fitting;
-  if (s.meeting_goals.empty()) {
-    result.infeasible = Diagnose(job, types, catalog, opt, s);
+  // Nothing fits the GPUs: model states in host memory, where the framework can put them.
+  const std::vector<Offload> offloads = OffloadsToTry(job);
+  std::optional<Search> offloaded;
+  if (s.fitting == 0 && !offloads.empty()) {
+    offloaded = SearchLayouts(job, types, opt, &offloads);
+    result.layouts_considered += offloaded->considered;
+    result.layouts_fitting += offloaded->fitting;
+  }
+  if (offloaded && !offloaded->meeting_goals.empty()) {
+    s = std::move(*offloaded);
+  } else if (s.meeting_goals.empty()) {
+    Infeasible why = Diagnose(job, types, catalog, opt, s);
+    if (offloaded) {
+      if (offloaded->fitting > 0) why.kind = InfeasibleKind::kGoalsUnmet;
+      for (const TypeInfo& ti : types) {
+        if (ti.host_memory_bytes <= 0) why.host_memory_unknown.push_back(ti.gpu->name);
+      }
+      why.offload_tried = why.host_memory_unknown.size() < types.size();
+      if (offloaded->host_memory > 0 || offloaded->least_host_needed <
+                                            std::numeric_limits<int64_t>::max()) {
+        why.offload_least_host_bytes = offloaded->least_host_needed;
+        why.offload_host_memory_bytes = offloaded->host_memory;
+      }
+    }
+    result.infeasible = std::move(why);
     return result;
   }
   std::vector<size_t> order = ByGpusThenTime(s.meeting_goals);
@@ -432,8 +512,11 @@ nlohmann::json PlanToJson(const Plan& p) {
                       {"zero", p.zero},
                       {"distributed_optimizer", p.distributed_optimizer},
                       {"recompute", RecomputeName(p.recompute)},
+                      {"offload", OffloadName(p.offload)},
                       {"peak_bytes", p.peak_bytes},
                       {"device_bytes", p.device_bytes},
+                      {"resident_bytes", p.resident_bytes},
+                      {"host_bytes_per_node", p.host_bytes_per_node},
                       {"gpu_memory_bytes", p.gpu_memory_bytes},
                       {"iteration_s", p.iteration_s},
                       {"tokens_per_s", p.tokens_per_s},

@@ -45,6 +45,8 @@ struct JobSpec {
   std::optional<std::string> gpu;  // pin a GPU type (users normally do not)
   std::optional<int64_t> gpus, tp, pp, dp, cp, micro_batch, zero;
   std::optional<Recompute> recompute;
+  // Offload pinned (kNone forbids it); unset: tried only when nothing fits without it.
+  std::optional<Offload> offload;
   std::optional<double> deadline_s;  // finish within this many seconds
   std::optional<double> budget;      // spend at most this (USD)
 };
@@ -54,6 +56,10 @@ struct PlannerOptions {
   // 2.8% (CPU) and 8.1% on published Megatron reserved memory (bench/RESULTS.md); 10% covers
   // both.
   double memory_margin = 0.10;
+  // Headroom kept above the offloaded states in host memory: DeepSpeed's own estimators
+  // multiply them by additional_buffer_factor = 1.5 "to be conservative" (pinned buffers,
+  // the CPU optimizer's working copies, the dataloaders and the OS share the node's memory).
+  double host_margin = 0.5;
   Objective objective = Objective::kTime;
   int64_t top = 10;
 };
@@ -64,8 +70,11 @@ struct Plan {
   int64_t tp = 1, pp = 1, dp = 1, cp = 1, micro_batch = 1, zero = 0;
   bool distributed_optimizer = false;
   Recompute recompute = Recompute::kNone;
+  Offload offload = Offload::kNone;
   int64_t peak_bytes = 0;
   int64_t device_bytes = 0;
+  int64_t resident_bytes = 0;   // what must stay on the GPU (device less paged states)
+  int64_t host_bytes_per_node = 0;  // offloaded states on one node's host memory
   int64_t gpu_memory_bytes = 0;
   double iteration_s = 0;
   double tokens_per_s = 0;
@@ -113,6 +122,14 @@ struct Infeasible {
   std::vector<Shortfall> shortfalls;
   // kTooLittleMemory: absent when the GPU count is pinned or nothing up to 4,096 GPUs fits.
   std::optional<WouldFit> would_fit;
+  // kTooLittleMemory, when offload was tried (DeepSpeed or FSDP, full training, not pinned
+  // off): the cluster's GPU types whose nodes give no host memory, and of the offloaded
+  // layouts that fit the GPUs, the least host memory per node one needs (with the host
+  // margin) against what its nodes have; 0 when none fit the GPUs either.
+  bool offload_tried = false;  // on at least one GPU type (its nodes' host memory known)
+  std::vector<std::string> host_memory_unknown;
+  int64_t offload_least_host_bytes = 0;
+  int64_t offload_host_memory_bytes = 0;
 };
 
 // Placed (pareto non-empty, infeasible absent) or Infeasible (plans and pareto empty,
@@ -133,6 +150,7 @@ struct ClusterGpuType {
   int64_t count = 0;
   int64_t gpus_per_node = 0;
   double network_gbs = 0;
+  int64_t host_memory_bytes = 0;  // the smallest node's system memory; 0: some node's unknown
 };
 std::vector<ClusterGpuType> ClusterGpuTypes(const Cluster& cluster, const GpuCatalog& catalog);
 

@@ -370,6 +370,75 @@ TEST(Planner, LoraAndQloraArePlannedDataParallel) {
   EXPECT_EQ(q.infeasible->error->field, "finetune");
 }
 
+// The QLoRA paper fine-tuned LLaMA-65B on one 48 GB GPU (Dettmers et al. 2023, abstract):
+// artidoro/qlora's finetune_guanaco_65b.sh — NF4 with double quantisation, LoRA r = 64 on every
+// linear layer, alpha 16, dropout 0.05, adapters cast to bf16, paged 32-bit AdamW, gradient
+// checkpointing, micro-batch 1 of at most 16 + 512 tokens, 16 sequences a step.
+TEST(Planner, TheQloraPapers65bFineTuneFitsOne48GbGpu) {
+  JobSpec j = Job("llama-65b", 1e7, 16, 528);
+  j.framework = Framework::kHf;
+  j.finetune = FineTune::kQlora;
+  j.lora.rank = 64;
+  j.lora.alpha = 16;
+  j.lora.dropout = 0.05;
+  j.lora.adapter_bytes = 2;
+  j.optimizer = OptimizerKind::kPagedAdamW;
+  j.micro_batch = 1;
+  PlanResult r = Plan_(j, OneNode("A40", 1));
+  ASSERT_FALSE(r.plans.empty()) << Why(r);
+  const Plan& p = r.plans.front();
+  EXPECT_EQ(p.gpus, 1);
+  EXPECT_EQ(p.recompute, Recompute::kFull);
+  EXPECT_LE(static_cast<double>(p.resident_bytes) * 1.1, static_cast<double>(48 * kGiB));
+  // PEFT's defaults (fp32 adapters) with torch's AdamW do not fit the same GPU.
+  j.lora.adapter_bytes = 4;
+  j.optimizer = OptimizerKind::kAdamW;
+  EXPECT_TRUE(Plan_(j, OneNode("A40", 1)).infeasible);
+}
+
+// Two DGX A100 (8 x A100-40GB, 1 TB of system memory each: NVIDIA DGX A100 user guide,
+// factory configuration of the 320 GB system).
+Cluster TwoDgxA100_40(double host_gib) {
+  Cluster c;
+  c.name = "dgx-a100-40gb";
+  for (int i = 0; i < 2; ++i) {
+    c.nodes.push_back({"dgx" + std::to_string(i), "A100-40GB", 8, 25, host_gib});
+  }
+  return c;
+}
+
+// A 70B full fine-tune fits no layout of 16 x A100-40GB (16 bytes a parameter is 70 GB a GPU
+// even fully sharded); ZeRO-Infinity/ZeRO-Offload moves the states to the nodes' host memory.
+TEST(Planner, Full70bFineTuneFitsSixteenA100_40GbOnlyWithOffload) {
+  JobSpec j = Job("llama-2-70b", 1e9, 64, 4096);
+  j.framework = Framework::kDeepSpeed;
+  JobSpec no_offload = j;
+  no_offload.offload = Offload::kNone;
+  PlanResult none = Plan_(no_offload, TwoDgxA100_40(1024));
+  ASSERT_TRUE(none.infeasible);
+  EXPECT_EQ(none.infeasible->kind, InfeasibleKind::kTooLittleMemory);
+  PlanResult r = Plan_(j, TwoDgxA100_40(1024));
+  ASSERT_FALSE(r.plans.empty()) << Why(r);
+  for (const auto& p : r.plans) {
+    EXPECT_NE(p.offload, Offload::kNone);
+    EXPECT_GT(p.host_bytes_per_node, 0);
+    EXPECT_LE(static_cast<double>(p.host_bytes_per_node) * 1.5, 1024.0 * kGiB);
+  }
+  EXPECT_NE(Why(r).find("offload"), std::string::npos) << Why(r);
+  // Nodes of 256 GB hold no layout's states; a cluster file without host memory is never
+  // offloaded to. Both say so.
+  PlanResult small = Plan_(j, TwoDgxA100_40(256));
+  ASSERT_TRUE(small.infeasible);
+  EXPECT_TRUE(small.infeasible->offload_tried);
+  EXPECT_GT(small.infeasible->offload_least_host_bytes, 256 * kGiB);
+  EXPECT_EQ(small.infeasible->offload_host_memory_bytes, 256 * kGiB);
+  PlanResult unknown = Plan_(j, TwoDgxA100_40(0));
+  ASSERT_TRUE(unknown.infeasible);
+  EXPECT_FALSE(unknown.infeasible->offload_tried);
+  ASSERT_EQ(unknown.infeasible->host_memory_unknown.size(), 1u);
+  EXPECT_NE(Why(unknown).find("host_memory_gib"), std::string::npos) << Why(unknown);
+}
+
 TEST(Planner, BadJobsAreErrors) {
   JobSpec j = Job("gpt2");
   j.tokens = 0;
@@ -531,11 +600,13 @@ TEST(ExplainPlan, SaysWhyNothingFitsAndWhatWould) {
             "no plan fits this cluster: A100-80GB (80 GiB): at least 85 GiB per GPU even on 16 "
             "of them (TP=8 PP=2 DP=1, full recomputation). More GPUs of a type (to shard "
             "further) or GPUs with more memory would fit it.");
-  r.infeasible = Infeasible{InfeasibleKind::kGoalsUnmet, {}, {}, {}};
+  r.infeasible = Infeasible{};
+  r.infeasible->kind = InfeasibleKind::kGoalsUnmet;
   EXPECT_EQ(ExplainPlan(r, {}),
             "plans fit in memory, but none meets the deadline or budget (a GPU type whose price "
             "is unknown never meets a budget)");
-  r.infeasible = Infeasible{InfeasibleKind::kNoLayout, {}, {}, {}};
+  r.infeasible = Infeasible{};
+  r.infeasible->kind = InfeasibleKind::kNoLayout;
   EXPECT_EQ(ExplainPlan(r, {}), "no layout of this model is possible here with these pins");
   r.infeasible->error = LayoutError{"tp", "must divide the heads"};
   EXPECT_EQ(ExplainPlan(r, {}),

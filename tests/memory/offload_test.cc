@@ -1,0 +1,107 @@
+// Offloaded model states (DeepSpeed ZeRO-Offload / ZeRO-Infinity, FSDP CPUOffload): what stays
+// on the GPU and what host memory holds, against DeepSpeed's own estimator formulas
+// (deepspeed/runtime/zero/stage3.py, estimate_zero3_model_states_mem_needs; stage_1_and_2.py,
+// estimate_zero2_model_states_mem_needs), which count 16 bytes a parameter on the host for
+// offload_optimizer and 18 with offload_param, before their 1.5 buffer factor.
+#include <gtest/gtest.h>
+
+#include "memory/memory_model.h"
+#include "zoo_model.h"
+
+namespace frenzy {
+namespace {
+
+using test::Zoo;
+
+constexpr double kLlama2_70b = 68'976'648'192.0;  // published parameter count
+
+MemoryEstimate Predict(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p) {
+  auto r = PredictMemory(m, t, p);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? *r : MemoryEstimate{};
+}
+
+TEST(Offload, ZeroInfinityHostBytesAreDeepSpeedsEstimate) {
+  // 2 nodes x 8 GPUs, ZeRO-3, offload_param + offload_optimizer, zero_init: DeepSpeed's
+  // estimator gives cpu_mem = 18 x P / num_nodes (x 1.5) per node and only the gathered layers
+  // on the GPU; with offload_optimizer alone, 16 x P / num_nodes and 2 x P / 16 on each GPU.
+  ModelSpec m = Zoo("llama-2-70b");
+  TrainingSpec t;
+  t.framework = Framework::kDeepSpeed;
+  t.seq_len = 4096;
+  t.recompute = Recompute::kFull;
+  ParallelPlan p;
+  p.dp = 16;
+  p.zero = 3;
+  p.offload = Offload::kParams;
+  MemoryEstimate est = Predict(m, t, p);
+  EXPECT_NEAR(8.0 * static_cast<double>(est.host_bytes), 18.0 * kLlama2_70b / 2, 16.0);
+  EXPECT_EQ(est.stages[0].breakdown.weights, 0);
+  EXPECT_EQ(est.stages[0].breakdown.optimizer, 0);
+  p.offload = Offload::kOptimizer;
+  est = Predict(m, t, p);
+  EXPECT_NEAR(8.0 * static_cast<double>(est.host_bytes), 16.0 * kLlama2_70b / 2, 16.0);
+  EXPECT_NEAR(static_cast<double>(est.stages[0].breakdown.weights), 2.0 * kLlama2_70b / 16, 2.0);
+  EXPECT_EQ(est.stages[0].breakdown.optimizer, 0);
+  // Without offload the same layout holds 16 bytes a parameter / 16 on each GPU.
+  p.offload = Offload::kNone;
+  MemoryEstimate gpu_only = Predict(m, t, p);
+  EXPECT_EQ(gpu_only.host_bytes, 0);
+  EXPECT_GT(gpu_only.peak_bytes - est.peak_bytes, static_cast<int64_t>(12.0 * kLlama2_70b / 16));
+}
+
+TEST(Offload, ZeroOffloadWithStage2KeepsTheWeightsOnEveryGpu) {
+  // estimate_zero2_model_states_mem_needs with cpu_offload: gpu_mem = 2 x P (all 16-bit
+  // weights on every GPU), 16 bytes a parameter on the host over all ranks.
+  ModelSpec m = Zoo("llama-2-7b");
+  TrainingSpec t;
+  t.framework = Framework::kDeepSpeed;
+  t.recompute = Recompute::kFull;
+  ParallelPlan p;
+  p.dp = 8;
+  p.zero = 2;
+  p.offload = Offload::kOptimizer;
+  MemoryEstimate est = Predict(m, t, p);
+  EXPECT_EQ(est.stages[0].breakdown.weights, 2 * int64_t{6'738'415'616});
+  EXPECT_NEAR(8.0 * static_cast<double>(est.host_bytes), 16.0 * 6'738'415'616.0, 16.0);
+}
+
+TEST(Offload, FsdpCpuOffloadKeepsShardsGradientsAndTheStepOnTheHost) {
+  // CPUOffload(offload_params=True): the fp32 flat-parameter shard, its fp32 gradient and
+  // AdamW's two fp32 moments: 16 bytes a parameter, sharded.
+  ModelSpec m = Zoo("llama-2-7b");
+  TrainingSpec t;
+  t.framework = Framework::kFsdp;
+  ParallelPlan p;
+  p.dp = 8;
+  p.zero = 3;
+  p.offload = Offload::kParams;
+  MemoryEstimate est = Predict(m, t, p);
+  EXPECT_NEAR(static_cast<double>(est.host_bytes), 16.0 * 6'738'415'616.0 / 8, 2.0);
+  EXPECT_EQ(est.stages[0].breakdown.weights, 0);
+  EXPECT_EQ(est.stages[0].breakdown.gradients, 0);
+}
+
+TEST(Offload, ImpossibleCombinationsSayWhy) {
+  ModelSpec m = Zoo("llama-2-7b");
+  TrainingSpec t;
+  ParallelPlan p;
+  p.dp = 8;
+  p.offload = Offload::kOptimizer;
+  t.framework = Framework::kMegatron;
+  EXPECT_EQ(PredictMemory(m, t, p).status().field(), "offload");
+  t.framework = Framework::kDeepSpeed;  // ZeRO 0
+  EXPECT_EQ(PredictMemory(m, t, p).status().field(), "offload");
+  p.zero = 2;
+  p.offload = Offload::kParams;  // offload_param needs stage 3
+  EXPECT_EQ(PredictMemory(m, t, p).status().field(), "offload");
+  t.framework = Framework::kFsdp;
+  p.zero = 3;
+  p.offload = Offload::kOptimizer;  // FSDP offloads parameters with everything else
+  EXPECT_EQ(PredictMemory(m, t, p).status().field(), "offload");
+  p.offload = Offload::kParams;
+  EXPECT_TRUE(PredictMemory(m, t, p).ok());
+}
+
+}  // namespace
+}  // namespace frenzy
