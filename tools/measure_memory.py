@@ -539,13 +539,15 @@ NF4_BLOCK2 = 256      # absmax values per second-level fp32 absmax (double quant
 
 
 class _Nf4MatMul(torch.autograd.Function):
-    """x @ dequant(W)^T. Like bitsandbytes' MatMul4Bit: the frozen 4-bit weight needs no
-    gradient, so the input is not saved; forward and backward each dequantise the whole weight
-    into a transient of the compute dtype."""
+    """x @ dequant(W)^T. Like bitsandbytes' MatMul4Bit: forward and backward each dequantise
+    the whole weight into a transient of the compute dtype, and the input is kept whenever it
+    needs a gradient (MatMul4Bit's `ctx.tensors = (A, B)`), though the frozen weight needs
+    none."""
 
     @staticmethod
     def forward(ctx, x, layer):
         ctx.layer = layer
+        ctx.tensors = (x,) if ctx.needs_input_grad[0] else (None,)
         return F.linear(x, layer.dequantize(x.dtype))
 
     @staticmethod

@@ -22,6 +22,9 @@ void AddFineTuneFlags(CLI::App* cmd, FineTuneFlags* f) {
       ->capture_default_str();
   cmd->add_flag("--no-double-quant", f->no_double_quant,
                 "QLoRA without double quantisation (fp32 absmax per 64 weights)");
+  cmd->add_flag("--no-kbit-upcast", f->no_kbit_upcast,
+                "QLoRA without prepare_model_for_kbit_training: unquantised weights stay 16-bit "
+                "(litgpt, torchtune)");
 }
 
 Status ResolveFineTune(const FineTuneFlags& f, FineTune* method, LoraSpec* lora) {
@@ -41,6 +44,7 @@ Status ResolveFineTune(const FineTuneFlags& f, FineTune* method, LoraSpec* lora)
   LoraSpec l = f.lora;
   l.targets = *targets;
   l.double_quant = !f.no_double_quant;
+  l.upcast_rest = !f.no_kbit_upcast;
   if (f.lora_dtype == "fp32") {
     l.adapter_bytes = 4;
   } else if (f.lora_dtype == "bf16" || f.lora_dtype == "fp16") {
@@ -62,7 +66,8 @@ std::string DescribeFineTune(FineTune method, const LoraSpec& l) {
                      l.adapter_bytes == 4 ? "fp32" : "16-bit",
                      l.dropout > 0 ? fmt::format(", dropout {:g}", l.dropout) : std::string(),
                      q && !l.double_quant ? ", no double quant" : "",
-                     q ? "NF4 layers, fp32 rest" : "16-bit");
+                     q ? (l.upcast_rest ? "NF4 layers, fp32 rest" : "NF4 layers, 16-bit rest")
+                       : "16-bit");
 }
 
 }  // namespace frenzy::cli

@@ -17,6 +17,7 @@ struct FineTuneFlags {
   std::string lora_targets = "all-linear";
   std::string lora_dtype = "fp32";
   bool no_double_quant = false;
+  bool no_kbit_upcast = false;
   LoraSpec lora;  // rank, alpha and dropout are read into it directly
 };
 

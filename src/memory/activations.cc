@@ -30,8 +30,13 @@ Widths LocalWidths(const ModelSpec& m, const ParallelPlan& p, int64_t ffn) {
 
 // The HF Trainer's mixed precision is torch.autocast over fp32 weights (QLoRA's too: its
 // non-4-bit weights are fp32). LoRA's base is 16-bit: its stream is 16-bit as in pure bf16.
+// An fp32 stream under autocast: HF Trainer's mixed precision over fp32 weights, and QLoRA whose
+// unquantised weights prepare_model_for_kbit_training upcast; a 16-bit base (LoRA, QLoRA
+// without the upcast) keeps a 16-bit stream.
 bool IsAutocast(const TrainingSpec& t) {
-  return t.framework == Framework::kHf && t.mixed() && t.finetune != FineTune::kLora;
+  const bool base16 = t.finetune == FineTune::kLora ||
+                      (t.finetune == FineTune::kQlora && !t.lora.upcast_rest);
+  return t.framework == Framework::kHf && t.mixed() && !base16;
 }
 
 // Bytes per dropout-mask element for an input of `input_bytes`: CUDA keeps a bool mask, the
@@ -423,10 +428,12 @@ void ApplyLora(const ModelSpec& m, const TrainingSpec& t, const EagerShape& x, b
   for (const LinearWeight& w : LayerLinearWeights(m, moe_layer)) {
     const bool attention = (w.target & kLoraAttention) != 0;
     int64_t& bwd = w.target == kLoraO ? ex.attn_out_bwd : attention ? ex.qkv_bwd : ex.mlp_bwd;
-    if (qlora) bwd = std::max(bwd, w.in * w.out * e);
+    const auto rows_in = static_cast<int64_t>(static_cast<double>(T) * w.rows_per_token);
+    // A 4-bit layer's backward: its dequantised weight, and in the fp32 stream the fp32
+    // gradient of its input's cast.
+    if (qlora) bwd = std::max(bwd, w.in * w.out * e + (x.autocast ? rows_in * w.in * kF32 : 0));
     if ((w.target & l.targets) == 0) continue;
     if (copies) {
-      const auto rows_in = static_cast<int64_t>(static_cast<double>(T) * w.rows_per_token);
       bwd = std::max(bwd, rows_in * w.in * kF32 + (qlora ? w.in * w.out * e : 0));
     }
     const auto rows = static_cast<int64_t>(static_cast<double>(T) * w.rows_per_token);
@@ -444,19 +451,31 @@ void ApplyLora(const ModelSpec& m, const TrainingSpec& t, const EagerShape& x, b
     }
     (w.target == kLoraO ? ex.attn_out : attention ? ex.qkv : ex.mlp) += kept;
   }
-  if (!(l.targets & kLoraO)) attn.attn_out = 0;
+  // bitsandbytes' MatMul4Bit keeps its input whenever that input needs a gradient
+  // (`ctx.tensors = (A, B)`), frozen weight or not: QLoRA's 4-bit layers keep the attention
+  // output o_proj reads, and their compute-dtype inputs. In the fp32 stream (upcast rest) each
+  // 4-bit layer's x.to(bf16) is a copy of its own — the casts `fed` counts; in a 16-bit stream
+  // they all keep the one normalised tensor.
+  if (!(l.targets & kLoraO) && !qlora) attn.attn_out = 0;
   if (moe_layer) return;
-  norms.norm1 -= FrozenNormSaving(m, x, fed.attn);
-  if (m.norms_per_layer >= 2 && !m.parallel_attn_mlp) norms.norm2 -= FrozenNormSaving(m, x, fed.mlp);
-  if (norms.post1 > 0) norms.post1 -= FrozenNormSaving(m, x, 0);
-  if (norms.post2 > 0) norms.post2 -= FrozenNormSaving(m, x, 0);
+  const bool keep_norm_out = qlora && !x.autocast;
+  const NormConsumers kept_casts = qlora ? NormConsumers{0, 0} : fed;
+  if (!keep_norm_out) {
+    norms.norm1 -= FrozenNormSaving(m, x, kept_casts.attn);
+    if (m.norms_per_layer >= 2 && !m.parallel_attn_mlp) {
+      norms.norm2 -= FrozenNormSaving(m, x, kept_casts.mlp);
+    }
+    if (norms.post1 > 0) norms.post1 -= FrozenNormSaving(m, x, 0);
+    if (norms.post2 > 0) norms.post2 -= FrozenNormSaving(m, x, 0);
+  }
   const int64_t tf = T * x.w.f * e;
   const bool down = (l.targets & kLoraDown) != 0;
-  if (qlora) {
-    // fp32 gate/up outputs, their activation and product; the down adapter's 16-bit copy.
-    mlp.saved = (m.gated_mlp ? 3 : 1) * T * x.w.f * kF32 + (down ? tf : 0);
+  if (qlora && l.upcast_rest) {
+    // fp32 gate/up outputs, their activation and product; the 4-bit down_proj's 16-bit copy
+    // of that product, and the down adapter's own.
+    mlp.saved = (m.gated_mlp ? 3 : 1) * T * x.w.f * kF32 + tf + (down ? tf : 0);
     mlp.backward = (m.gated_mlp ? 2 : 1) * T * x.w.f * kF32;  // their fp32 gradients
-  } else if (!down && (m.gated_mlp || m.activation != Activation::kRelu)) {
+  } else if (!down && !qlora && (m.gated_mlp || m.activation != Activation::kRelu)) {
     mlp.saved -= tf;  // the product (or activation output) only the frozen down kept
   }
 }

@@ -296,7 +296,8 @@ States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageP
   double base = frozen * static_cast<double>(t.act_bytes());
   if (t.finetune == FineTune::kQlora) {
     const double q = static_cast<double>(sp.quantized);
-    base = q * Nf4BytesPerWeight(t.lora.double_quant) + (frozen - q) * 4.0;
+    base = q * Nf4BytesPerWeight(t.lora.double_quant) +
+           (frozen - q) * (t.lora.upcast_rest ? 4.0 : static_cast<double>(t.act_bytes()));
   }
   const int64_t z = p.shard_size();
   const double a_bytes = static_cast<double>(ab) * adapters;
@@ -306,7 +307,8 @@ States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageP
   st.optimizer = CeilBytes(adapter_inputs.opt_bytes);
   if (p.zero >= 1) st.optimizer = Div(st.optimizer, z);
   if (t.mixed()) {
-    const int64_t head = t.finetune == FineTune::kQlora ? sp.head_matmul : 0;
+    const int64_t head =
+        t.finetune == FineTune::kQlora && t.lora.upcast_rest ? sp.head_matmul : 0;
     st.autocast_cache = 2 * ((ab == 4 ? sp.adapters : 0) + head);
   }
   if (p.dp > 1 && p.zero == 0) st.buckets = st.grads;  // DDP's bucket copy

@@ -84,6 +84,11 @@ struct LoraSpec {
   // Bytes of an adapter weight (and its gradient): 4, PEFT's default (adapters kept in fp32), or
   // 2 when the adapters are cast to the 16-bit compute dtype (artidoro/qlora's qlora.py does).
   int64_t adapter_bytes = 4;
+  // QLoRA: PEFT's prepare_model_for_kbit_training upcasts every weight left unquantised
+  // (embeddings, norms, head) to fp32, and the layers' norms then hand fp32 tensors to the MLP;
+  // false: they stay in the 16-bit dtype, as litgpt (BitsandbytesPrecision) and torchtune run
+  // QLoRA.
+  bool upcast_rest = true;
 };
 
 struct TrainingSpec {

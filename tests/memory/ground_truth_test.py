@@ -209,11 +209,9 @@ GRID += [
     ("llama-gqa", 2, 128, "bf16", "adamw", "none", dict(QLORA, lora_rank=16, lora_dropout=0.05)),
     ("qwen2-bias", 2, 128, "bf16", "adamw", "none", dict(QLORA, double_quant=False)),
     ("qwen3-qknorm", 2, 128, "bf16", "adamw", "none", QLORA),
-    ("llama-mha", 2, 128, "bf16", "adamw", "full", dict(QLORA, tolerance=0.04)),
-    ("llama-gqa", 2, 128, "bf16", "adamw", "full", dict(QLORA, lora_targets="attention",
-                                                          tolerance=0.04)),
-    ("qwen2-bias", 1, 256, "bf16", "adamw", "full", dict(QLORA, lora_rank=16, lora_dropout=0.05,
-                                                          tolerance=0.04)),
+    ("llama-mha", 2, 128, "bf16", "adamw", "full", QLORA),
+    ("llama-gqa", 2, 128, "bf16", "adamw", "full", dict(QLORA, lora_targets="attention")),
+    ("qwen2-bias", 1, 256, "bf16", "adamw", "full", dict(QLORA, lora_rank=16, lora_dropout=0.05)),
 ]
 
 
