@@ -266,8 +266,8 @@ Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelP
       }
     }
   }
-  if (p.shard_group < 0 || (p.shard_group > 0 && p.dp % p.shard_group != 0)) {
-    add("shard_group", "the hybrid sharding group must divide dp (" + s(p.dp) + ")");
+  if (p.shard_group < 0 || (p.shard_group > 0 && (p.dp * p.cp) % p.shard_group != 0)) {
+    add("shard_group", "the hybrid sharding group must divide dp x cp (" + s(p.dp * p.cp) + ")");
   }
   if (t.global_batch > 0 && t.global_batch % (t.micro_batch * p.dp) != 0) {
     add("global_batch", "global batch " + s(t.global_batch) +

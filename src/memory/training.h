@@ -137,8 +137,11 @@ struct ParallelPlan {
   Offload offload = Offload::kNone;    // model states kept in host memory
 
   int64_t gpus() const { return tp * pp * dp * cp; }
-  // Ranks over which model states are sharded by ZeRO/FSDP/distributed optimizer.
-  int64_t shard_size() const { return shard_group > 0 ? shard_group : dp; }
+  // Ranks over which model states are sharded by ZeRO/FSDP/distributed optimizer: the data-
+  // parallel ranks with the context-parallel ones, which reduce the same gradients (Megatron-
+  // core's distributed optimizer uses the data-parallel group with context parallelism;
+  // torchtitan's FSDP mesh flattens dp_shard x cp), unless a hybrid group is set.
+  int64_t shard_size() const { return shard_group > 0 ? shard_group : dp * cp; }
 };
 
 // Every reason the layout cannot run this model, or OK.

@@ -263,7 +263,7 @@ double DataParallelS(const ParallelPlan& p, const PerfInputs& in,
 // sharded states shrink it.
 double OptimizerS(const ParallelPlan& p, const PerfInputs& in) {
   double opt_bytes = RankTrainedParams(p, in) * (in.state_bytes * 7.0);
-  if (p.zero >= 1 || p.distributed_optimizer) opt_bytes /= static_cast<double>(p.dp);
+  if (p.zero >= 1 || p.distributed_optimizer) opt_bytes /= static_cast<double>(p.shard_size());
   return opt_bytes / in.mem_rate;
 }
 

@@ -49,6 +49,27 @@ TEST(ModelStates, MegatronMixedPrecisionAdamIs18BytesPerParam) {
   EXPECT_EQ(sharded.stages[0].breakdown.optimizer, (12 * n + 7) / 8);
 }
 
+TEST(ModelStates, ContextParallelRanksShardTheStatesToo) {
+  // Megatron-core's distributed optimizer shards over the data-parallel group with the
+  // context-parallel ranks (they reduce the same gradients): dp 2 x cp 4 shards the 12 bytes a
+  // parameter of master weights and moments 8 ways, not 2. FSDP's mesh (torchtitan) likewise
+  // shards the fp32 flat parameters over dp_shard x cp.
+  ModelSpec m = Zoo("llama-2-7b");
+  const int64_t n = 6'738'415'616;
+  TrainingSpec t;
+  t.framework = Framework::kMegatron;
+  t.seq_len = 4096;
+  ParallelPlan p;
+  p.dp = 2;
+  p.cp = 4;
+  p.distributed_optimizer = true;
+  EXPECT_EQ(Predict(m, t, p).stages[0].breakdown.optimizer, (12 * n + 7) / 8);
+  t.framework = Framework::kFsdp;
+  p.distributed_optimizer = false;
+  p.zero = 3;
+  EXPECT_EQ(Predict(m, t, p).stages[0].breakdown.weights, (4 * n + 7) / 8);
+}
+
 TEST(ModelStates, ZeroStagesShardAsThePaperSays) {
   // Rajbhandari et al. (ZeRO), §5 and Figure 1, mixed-precision Adam over Ψ parameters and
   // N_d data-parallel ranks: 2Ψ bytes of 16-bit weights, 2Ψ of 16-bit gradients, KΨ = 12Ψ of
