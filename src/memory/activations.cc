@@ -519,9 +519,7 @@ LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const Par
   }};
   for (const auto& st : out.backward) out.saved += st.frees;
   out.recompute_saved = stream;  // the checkpointed layer input
-  if (t.recompute == Recompute::kFull || t.recompute == Recompute::kOp) {
-    ApplyLayerRecompute(m, t, x, stream, out);
-  }
+  if (RecomputesLayerForward(t.recompute)) ApplyLayerRecompute(m, t, x, stream, out);
   return out;
 }
 

@@ -312,7 +312,6 @@ States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageP
     st.autocast_cache = 2 * ((ab == 4 ? sp.adapters : 0) + head);
   }
   if (p.dp > 1 && p.zero == 0) st.buckets = st.grads;  // DDP's bucket copy
-  if (PagedOptimizer(t.optimizer)) st.pageable = st.optimizer;
   return st;
 }
 
@@ -343,8 +342,7 @@ void ApplyOffload(const TrainingSpec& t, const ParallelPlan& p, const StateInput
   st.optimizer_temp = 0;
 }
 
-States ModelStates(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp) {
-  if (t.finetune != FineTune::kFull) return FineTuneStates(t, p, sp);
+States FullTrainingStates(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp) {
   const StateInputs in = MakeStateInputs(t, p, sp);
   States st;
   switch (t.framework) {
@@ -363,6 +361,16 @@ States ModelStates(const TrainingSpec& t, const ParallelPlan& p, const StagePara
   }
   st.optimizer_temp = OptimizerStepTemp(t, sp, in);
   ApplyOffload(t, p, in, st);
+  return st;
+}
+
+States ModelStates(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp) {
+  States st;
+  if (t.finetune != FineTune::kFull) {
+    st = FineTuneStates(t, p, sp);
+  } else {
+    st = FullTrainingStates(t, p, sp);
+  }
   // bitsandbytes allocates paged states in CUDA unified memory (cudaMallocManaged): resident
   // while the GPU has room, paged to host memory under pressure (Dettmers et al., "QLoRA",
   // 2023, §3 "Paged Optimizers"). Megatron and DeepSpeed run their own optimizers.
@@ -512,7 +520,7 @@ StageState MakeStageState(const ModelSpec& m, const TrainingSpec& t, const Paral
   s.in_flight = InFlight(p, l.stage, microbatches);
   s.act_all = static_cast<int64_t>(std::ceil(static_cast<double>(s.act) * s.in_flight));
   s.grads_at_start = s.st.grads_persist ? s.st.grads : 0;
-  const bool recompute_layers = t.recompute == Recompute::kFull || t.recompute == Recompute::kOp;
+  const bool recompute_layers = RecomputesLayerForward(t.recompute);
   s.cache_after_forward = recompute_layers ? 0 : s.st.autocast_cache;
   s.layer_casts = recompute_layers && s.st.autocast_cache > 0;
   s.grad_per_param = s.st.grads_persist || s.sp.total == 0
@@ -744,9 +752,10 @@ Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
 
 int64_t CheckpointBytes(const ModelSpec& m, const TrainingSpec& t) {
   if (t.finetune != FineTune::kFull) {
-    // A fine-tuning checkpoint holds the fp32 adapters and their optimizer states.
+    // A fine-tuning checkpoint holds the adapters (fp32 or 16-bit) and their optimizer states.
     const double a = static_cast<double>(ModelAdapterParams(m, t.lora));
-    return CeilBytes(a * (4.0 + OptimizerStateBytes(t.optimizer, 4)));
+    const int64_t ab = t.lora.adapter_bytes;
+    return CeilBytes(a * (static_cast<double>(ab) + OptimizerStateBytes(t.optimizer, ab)));
   }
   StageParams whole;
   whole.total = TrainedParamCounts(m, t).total;

@@ -36,6 +36,12 @@ enum class HeadType { kCausalLm, kMaskedLm, kClassification };
 // it exists so that predictions can be checked against exact CPU measurements.
 enum class DeviceKind { kCuda, kCpu };
 
+// Whether backward reruns each layer's forward (full and per-op checkpointing do; selective
+// recomputes only the attention core).
+inline bool RecomputesLayerForward(Recompute r) {
+  return r == Recompute::kFull || r == Recompute::kOp;
+}
+
 const char* PrecisionName(Precision p);
 const char* OptimizerName(OptimizerKind o);
 const char* RecomputeName(Recompute r);

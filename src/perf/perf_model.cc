@@ -166,7 +166,7 @@ void MicroBatchCompute(const ModelSpec& m, const TrainingSpec& t, const Parallel
   double mb_mem_bytes = 4.0 * layer_bytes * in.stage_layers;
   // QLoRA dequantises each NF4 weight before each matmul that uses it: forward and the input
   // gradient's, and once more when the forward is recomputed (bitsandbytes MatMul4Bit).
-  const bool refwd = t.recompute == Recompute::kFull || t.recompute == Recompute::kOp;
+  const bool refwd = RecomputesLayerForward(t.recompute);
   in.mb_compute = mb_flops / in.matmul_rate + (mb_mem_bytes + 2.0 * in.dequant_bytes) / in.mem_rate;
   in.mb_recompute =
       mb_flops * RecomputeFraction(t.recompute, in.attention_share, in.matmul_fwd_share) /
@@ -284,8 +284,9 @@ void SetTrainedShare(const ModelSpec& m, const TrainingSpec& t, const ParallelPl
   const double matmul = 4.0 * base + 6.0 * adapters;
   in.flops_per_token = matmul + AttentionFlopsPerToken(m, t.seq_len);
   in.matmul_fwd_share = (2.0 * base + 2.0 * adapters) / matmul;
-  in.trained_params = static_cast<double>(ModelAdapterParams(m, t.lora));
-  in.counts.total += ModelAdapterParams(m, t.lora);
+  const int64_t trained = ModelAdapterParams(m, t.lora);
+  in.trained_params = static_cast<double>(trained);
+  in.counts.total += trained;
   in.grad_bytes = 4.0;
   in.state_bytes = 4.0;
   if (t.finetune == FineTune::kQlora) {
@@ -329,8 +330,8 @@ double OffloadS(const TrainingSpec& t, const ParallelPlan& p, const GpuType& g,
   const double back = shard * in.e / link;
   double exposed = cpu + back + std::max(0.0, grads - (2.0 / 3.0) * in.per_mb());
   if (p.offload == Offload::kParams) {
-    const bool refwd = t.recompute == Recompute::kFull || t.recompute == Recompute::kOp;
-    const double fetch = shard * in.e * (refwd ? 3.0 : 2.0) / link;
+    const double fetch =
+        shard * in.e * (RecomputesLayerForward(t.recompute) ? 3.0 : 2.0) / link;
     exposed += std::max(0.0, fetch - in.per_mb()) * static_cast<double>(in.microbatches);
   }
   return exposed;

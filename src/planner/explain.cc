@@ -45,13 +45,12 @@ std::string ExplainWinner(const PlanResult& r, const PlannerOptions& opt) {
 // What trying offload found, when it was tried and nothing fit.
 std::string ExplainOffload(const Infeasible& why) {
   std::string s;
-  if (!why.offload_tried) {
-  } else if (why.offload_host_memory_bytes > 0 || why.offload_least_host_bytes > 0) {
-    s = fmt::format(" With offload the GPUs would hold it, but it needs {} GiB of host memory "
-                    "per node (with the host margin) and the nodes have {} GiB.",
-                    Gib(why.offload_least_host_bytes), Gib(why.offload_host_memory_bytes));
-  } else {
-    s = " Offload to host memory was tried and does not fit the GPUs either.";
+  if (why.offload_tried) {
+    s = why.offload_least_host_bytes > 0
+            ? fmt::format(" With offload the GPUs would hold it, but it needs {} GiB of host "
+                          "memory per node (with the host margin) and the nodes have {} GiB.",
+                          Gib(why.offload_least_host_bytes), Gib(why.offload_host_memory_bytes))
+            : std::string(" Offload to host memory was tried and does not fit the GPUs either.");
   }
   if (!why.host_memory_unknown.empty()) {
     std::string types;

@@ -134,24 +134,24 @@ void EnumerateLayouts(const JobSpec& job, const TypeInfo& ti, const Candidates& 
           int64_t n = tp * pp * cp * dp;
           if (n > ti.count || (job.gpus && n != *job.gpus)) continue;
           for (int64_t zero : c.zeros) {
-           for (Offload off : c.offloads) {
-            if (!OffloadFits(job.framework, zero, off) && !job.offload) continue;
-            for (int64_t mb : c.mbs) {
-              if (job.global_batch % (mb * dp) != 0) continue;
-              Layout l;
-              l.p.offload = off;
-              l.p.tp = tp;
-              l.p.pp = pp;
-              l.p.cp = cp;
-              l.p.dp = dp;
-              l.p.zero = static_cast<int>(zero);
-              l.p.sequence_parallel = tp > 1 && job.framework == Framework::kMegatron;
-              l.p.distributed_optimizer = dp > 1 && job.framework == Framework::kMegatron;
-              l.micro_batch = mb;
-              l.gpus = n;
-              if (!visit(l) && !job.micro_batch) break;
+            for (Offload off : c.offloads) {
+              if (!OffloadFits(job.framework, zero, off) && !job.offload) continue;
+              for (int64_t mb : c.mbs) {
+                if (job.global_batch % (mb * dp) != 0) continue;
+                Layout l;
+                l.p.offload = off;
+                l.p.tp = tp;
+                l.p.pp = pp;
+                l.p.cp = cp;
+                l.p.dp = dp;
+                l.p.zero = static_cast<int>(zero);
+                l.p.sequence_parallel = tp > 1 && job.framework == Framework::kMegatron;
+                l.p.distributed_optimizer = dp > 1 && job.framework == Framework::kMegatron;
+                l.micro_batch = mb;
+                l.gpus = n;
+                if (!visit(l) && !job.micro_batch) break;
+              }
             }
-           }
           }
         }
       }
@@ -403,7 +403,8 @@ Infeasible Diagnose(const JobSpec& job, const std::vector<TypeInfo>& types,
   for (const Plan& l : s.least_per_type) {
     why.shortfalls.push_back(
         {l.gpu, l.gpu_memory_bytes,
-         static_cast<int64_t>(static_cast<double>(l.device_bytes) * (1.0 + opt.memory_margin)), l});
+         static_cast<int64_t>(static_cast<double>(l.resident_bytes) * (1.0 + opt.memory_margin)),
+         l});
   }
   if (!job.gpus) why.would_fit = WhatWouldFit(job, types, catalog, opt);
   return why;
@@ -442,17 +443,16 @@ const char* InfeasibleKindName(InfeasibleKind k) {
 std::vector<ClusterGpuType> ClusterGpuTypes(const Cluster& c, const GpuCatalog& cat) {
   std::vector<ClusterGpuType> out;
   for (const auto& node : c.nodes) {
+    const auto host = static_cast<int64_t>(node.host_memory_gib * 1073741824.0);
     auto it = std::find_if(out.begin(), out.end(),
                            [&](const ClusterGpuType& t) { return t.gpu->name == node.gpu; });
     if (it == out.end()) {
       const GpuType* g = cat.Find(node.gpu);
       if (g == nullptr) continue;
-      out.push_back({g, 0, 0, node.network_gbs,
-                     static_cast<int64_t>(node.host_memory_gib * 1073741824.0)});
+      out.push_back({g, 0, 0, node.network_gbs, host});
       it = out.end() - 1;
     }
-    it->host_memory_bytes = std::min(
-        it->host_memory_bytes, static_cast<int64_t>(node.host_memory_gib * 1073741824.0));
+    it->host_memory_bytes = std::min(it->host_memory_bytes, host);
     it->count += node.gpus;
     it->gpus_per_node = std::max(it->gpus_per_node, node.gpus);
     it->network_gbs = std::min(it->network_gbs, node.network_gbs);
@@ -486,8 +486,7 @@ Result<PlanResult> PlanJob(const JobSpec& job, const Cluster& cluster, const Gpu
         if (ti.host_memory_bytes <= 0) why.host_memory_unknown.push_back(ti.gpu->name);
       }
       why.offload_tried = why.host_memory_unknown.size() < types.size();
-      if (offloaded->host_memory > 0 || offloaded->least_host_needed <
-                                            std::numeric_limits<int64_t>::max()) {
+      if (offloaded->least_host_needed < std::numeric_limits<int64_t>::max()) {
         why.offload_least_host_bytes = offloaded->least_host_needed;
         why.offload_host_memory_bytes = offloaded->host_memory;
       }
