@@ -86,8 +86,8 @@ def main():
         for r in rows:
             meas = measured_tokens_per_s_per_gpu(r)
             gpu = GPU_ALIAS.get(r["gpu"], r["gpu"])
-            if meas is None or r["precision"] == "fp8":
-                skipped.append((r["id"], "fp8" if r["precision"] == "fp8" else "metric"))
+            if meas is None:
+                skipped.append((r["id"], "metric"))
                 continue
             path = os.path.join(tmp, r["id"] + ".json")
             with open(path, "w") as f:
@@ -104,12 +104,17 @@ def main():
             cpath = os.path.join(tmp, r["id"] + "-cluster.json")
             with open(cpath, "w") as f:
                 json.dump(cluster, f)
-            precision = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32"}.get(r["precision"], "bf16")
+            precision = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32",
+                         "fp8": "fp8"}.get(r["precision"], "bf16")
             args = [a.frenzy, "perf", "--model", path, "--gpu", gpu, "--cluster", cpath,
                     "--tp", str(tp), "--pp", str(pp), "--dp", str(dp), "--cp", str(cp),
                     "--seq-len", r["seq_len"], "--micro-batch", mb, "--precision", precision,
                     "--framework", FRAMEWORK.get(r["framework"], "hf"),
                     "--recompute", r["recompute"] or "none", "--json"]
+            if precision == "fp8":
+                # llm-foundry's amp_fp8 is Transformer Engine (delayed scaling); torchtitan's
+                # Float8 is torchao's tensorwise dynamic scaling.
+                args += ["--fp8-recipe", "delayed" if r["framework"] == "llm-foundry" else "tensorwise"]
             if gb:
                 args += ["--global-batch", str(gb)]
             if r["zero"] and r["zero"] != "0":
@@ -125,7 +130,7 @@ def main():
             pred = json.loads(p.stdout)["tokens_per_s_per_gpu"]
             results.append({"id": r["id"], "source": r["framework"], "gpu": gpu,
                             "model": r["model"], "measured": meas, "predicted": pred,
-                            "err": (pred - meas) / meas,
+                            "err": (pred - meas) / meas, "precision": precision,
                             "h_local": int(r["hidden"]) / tp})
     if a.dump:
         with open(a.dump, "w") as f:
@@ -143,6 +148,7 @@ def main():
     for x in results:
         groups.setdefault(("source", x["source"]), []).append(x)
         groups.setdefault(("gpu", x["gpu"]), []).append(x)
+        groups.setdefault(("precision", x["precision"]), []).append(x)
     for (kind, name), xs in sorted(groups.items()) + [(("all", "all"), results)]:
         errs = [abs(x["err"]) for x in xs]
         print(f"| {kind}: {name} | {len(xs)} | {100 * statistics.median(errs):.1f}% | "

@@ -1,5 +1,6 @@
 #include "cli/commands.h"
 #include "cli/finetune_flags.h"
+#include "cli/fp8_flags.h"
 
 #include <iostream>
 #include <memory>
@@ -251,6 +252,7 @@ struct PredictOptions {
   double cuda_context_mib = 512;
   FineTuneFlags ft;
   std::string offload = "none";
+  std::string fp8_recipe;  // default: the framework's (DefaultFp8Recipe)
   bool json = false;
   TrainingSpec train;
   ParallelPlan plan;
@@ -266,7 +268,7 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
     return InvalidArgument("unknown value '" + value + "' (expected " + allowed + ")", {}, flag);
   };
   auto precision = ParsePrecision(o.precision);
-  if (!precision) return bad("--precision", o.precision, "fp32, fp16, bf16 or bf16-pure");
+  if (!precision) return bad("--precision", o.precision, "fp32, fp16, bf16, bf16-pure or fp8");
   auto optimizer = ParseOptimizer(o.optimizer);
   if (!optimizer) {
     return bad("--optimizer", o.optimizer, "adamw, adam, sgd, sgdm, adafactor, adam8bit, paged-adamw or paged-adamw8bit");
@@ -296,6 +298,9 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
   auto offload = ParseOffload(o.offload);
   if (!offload) return bad("--offload", o.offload, "none, optimizer or params");
   o.plan.offload = *offload;
+  std::optional<Fp8Recipe> recipe;
+  RETURN_IF_ERROR(ResolveFp8Recipe(o.fp8_recipe, o.train.precision, &recipe));
+  o.train.fp8_recipe = recipe ? *recipe : DefaultFp8Recipe(*framework);
   return ResolveFineTune(o.ft, &o.train.finetune, &o.train.lora);
 }
 
@@ -332,6 +337,7 @@ void RunPredict(PredictOptions o) {
   if (o.train.finetune != FineTune::kFull) {
     fmt::print("  fine-tune {}\n", DescribeFineTune(o.train.finetune, o.train.lora));
   }
+  if (o.train.fp8()) fmt::print("  {}\n", DescribeFp8(o.train));
   fmt::print("\n  {:<6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  {}\n",
              "stage", "layers", "weights", "grads", "optim", "activ", "logits", "temp",
              "overhead", "peak", "device", "peak in");
@@ -466,6 +472,8 @@ struct PlanOptions {
   std::string objective = "time";
   std::string framework;  // megatron for full training, hf (PEFT + Trainer) for adapters
   std::string precision = "bf16";
+  std::string fp8_recipe;
+  bool fp8_param_gather = false;
   std::string optimizer = "adamw";
   FineTuneFlags ft;
   std::string gpu;
@@ -500,6 +508,10 @@ void RunPlan(const PlanOptions& o) {
   job.precision = *precision;
   job.framework = *framework;
   job.optimizer = *optimizer;
+  job.fp8_param_gather = o.fp8_param_gather;
+  if (Status s = ResolveFp8Recipe(o.fp8_recipe, job.precision, &job.fp8_recipe); !s.ok()) {
+    return Fail(s);
+  }
   if (!o.gpu.empty()) job.gpu = o.gpu;
   if (!o.recompute.empty()) {
     auto rc = ParseRecompute(o.recompute);
@@ -568,6 +580,16 @@ void RunPlan(const PlanOptions& o) {
                    RecomputeName(p.recompute), Gib(p.device_bytes), Gib(p.gpu_memory_bytes), time,
                    100 * p.mfu, p.cost ? fmt::format("{:.0f}", *p.cost) : "-",
                    p.pareto ? "yes" : "");
+        if (job.precision == Precision::kFp8) {
+          fmt::print("      {}\n", p.precision == Precision::kFp8
+                                      ? "fp8 linears (" +
+                                            std::string(Fp8RecipeName(
+                                                job.fp8_recipe ? *job.fp8_recipe
+                                                               : DefaultFp8Recipe(job.framework))) +
+                                            " scaling)"
+                                      : std::string(PrecisionName(p.precision)) +
+                                            ": this GPU has no FP8 tensor cores");
+        }
         if (offload && p.offload != Offload::kNone) {
           fmt::print("      ZeRO {}, {} offloaded: {} GiB of host memory per node\n", p.zero,
                      OffloadName(p.offload), Gib(p.host_bytes_per_node));
@@ -605,8 +627,14 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
     cmd->add_option("--shard-group", o->plan.shard_group,
                     "Hybrid sharding group size (default: all of dp)");
     cmd->add_option("--recompute", o->recompute, "none|selective|op|full")->capture_default_str();
-    cmd->add_option("--precision", o->precision, "bf16|fp16|fp32|bf16-pure")
+    cmd->add_option("--precision", o->precision, "bf16|fp16|fp32|bf16-pure|fp8")
         ->capture_default_str();
+    cmd->add_option("--fp8-recipe", o->fp8_recipe,
+                    "delayed|current|mxfp8 (Transformer Engine) or tensorwise|rowwise "
+                    "(torchao.float8); default: tensorwise under fsdp, delayed elsewhere");
+    cmd->add_flag("--fp8-param-gather", o->train.fp8_param_gather,
+                  "FP8 weights where they are gathered (Megatron --fp8-param-gather; torchao "
+                  "enable_fsdp_float8_all_gather)");
     cmd->add_option("--optimizer", o->optimizer, "adamw|adam|sgd|sgdm|adafactor|adam8bit|paged-adamw|paged-adamw8bit")
         ->capture_default_str();
     cmd->add_flag("--no-flash-attn{true},--flash-attn{false}", o->no_flash,
@@ -699,8 +727,13 @@ void RegisterCommands(CLI::App& app) {
     cmd->add_option("--objective", o->objective, "time|cost|mix")->capture_default_str();
     cmd->add_option("--framework", o->framework,
                     "megatron|deepspeed|fsdp|hf (default: megatron; hf for --finetune lora/qlora)");
-    cmd->add_option("--precision", o->precision, "bf16|fp16|fp32|bf16-pure")
+    cmd->add_option("--precision", o->precision,
+                    "bf16|fp16|fp32|bf16-pure|fp8 (fp8: FP8 linears on GPUs that have FP8 "
+                    "tensor cores, bf16 on the others)")
         ->capture_default_str();
+    cmd->add_option("--fp8-recipe", o->fp8_recipe,
+                    "delayed|current|mxfp8|tensorwise|rowwise (default: the framework's)");
+    cmd->add_flag("--fp8-param-gather", o->fp8_param_gather, "FP8 weights where gathered");
     cmd->add_option("--optimizer", o->optimizer,
                     "adamw|adam|sgd|sgdm|adafactor|adam8bit|paged-adamw|paged-adamw8bit")
         ->capture_default_str();

@@ -11,6 +11,12 @@ constexpr int64_t kF32 = 4;
 
 bool UsesMegatronKernels(const TrainingSpec& t) { return t.framework == Framework::kMegatron; }
 
+// Bytes per element of what a linear layer keeps of its input for the weight gradient: the
+// activation dtype, or one byte for Transformer Engine's FP8 linears (TE's Linear saves its
+// FP8-cast input; MXFP8's per-32 scales add 1/32, rounded away). torchao's Float8Linear keeps
+// the high-precision input and casts it again in backward.
+int64_t LinearInputBytes(const TrainingSpec& t, int64_t e) { return t.te_fp8() ? 1 : e; }
+
 // Per-rank widths.
 struct Widths {
   int64_t h, q, kv, f, heads, d;
@@ -101,6 +107,9 @@ struct EagerShape {
   // stream stay fp32: norms run in fp32 and every Linear keeps its own 16-bit cast of its
   // input (activations are not cached, only weights).
   bool autocast = false;
+  // Bytes per element a linear layer keeps of its input (1 for TE's FP8 linears, which keep
+  // their own FP8 cast each; else the activation dtype, one tensor shared by its readers).
+  int64_t le = 2;
 };
 
 EagerShape MakeEagerShape(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
@@ -113,6 +122,7 @@ EagerShape MakeEagerShape(const ModelSpec& m, const TrainingSpec& t, const Paral
   x.norm_tokens = x.sh.sp ? x.tokens / x.sh.tp : x.tokens;
   x.att = x.sh.b * x.w.heads * x.sh.s * x.sh.s;
   x.autocast = IsAutocast(t);
+  x.le = LinearInputBytes(t, x.e);
   return x;
 }
 
@@ -144,7 +154,15 @@ EagerNorms EagerNormsSaved(const ModelSpec& m, const EagerShape& x, bool moe_lay
     } else {
       kept += th * kF32 /*x^2*/ + x.norm_tokens * kF32 /*rsqrt*/ + th * kF32 /*x_norm*/;
     }
-    return kept + consumers * th * x.e;  // the consumers' 16-bit casts of the output
+    return kept + consumers * th * x.le;  // the consumers' 16-bit (or FP8) casts of the output
+  };
+  // Outside autocast the norm's output is one tensor its readers share, unless TE's FP8
+  // linears each keep an FP8 cast of their own instead.
+  auto plain_norm_saved = [&](bool include_input, int64_t consumers) {
+    int64_t kept = norm_saved(include_input, consumers);
+    if (x.autocast || x.le == x.e) return kept;
+    const int64_t th = x.norm_tokens * x.w.h;
+    return kept - th * x.e + consumers * th * x.le;
   };
   const NormConsumers consumers = NormConsumersOf(m, moe_layer);
   const int64_t attn_consumers = consumers.attn, mlp_consumers = consumers.mlp;
@@ -154,14 +172,17 @@ EagerNorms EagerNormsSaved(const ModelSpec& m, const EagerShape& x, bool moe_lay
   if (m.norm_placement == NormPlacement::kPostSublayer) {
     // x + Norm(Sublayer(x)) (OLMo-2): the projections keep the stream itself (under autocast,
     // their 16-bit casts), and each norm works on a sublayer's output.
-    auto input = [&](int64_t consumers) { return x.autocast ? consumers * th * x.e : th * x.e; };
+    auto input = [&](int64_t consumers) {
+      if (x.le != x.e) return consumers * th * x.le;  // TE's FP8 casts, one per projection
+      return x.autocast ? consumers * th * x.e : th * x.e;
+    };
     n.norm1 = input(attn_consumers);
     n.norm2 = input(mlp_consumers);
     n.post1 = n.post2 = UnkeptNormSaved(m, x.norm_tokens, x.w.h, x.e);
     return n;
   }
-  n.norm1 = norm_saved(true, attn_consumers);
-  if (m.norms_per_layer >= 2) n.norm2 = norm_saved(!m.parallel_attn_mlp, mlp_consumers);
+  n.norm1 = plain_norm_saved(true, attn_consumers);
+  if (m.norms_per_layer >= 2) n.norm2 = plain_norm_saved(!m.parallel_attn_mlp, mlp_consumers);
   if (m.norms_per_layer == 0) n.norm1 = x.norm_tokens * x.w.h * (x.autocast ? kF32 : x.e);
   if (m.norms_per_layer == 4) {
     // Gemma-2/3, GLM-4: a norm on each sublayer's output too, before the residual add.
@@ -265,7 +286,7 @@ EagerAttention EagerAttentionSaved(const ModelSpec& m, const TrainingSpec& t, co
       a.core.backward += a.core.saved + copies;
     }
   }
-  a.attn_out = tokens * w.q * e;
+  a.attn_out = tokens * w.q * x.le;
   if (m.mla.enabled()) {
     // MLA (transformers' DeepseekV3Attention): the core keeps q and k of nope + rope (cat
     // makes new tensors) and a copy of v (v_head_dim, a view of kv_b's output); o_proj keeps
@@ -278,7 +299,7 @@ EagerAttention EagerAttentionSaved(const ModelSpec& m, const TrainingSpec& t, co
     if (l.q_lora_rank > 0) a.qkv += EagerNormSaved(m, tokens, e, true, l.q_lora_rank);
     a.qkv += EagerNormSaved(m, tokens, e, false, l.kv_lora_rank) +
              (e == kF32 ? tokens * (l.kv_lora_rank + l.qk_rope_head_dim) * kF32 : 0);
-    a.attn_out = tokens * v * e;
+    a.attn_out = tokens * v * x.le;
   }
   return a;
 }
@@ -298,12 +319,16 @@ EagerMlp EagerMlpSaved(const ModelSpec& m, const ParallelPlan& p, const EagerSha
     // both factors' gradients once the product itself is freed.
     mlp.saved = 4 * tf;
     mlp.backward = 2 * tf;
+    // TE's FP8 down projection keeps its own FP8 cast of the product instead.
+    if (x.le != x.e && !moe_layer) mlp.saved += x.tokens * x.w.f * x.le - tf;
   } else {
     // Backward holds the gradients of the activation's output and input together; with GELU
     // the output (kept by fc2) is freed by then, with ReLU it is the tensor ReLU itself keeps.
     bool relu = m.activation == Activation::kRelu;
     mlp.saved = (relu ? 1 : 2) * tf;
     mlp.backward = relu ? 2 * tf : tf;
+    // TE's FP8 fc2 keeps an FP8 cast of the activation's output (ReLU keeps its own output).
+    if (x.le != x.e && !moe_layer) mlp.saved += x.tokens * x.w.f * x.le - (relu ? 0 : tf);
   }
   if (moe_layer) {
     // transformers' eager sparse block (Mixtral, Qwen-MoE; DeepSeek as below): each token
@@ -539,8 +564,11 @@ LayerActivations MegatronLayer(const ModelSpec& m, const TrainingSpec& t, const 
   double attn_p = AttnDropout(m, t);
   double hid_p = HiddenDropout(m, t);
 
+  // Transformer Engine's FP8 linears keep their inputs cast to FP8 (one byte; TE's
+  // LayerNormLinear keeps the normalised input in FP8 too) where 16-bit ones were kept.
+  const int64_t le = LinearInputBytes(t, e);
   int64_t norms = 2 * (sb * w.h * e) / outside;  // 2 x norm input (2sbh)
-  int64_t qkv_in = sb * w.h * e / outside;       // QKV input (2sbh)
+  int64_t qkv_in = sb * w.h * le / outside;      // QKV input (2sbh)
   int64_t qkv = sb * (w.q + 2 * w.kv) * e;       // Q, K (4sbh) and V (2sbh)
   // qk_layernorm: the norms keep their inputs (the projected q and k) and fp32 statistics.
   if (m.qk_norm != QkNorm::kNone) qkv += sb * (w.q + w.kv) * e + 2 * sb * w.heads * kF32;
@@ -554,7 +582,7 @@ LayerActivations MegatronLayer(const ModelSpec& m, const TrainingSpec& t, const 
     core = 2 * att /*softmax out*/ + (attn_p > 0 ? att * sh.mask + 2 * att : 0);
     core = core * e / 2;  // the paper's figures are for 2-byte activations
   }
-  int64_t proj_in = sb * w.q * e;  // linear projection input (2sbh)
+  int64_t proj_in = sb * w.q * le;  // linear projection input (2sbh)
   if (m.mla.enabled()) {
     // Megatron-Core's MLASelfAttention: the down-projections are duplicated on every TP rank
     // and read the (sequence-parallel) norm output that qkv_in counts; each latent's RMSNorm
@@ -569,12 +597,12 @@ LayerActivations MegatronLayer(const ModelSpec& m, const TrainingSpec& t, const 
       qkv += (sb * rank * e + sb * kF32) / outside + sb * rank * e;
     }
     if (t.flash_attn) core = sb * v * e + sh.b * w.heads * sh.s * kF32;
-    proj_in = sb * v * e;
+    proj_in = sb * v * le;
   }
   int64_t attn_mask = hid_p > 0 ? sb * w.h * sh.mask / outside : 0;
-  int64_t mlp_in = sb * w.h * e / outside;             // fc1 input (2sbh)
+  int64_t mlp_in = sb * w.h * le / outside;            // fc1 input (2sbh)
   int64_t fc1 = sb * w.f * e * (m.gated_mlp ? 2 : 1);  // activation input (8sbh)
-  int64_t fc2_in = sb * w.f * e;                       // fc2 input (8sbh)
+  int64_t fc2_in = sb * w.f * le;                      // fc2 input (8sbh)
   int64_t mlp_mask = hid_p > 0 ? sb * w.h * sh.mask / outside : 0;
   int64_t mlp = fc1 + fc2_in;
   if (moe_layer) {

@@ -10,7 +10,7 @@ nlohmann::json BreakdownToJson(const MemoryBreakdown& b) {
 }
 
 nlohmann::json LayoutToJson(const TrainingSpec& t, const ParallelPlan& p) {
-  return {{"seq_len", t.seq_len},
+  nlohmann::json j = {{"seq_len", t.seq_len},
           {"micro_batch", t.micro_batch},
           {"global_batch", t.global_batch > 0 ? t.global_batch : t.micro_batch * p.dp},
           {"precision", PrecisionName(t.precision)},
@@ -31,6 +31,11 @@ nlohmann::json LayoutToJson(const TrainingSpec& t, const ParallelPlan& p) {
           {"zero", p.zero},
           {"distributed_optimizer", p.distributed_optimizer},
           {"gpus", p.gpus()}};
+  if (t.fp8()) {
+    j["fp8_recipe"] = Fp8RecipeName(t.fp8_recipe);
+    j["fp8_param_gather"] = t.fp8_param_gather;
+  }
+  return j;
 }
 
 nlohmann::json MemoryEstimateToJson(const MemoryEstimate& e, const GpuType* gpu) {

@@ -183,7 +183,7 @@ States MegatronStates(const TrainingSpec& t, const ParallelPlan& p, const StateI
   // with --bf16) and 16-bit for fp16, where that flag defaults to off (arguments.py).
   States st;
   st.weights = CeilBytes(in.n * static_cast<double>(in.compute));
-  bool fp32_grads = t.precision == Precision::kBf16 || t.precision == Precision::kFp32;
+  bool fp32_grads = t.precision == Precision::kBf16 || t.precision == Precision::kFp32 || t.fp8();
   st.grads = CeilBytes(in.n * (fp32_grads ? 4.0 : 2.0));
   st.grads_persist = true;
   double master = in.mixed ? 4.0 * in.n : 0.0;
@@ -264,13 +264,16 @@ States HfStates(const ParallelPlan& p, const StageParams& sp, const StateInputs&
 }
 
 // Transient bytes of the optimizer step. Megatron's and DeepSpeed's fused Adam make none.
-int64_t OptimizerStepTemp(const TrainingSpec& t, const StageParams& sp, const StateInputs& in) {
+int64_t OptimizerStepTemp(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp,
+                          const StateInputs& in) {
   bool adam = t.optimizer == OptimizerKind::kAdam || t.optimizer == OptimizerKind::kAdamW;
   if (!adam || (t.framework != Framework::kHf && t.framework != Framework::kFsdp)) return 0;
   if (t.device == DeviceKind::kCuda && t.foreach_optimizer) {
     // torch.optim's default foreach implementation: _foreach_sqrt(exp_avg_sq) materialises
-    // a copy of the second moments of all (local) parameters.
-    return CeilBytes(in.opt_bytes / 2.0);
+    // a copy of the second moments of all (local) parameters — the rank's shard where ZeRO or
+    // FSDP shards the states (FSDP2 steps DTensor shards, FSDP1 flat shards).
+    const bool sharded = (t.framework == Framework::kFsdp ? p.zero >= 2 : p.zero >= 1) && in.z > 1;
+    return CeilBytes(in.opt_bytes / 2.0 / (sharded ? static_cast<double>(in.z) : 1.0));
   }
   // Single-tensor Adam (the CPU default): exp_avg_sq.sqrt() / bias_correction2_sqrt makes
   // two temporaries the size of the tensor being updated.
@@ -290,7 +293,7 @@ States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageP
   adapter_inputs.opt_bytes =
       OptimizerStateBytes(t.optimizer, ab) * static_cast<double>(sp.adapters);
   StageParams adapter_params;  // single-tensor Adam's temporaries: adapter-sized, negligible
-  st.optimizer_temp = OptimizerStepTemp(t, adapter_params, adapter_inputs);
+  st.optimizer_temp = OptimizerStepTemp(t, p, adapter_params, adapter_inputs);
   const double adapters = static_cast<double>(sp.adapters);
   const double frozen = static_cast<double>(sp.total - sp.adapters);
   double base = frozen * static_cast<double>(t.act_bytes());
@@ -359,9 +362,33 @@ States FullTrainingStates(const TrainingSpec& t, const ParallelPlan& p, const St
       st = HfStates(p, sp, in);
       break;
   }
-  st.optimizer_temp = OptimizerStepTemp(t, sp, in);
+  st.optimizer_temp = OptimizerStepTemp(t, p, sp, in);
   ApplyOffload(t, p, in, st);
   return st;
+}
+
+// FP8 linears (precision fp8). Transformer Engine casts each linear weight to FP8 once per
+// step and caches it across micro-batches (`is_first_microbatch`, which Megatron-LM passes),
+// with the transposed copy the input gradient's GEMM reads on Hopper (MXFP8 keeps row- and
+// column-wise copies likewise): 2 bytes a linear weight on the rank, whatever shards the
+// high-precision copy, since every layer's FP8 copy is alive through its backward. With FP8
+// primary weights (--fp8-param-gather) those bytes replace the 16-bit weights instead. TE's
+// linears bypass autocast's weight cache (they cast the fp32 weight themselves); only the
+// bf16 output layer is still cached. The amax histories (1024 fp32 values for each of five
+// tensors per linear module) are under 20 KiB a module and left out.
+// torchao's Float8Linear casts in every pass and caches nothing; with FP8 all-gather the
+// gathered layers of FSDP's full shard hold FP8 linear weights (1 byte) instead of bf16.
+void ApplyFp8(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp, States& st) {
+  if (!t.fp8()) return;
+  const int64_t linear = sp.matmul - sp.head_matmul;  // the layers' matrices on this rank
+  if (t.te_fp8()) {
+    if (!t.fp8_param_gather) st.weights += 2 * linear;
+    if (st.autocast_cache > 0) st.autocast_cache = 2 * sp.head_matmul;
+    return;
+  }
+  if (t.fp8_param_gather && p.zero >= 3) {
+    st.gather = st.gather / 2;
+  }
 }
 
 States ModelStates(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp) {
@@ -371,6 +398,7 @@ States ModelStates(const TrainingSpec& t, const ParallelPlan& p, const StagePara
   } else {
     st = FullTrainingStates(t, p, sp);
   }
+  ApplyFp8(t, p, sp, st);
   // bitsandbytes allocates paged states in CUDA unified memory (cudaMallocManaged): resident
   // while the GPU has room, paged to host memory under pressure (Dettmers et al., "QLoRA",
   // 2023, §3 "Paged Optimizers"). Megatron and DeepSpeed run their own optimizers.
@@ -522,7 +550,8 @@ StageState MakeStageState(const ModelSpec& m, const TrainingSpec& t, const Paral
   s.grads_at_start = s.st.grads_persist ? s.st.grads : 0;
   const bool recompute_layers = RecomputesLayerForward(t.recompute);
   s.cache_after_forward = recompute_layers ? 0 : s.st.autocast_cache;
-  s.layer_casts = recompute_layers && s.st.autocast_cache > 0;
+  // (TE's FP8 linears are not cast by autocast: only the output layer is, on the last stage.)
+  s.layer_casts = recompute_layers && s.st.autocast_cache > 0 && !t.te_fp8();
   s.grad_per_param = s.st.grads_persist || s.sp.total == 0
                          ? 0.0
                          : static_cast<double>(s.st.grads) / static_cast<double>(s.sp.total);

@@ -24,11 +24,19 @@ std::optional<E> Parse(const std::array<std::pair<E, const char*>, N>& table, st
   return std::nullopt;
 }
 
-constexpr std::array<std::pair<Precision, const char*>, 4> kPrecisions = {{
+constexpr std::array<std::pair<Precision, const char*>, 5> kPrecisions = {{
     {Precision::kFp32, "fp32"},
     {Precision::kFp16, "fp16"},
     {Precision::kBf16, "bf16"},
     {Precision::kBf16Pure, "bf16-pure"},
+    {Precision::kFp8, "fp8"},
+}};
+constexpr std::array<std::pair<Fp8Recipe, const char*>, 5> kFp8Recipes = {{
+    {Fp8Recipe::kDelayed, "delayed"},
+    {Fp8Recipe::kCurrent, "current"},
+    {Fp8Recipe::kMxfp8, "mxfp8"},
+    {Fp8Recipe::kTensorwise, "tensorwise"},
+    {Fp8Recipe::kRowwise, "rowwise"},
 }};
 constexpr std::array<std::pair<OptimizerKind, const char*>, 8> kOptimizers = {{
     {OptimizerKind::kAdamW, "adamw"},
@@ -81,6 +89,11 @@ constexpr std::array<std::pair<unsigned, const char*>, 7> kLoraModules = {{
 }  // namespace
 
 const char* FineTuneName(FineTune f) { return NameOf(kFineTunes, f); }
+const char* Fp8RecipeName(Fp8Recipe r) { return NameOf(kFp8Recipes, r); }
+std::optional<Fp8Recipe> ParseFp8Recipe(std::string_view s) { return Parse(kFp8Recipes, s); }
+Fp8Recipe DefaultFp8Recipe(Framework f) {
+  return f == Framework::kFsdp ? Fp8Recipe::kTensorwise : Fp8Recipe::kDelayed;
+}
 const char* OffloadName(Offload o) { return NameOf(kOffloads, o); }
 std::optional<Offload> ParseOffload(std::string_view s) { return Parse(kOffloads, s); }
 std::optional<FineTune> ParseFineTune(std::string_view s) { return Parse(kFineTunes, s); }
@@ -202,6 +215,34 @@ void CheckFineTune(const TrainingSpec& t, const ParallelPlan& p, const AddProble
   }
 }
 
+void CheckFp8(const TrainingSpec& t, const ParallelPlan& p, const AddProblem& add) {
+  if (!t.fp8()) {
+    if (t.fp8_param_gather) add("fp8_param_gather", "needs --precision fp8");
+    return;
+  }
+  const std::string recipe = Fp8RecipeName(t.fp8_recipe);
+  if (t.finetune != FineTune::kFull) add("precision", "fp8 is modelled for full training");
+  if (TransformerEngineRecipe(t.fp8_recipe)) {
+    // (TE's linears also run under FSDP: llm-foundry's amp_fp8.)
+    if (t.fp8_param_gather &&
+        !(t.framework == Framework::kMegatron && (p.distributed_optimizer || p.zero >= 1))) {
+      add("fp8_param_gather", "Transformer Engine's FP8 primary weights are gathered by "
+                              "Megatron-LM's distributed optimizer (--fp8-param-gather): use "
+                              "--framework megatron --distributed-optimizer");
+    }
+  } else {
+    if (t.framework == Framework::kMegatron || t.framework == Framework::kDeepSpeed) {
+      add("fp8_recipe", recipe + " is torchao.float8's; " + FrameworkName(t.framework) +
+                            " runs FP8 with Transformer Engine: use --fp8-recipe delayed, "
+                            "current or mxfp8");
+    }
+    if (t.fp8_param_gather && !(t.framework == Framework::kFsdp && p.zero == 3)) {
+      add("fp8_param_gather", "torchao gathers FP8 weights under FSDP's full shard "
+                              "(enable_fsdp_float8_all_gather): use --framework fsdp --zero 3");
+    }
+  }
+}
+
 }  // namespace
 
 Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p) {
@@ -283,6 +324,7 @@ Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelP
   }
   CheckOffload(t, p, add);
   CheckFineTune(t, p, add);
+  CheckFp8(t, p, add);
   if (problems.empty()) return Status::Ok();
   std::string msg = problems[0].second;
   for (size_t i = 1; i < problems.size(); ++i) {

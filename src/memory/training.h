@@ -17,8 +17,22 @@
 namespace frenzy {
 
 // kBf16/kFp16: mixed precision (16-bit compute, fp32 master weights). kBf16Pure: everything in
-// bf16, no master copy.
-enum class Precision { kFp32, kFp16, kBf16, kBf16Pure };
+// bf16, no master copy. kFp8: bf16 mixed precision whose linear layers multiply in FP8 (the
+// recipe below says whose kernels and what they keep); the output layer and the attention core
+// stay in bf16, as Transformer Engine under Megatron-LM and torchao's converter (which skips
+// `output`) leave them.
+enum class Precision { kFp32, kFp16, kBf16, kBf16Pure, kFp8 };
+// How FP8 scales are found, and so whose library runs the linear layers:
+//  kDelayed, kCurrent, kMxfp8: Transformer Engine (delayed scaling from an amax history, the
+//    default "hybrid" recipe of Megatron-LM's --fp8-format; per-tensor current scaling; MXFP8
+//    blocks of 32 on Blackwell). TE's Linear keeps its FP8-cast input for the weight gradient
+//    and caches FP8 copies of its weight (and their transposes) across micro-batches.
+//  kTensorwise, kRowwise: torchao.float8's Float8Linear (torchtitan), which keeps the
+//    high-precision input and weight and casts them again in backward.
+enum class Fp8Recipe { kDelayed, kCurrent, kMxfp8, kTensorwise, kRowwise };
+inline bool TransformerEngineRecipe(Fp8Recipe r) {
+  return r == Fp8Recipe::kDelayed || r == Fp8Recipe::kCurrent || r == Fp8Recipe::kMxfp8;
+}
 // kPagedAdamW / kPagedAdamW8bit: bitsandbytes' paged AdamW (32-bit or 8-bit states in CUDA
 // unified memory, which the driver may page out to host memory under pressure).
 enum class OptimizerKind {
@@ -43,6 +57,12 @@ inline bool RecomputesLayerForward(Recompute r) {
 }
 
 const char* PrecisionName(Precision p);
+const char* Fp8RecipeName(Fp8Recipe r);
+std::optional<Fp8Recipe> ParseFp8Recipe(std::string_view s);
+// The recipe a framework's users get when they ask for FP8 without naming one: torchao's
+// tensorwise under FSDP (torchtitan's float8 converter), Transformer Engine's delayed scaling
+// elsewhere (Megatron-LM's --fp8-format hybrid, Accelerate's TE backend).
+Fp8Recipe DefaultFp8Recipe(Framework f);
 const char* OptimizerName(OptimizerKind o);
 const char* RecomputeName(Recompute r);
 const char* FrameworkName(Framework f);
@@ -112,6 +132,11 @@ struct TrainingSpec {
   DeviceKind device = DeviceKind::kCuda;
   FineTune finetune = FineTune::kFull;
   LoraSpec lora;
+  // precision fp8: the recipe, and whether the weights themselves are FP8 where they are
+  // gathered (Megatron-LM's --fp8-param-gather: TE's FP8 primary weights, all-gathered by the
+  // distributed optimizer; torchao's enable_fsdp_float8_all_gather under FSDP).
+  Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;
+  bool fp8_param_gather = false;
 
   // The software environment, where it changes memory:
   // PyTorch >= 2.0 runs torch.optim's Adam with the foreach implementation by default on CUDA;
@@ -126,7 +151,12 @@ struct TrainingSpec {
 
   // Bytes of one activation element: 2 for 16-bit compute, 4 for fp32.
   int64_t act_bytes() const { return precision == Precision::kFp32 ? 4 : 2; }
-  bool mixed() const { return precision == Precision::kBf16 || precision == Precision::kFp16; }
+  bool mixed() const {
+    return precision == Precision::kBf16 || precision == Precision::kFp16 || fp8();
+  }
+  bool fp8() const { return precision == Precision::kFp8; }
+  // Transformer Engine's FP8 linears (FP8 inputs kept, FP8 weight caches).
+  bool te_fp8() const { return fp8() && TransformerEngineRecipe(fp8_recipe); }
 };
 
 struct ParallelPlan {

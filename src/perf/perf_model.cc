@@ -41,6 +41,7 @@ const Calibration& LoadCalibration() {
         e.matmul = g["matmul_efficiency"].get<double>();
         e.training_scale = g.value("training_scale", cal->fallback.training_scale);
         e.h0 = g.value("h0", cal->fallback.h0);
+        e.fp8_matmul = g.value("fp8_matmul_efficiency", 0.0);
         e.measured = true;
         cal->gpus[g["gpu"].get<std::string>()] = e;
       }
@@ -58,6 +59,7 @@ double PeakTflops(const GpuType& g, Precision p) {
       return g.fp16_tflops;
     case Precision::kBf16:
     case Precision::kBf16Pure:
+    case Precision::kFp8:  // the bf16 parts; the FP8 linears use Fp8Tflops
       return g.bf16_tflops ? *g.bf16_tflops : 0.0;
   }
   return 0;
@@ -126,6 +128,8 @@ struct PerfInputs {
   double stage_layers = 0;
   double attention_share = 0;  // of the model FLOPs
   double e = 2;                // bytes per activation element
+  double gather_e = 2;         // bytes per weight element in parameter all-gathers
+  double fp8_cast_bytes = 0;   // FP8: bytes the casts move per micro-batch on the stage
   double mb_compute = 0;       // one micro-batch's forward + backward on the stage
   double mb_recompute = 0;     // ... and its recomputation
   double per_mb() const { return mb_compute + mb_recompute; }
@@ -167,7 +171,8 @@ void MicroBatchCompute(const ModelSpec& m, const TrainingSpec& t, const Parallel
   // QLoRA dequantises each NF4 weight before each matmul that uses it: forward and the input
   // gradient's, and once more when the forward is recomputed (bitsandbytes MatMul4Bit).
   const bool refwd = RecomputesLayerForward(t.recompute);
-  in.mb_compute = mb_flops / in.matmul_rate + (mb_mem_bytes + 2.0 * in.dequant_bytes) / in.mem_rate;
+  in.mb_compute = mb_flops / in.matmul_rate +
+                  (mb_mem_bytes + 2.0 * in.dequant_bytes + in.fp8_cast_bytes) / in.mem_rate;
   in.mb_recompute =
       mb_flops * RecomputeFraction(t.recompute, in.attention_share, in.matmul_fwd_share) /
           in.matmul_rate +
@@ -250,9 +255,9 @@ double DataParallelS(const ParallelPlan& p, const PerfInputs& in,
   double gbs = links.GroupGbs(p.tp * p.cp * p.dp);
   // Sharded optimizers reduce-scatter the gradients and all-gather the updated parameters.
   double comm = (p.zero >= 1 || p.distributed_optimizer)
-                    ? AllGatherS(grad_bytes, n, gbs) + AllGatherS(trained * in.e, n, gbs)
+                    ? AllGatherS(grad_bytes, n, gbs) + AllGatherS(trained * in.gather_e, n, gbs)
                     : AllReduceS(grad_bytes, n, gbs);
-  if (p.zero >= 3) comm += 2.0 * AllGatherS(rank_params * in.e, n, gbs);
+  if (p.zero >= 3) comm += 2.0 * AllGatherS(rank_params * in.gather_e, n, gbs);
   // Overlap: buckets reduce while backward continues (PyTorch DDP, Megatron overlap-grad-
   // reduce); about the backward of one micro-batch (2/3 of its compute) hides it.
   double hide = (2.0 / 3.0) * in.per_mb() * (p.zero >= 3 ? 1.5 : 1.0);
@@ -274,7 +279,8 @@ void SetTrainedShare(const ModelSpec& m, const TrainingSpec& t, const ParallelPl
                      PerfInputs& in) {
   // Megatron reduces bf16 runs' gradients in fp32 (its main grads); the others in 16 bits.
   const bool fp32_grads = t.precision == Precision::kFp32 ||
-                          (t.framework == Framework::kMegatron && t.precision == Precision::kBf16);
+                          (t.framework == Framework::kMegatron &&
+                           (t.precision == Precision::kBf16 || t.fp8()));
   in.grad_bytes = fp32_grads ? 4.0 : 2.0;
   in.state_bytes = t.precision == Precision::kBf16Pure ? 2.0 : 4.0;
   in.trained_params = static_cast<double>(in.counts.total);
@@ -337,6 +343,41 @@ double OffloadS(const TrainingSpec& t, const ParallelPlan& p, const GpuType& g,
   return exposed;
 }
 
+// FP8 linears (precision fp8): the layers' linear FLOPs run at the FP8 rate, the output layer
+// and the attention core at the bf16 one; the matmul rate becomes their harmonic blend. The
+// casts are memory-bound: per linear, its input and its output's gradient are read twice
+// (amax, then the cast) and written once in FP8, 5 bytes an element; each weight is read and
+// written (3 bytes) once a step where Transformer Engine caches it, twice a micro-batch where
+// torchao casts it in forward and backward. FP8 weight gathers move 1 byte a weight.
+void SetFp8(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p, const GpuType& gpu,
+            const GpuEfficiency& eff, double h_scale, PerfInputs& in) {
+  if (!t.fp8()) return;
+  const double bf16_rate = in.matmul_rate;
+  const double fp8_peak = gpu.fp8_tflops ? *gpu.fp8_tflops * 1e12 : 0.0;
+  // GPUs without an FP8 fit: their bf16 fraction scaled as on the H100 (0.45 of the FP8 peak
+  // against 0.801 of the bf16 one, data/perf_calibration.json).
+  constexpr double kFp8OverBf16 = 0.45 / 0.801;
+  const double frac = eff.fp8_matmul > 0 ? eff.fp8_matmul : eff.matmul * kFp8OverBf16;
+  const double fp8_rate = fp8_peak * frac * eff.training_scale * h_scale;
+  if (!(fp8_rate > 0)) return;
+  const double head = static_cast<double>(m.vocab_size * m.embedding_width());
+  const double linear = MatmulParams(m, in.counts) - head;
+  const double f8 = std::clamp(6.0 * linear / in.flops_per_token, 0.0, 1.0);
+  in.matmul_rate = 1.0 / ((1.0 - f8) / bf16_rate + f8 / fp8_rate);
+  const int64_t q = m.q_size(), kv = m.kv_size(), h = m.hidden_size;
+  const int64_t ffn = m.moe.enabled() ? m.moe.ffn_hidden_size * m.moe.experts_per_token
+                                      : m.ffn_hidden_size;
+  const double widths = static_cast<double>(h + q + h + ffn) /* inputs */ +
+                        static_cast<double>(q + 2 * kv + h + (m.gated_mlp ? 2 : 1) * ffn + h);
+  const double tokens = in.tokens_per_mb / static_cast<double>(p.cp);
+  const double weights = linear / static_cast<double>(p.tp * p.pp);
+  const double weight_casts =
+      t.te_fp8() ? 1.0 / static_cast<double>(std::max<int64_t>(1, in.microbatches)) : 2.0;
+  in.fp8_cast_bytes = in.stage_layers * tokens * widths * 5.0 / static_cast<double>(p.tp) +
+                      weights * 3.0 * weight_casts;
+  if (t.fp8_param_gather) in.gather_e = 1.0;
+}
+
 // Throughput figures of the job from its iteration time.
 PerfEstimate Summarize(const TrainingSpec& t, const ParallelPlan& p, const PerfInputs& in,
                        const PerfBreakdown& b) {
@@ -369,6 +410,10 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t, cons
                                " tensor cores; use --precision fp16 or fp32",
                            {}, "precision");
   }
+  if (t.fp8() && !gpu.fp8_tflops) {
+    return InvalidArgument(std::string(gpu.name) + " has no FP8 tensor cores; use --precision bf16",
+                           {}, "precision");
+  }
   GpuEfficiency eff = efficiency != nullptr ? *efficiency : EfficiencyOf(gpu);
   const double h_local = static_cast<double>(m.hidden_size) / static_cast<double>(p.tp);
   in.matmul_rate = in.peak * eff.matmul * eff.training_scale * h_local / (h_local + eff.h0);
@@ -383,6 +428,8 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t, cons
   in.attention_share = 12.0 * static_cast<double>(m.num_layers * m.q_size()) *
                        static_cast<double>(t.seq_len) / in.flops_per_token;
   in.e = static_cast<double>(t.act_bytes());
+  in.gather_e = in.e;
+  SetFp8(m, t, p, gpu, eff, h_local / (h_local + eff.h0), in);
   MicroBatchCompute(m, t, p, in);
 
   const Links links = MakeLinks(gpu, net, in.gpus);

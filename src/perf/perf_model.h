@@ -66,6 +66,9 @@ struct GpuEfficiency {
   // per tensor-parallel rank), fitted on measured training throughput (perf_calibration.json).
   double training_scale = 1.0;
   double h0 = 0;
+  // FP8 GEMMs reach this fraction of the FP8 peak where bf16 GEMMs reach `matmul` of theirs
+  // (before training_scale and h0); 0: the same fraction as bf16.
+  double fp8_matmul = 0;
   bool measured = false;  // false: a default for GPUs without a published measurement
 };
 GpuEfficiency EfficiencyOf(const GpuType& gpu);

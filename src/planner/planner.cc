@@ -160,8 +160,10 @@ void EnumerateLayouts(const JobSpec& job, const TypeInfo& ti, const Candidates& 
 }
 
 // A plan's layout and memory; speed, time and cost are ScorePlan's.
-Plan MakePlan(const GpuType& g, const Layout& l, Recompute rc, const MemoryEstimate& mem) {
+Plan MakePlan(const GpuType& g, const TrainingSpec& t, const Layout& l, Recompute rc,
+              const MemoryEstimate& mem) {
   Plan plan;
+  plan.precision = t.precision;
   plan.gpu = g.name;
   plan.gpus = l.gpus;
   plan.tp = l.p.tp;
@@ -241,7 +243,7 @@ class TypeSearch {
       }
       if (mem->resident_bytes < least_device_) {
         least_device_ = mem->resident_bytes;
-        least_ = MakePlan(g, l, rc, *mem);
+        least_ = MakePlan(g, t_, l, rc, *mem);
       }
       if (mem->resident_bytes > usable_bytes_) continue;
       // Offloaded states of the job's ranks on one node, in that node's host memory.
@@ -259,7 +261,7 @@ class TypeSearch {
       }
       auto perf = PredictPerf(job_.model, t_, l.p, g, net_);
       if (!perf.ok()) return false;
-      Plan plan = MakePlan(g, l, rc, *mem);
+      Plan plan = MakePlan(g, t_, l, rc, *mem);
       plan.host_bytes_per_node = host_node;
       ScorePlan(job_, g, *perf, &plan);
       ++s_->fitting;
@@ -422,6 +424,12 @@ TrainingSpec TrainingFor(const JobSpec& job, const GpuType& g) {
   t.finetune = job.finetune;
   t.lora = job.lora;
   t.optimizer = job.optimizer;
+  t.fp8_recipe = job.fp8_recipe ? *job.fp8_recipe : DefaultFp8Recipe(job.framework);
+  t.fp8_param_gather = job.fp8_param_gather;
+  if (t.fp8() && !g.fp8_tflops) {
+    t.precision = Precision::kBf16;  // no FP8 tensor cores (A100, V100): bf16 mixed precision
+    t.fp8_param_gather = false;
+  }
   if ((t.precision == Precision::kBf16 || t.precision == Precision::kBf16Pure) && !g.bf16_tflops) {
     t.precision = Precision::kFp16;  // no bf16 tensor cores (V100, T4): fp16 mixed precision
   }
@@ -512,6 +520,7 @@ nlohmann::json PlanToJson(const Plan& p) {
                       {"distributed_optimizer", p.distributed_optimizer},
                       {"recompute", RecomputeName(p.recompute)},
                       {"offload", OffloadName(p.offload)},
+                      {"precision", PrecisionName(p.precision)},
                       {"peak_bytes", p.peak_bytes},
                       {"device_bytes", p.device_bytes},
                       {"resident_bytes", p.resident_bytes},

@@ -35,7 +35,11 @@ struct JobSpec {
   double tokens = 0;         // tokens to train on
   int64_t global_batch = 0;  // sequences per iteration
   int64_t seq_len = 2048;
+  // fp8 runs FP8 linears on GPUs with FP8 tensor cores and bf16 mixed precision on the others
+  // (each plan says which); fp8_recipe unset: the framework's default (DefaultFp8Recipe).
   Precision precision = Precision::kBf16;
+  std::optional<Fp8Recipe> fp8_recipe;
+  bool fp8_param_gather = false;
   Framework framework = Framework::kMegatron;
   // Full training, or adapters over a frozen base (then data parallel only, with ZeRO/FSDP
   // sharding where the framework has it: PEFT's layouts).
@@ -71,6 +75,7 @@ struct Plan {
   bool distributed_optimizer = false;
   Recompute recompute = Recompute::kNone;
   Offload offload = Offload::kNone;
+  Precision precision = Precision::kBf16;  // what the GPU type runs (see JobSpec::precision)
   int64_t peak_bytes = 0;
   int64_t device_bytes = 0;
   int64_t resident_bytes = 0;   // what must stay on the GPU (device less paged states)
@@ -155,8 +160,9 @@ struct ClusterGpuType {
 std::vector<ClusterGpuType> ClusterGpuTypes(const Cluster& cluster, const GpuCatalog& catalog);
 
 // The training spec of the job on one GPU type, micro-batch and recomputation left to the
-// layout: an encoder trains its masked-LM head; bf16 falls back to fp16 mixed precision on GPUs
-// without bf16 tensor cores (V100, T4).
+// layout: an encoder trains its masked-LM head; fp8 falls back to bf16 mixed precision on GPUs
+// without FP8 tensor cores (before Hopper and Ada), and bf16 to fp16 on GPUs without bf16
+// tensor cores (V100, T4).
 TrainingSpec TrainingFor(const JobSpec& job, const GpuType& gpu);
 
 // A plan as JSON (the fields of Plan; `cost` null when unknown).

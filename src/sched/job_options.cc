@@ -160,6 +160,11 @@ Result<std::shared_ptr<const JobOptions>> OptionCache::Get(const std::string& mo
   // What else changes the table: the framework, the optimizer and what is trained.
   std::string variant = std::string(FrameworkName(job.framework)) + "/" +
                         OptimizerName(job.optimizer) + "/" + FineTuneName(job.finetune);
+  if (job.precision == Precision::kFp8) {
+    variant += std::string("/fp8-") +
+               Fp8RecipeName(job.fp8_recipe ? *job.fp8_recipe : DefaultFp8Recipe(job.framework)) +
+               (job.fp8_param_gather ? "/pg" : "");
+  }
   if (job.finetune != FineTune::kFull) {
     const LoraSpec& l = job.lora;
     variant += "/r" + std::to_string(l.rank) + "/t" + std::to_string(l.targets) + "/b" +

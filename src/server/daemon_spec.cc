@@ -25,7 +25,7 @@ namespace {
 // Fields a job spec may hold. Jobs never name GPUs or layouts: choosing them is Frenzy's job.
 const std::set<std::string> kSpecFields = {
     "name",     "model", "tokens",    "global_batch", "seq_len",  "precision",
-    "priority", "user",  "framework", "optimizer",    "finetune"};
+    "priority", "user",  "framework", "optimizer",    "finetune", "fp8_recipe"};
 const std::set<std::string> kFineTuneFields = {"method", "rank",    "alpha",
                                                "dropout", "targets", "dtype", "double_quant"};
 
@@ -198,8 +198,20 @@ Result<Daemon::Parsed> Daemon::ParseSpec(const json& spec) const {
     if (!spec["precision"].is_string()) return InvalidArgument("must be a string", {}, "precision");
     auto pr = ParsePrecision(spec["precision"].get<std::string>());
     if (!pr)
-      return InvalidArgument("unknown precision (bf16, fp16, fp32, bf16-pure)", {}, "precision");
+      return InvalidArgument("unknown precision (bf16, fp16, fp32, bf16-pure, fp8)", {}, "precision");
     p.spec.precision = *pr;
+  }
+  if (spec.contains("fp8_recipe")) {
+    const json& r = spec["fp8_recipe"];
+    auto recipe = r.is_string() ? ParseFp8Recipe(r.get<std::string>()) : std::nullopt;
+    if (!recipe) {
+      return InvalidArgument("must be delayed, current, mxfp8, tensorwise or rowwise", {},
+                             "fp8_recipe");
+    }
+    if (p.spec.precision != Precision::kFp8) {
+      return InvalidArgument("needs \"precision\": \"fp8\"", {}, "fp8_recipe");
+    }
+    p.spec.fp8_recipe = *recipe;
   }
   if (spec.contains("finetune")) RETURN_IF_ERROR(ParseFineTuneSpec(spec["finetune"], &p.spec));
   // The framework the job runs under (its training stack, not a layout): Megatron-LM for full

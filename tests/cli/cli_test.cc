@@ -136,7 +136,7 @@ TEST(Cli, PredictSaysWhyALayoutIsImpossible) {
   CliRun pp = Frenzy("predict --model gpt2 --pp 13");
   EXPECT_EQ(pp.exit_code, 2);
   EXPECT_NE(pp.out.find("layers"), std::string::npos) << pp.out;
-  CliRun bad = Frenzy("predict --model gpt2 --precision fp8");
+  CliRun bad = Frenzy("predict --model gpt2 --precision fp4");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.out.find("--precision"), std::string::npos) << bad.out;
 }

@@ -439,6 +439,39 @@ TEST(Planner, Full70bFineTuneFitsSixteenA100_40GbOnlyWithOffload) {
   EXPECT_NE(Why(unknown).find("host_memory_gib"), std::string::npos) << Why(unknown);
 }
 
+// An FP8 job on a cluster of H100 and A100 nodes: FP8 linears where the GPUs have FP8 tensor
+// cores, bf16 mixed precision on the others, and the plans say which; on the H100s FP8 is
+// faster than the same job in bf16.
+TEST(Planner, Fp8RunsWhereTheGpusHaveFp8TensorCores) {
+  Cluster c;
+  c.name = "h100-a100";
+  c.nodes.push_back({"h0", "H100-80GB", 8, 50, 0});
+  c.nodes.push_back({"a0", "A100-80GB", 8, 25, 0});
+  JobSpec j = Job("llama-3-8b", 1e10, 64, 4096);
+  j.precision = Precision::kFp8;
+  PlannerOptions o;
+  o.top = 1000;
+  PlanResult r = Plan_(j, c, o);
+  ASSERT_FALSE(r.plans.empty()) << Why(r);
+  bool h100 = false, a100 = false;
+  for (const auto& p : r.plans) {
+    if (p.gpu == "H100-80GB") {
+      h100 = true;
+      EXPECT_EQ(p.precision, Precision::kFp8);
+    } else {
+      a100 = true;
+      EXPECT_EQ(p.precision, Precision::kBf16);
+    }
+  }
+  EXPECT_TRUE(h100 && a100);
+  JobSpec bf16 = j;
+  bf16.precision = Precision::kBf16;
+  PlanResult b = Plan_(bf16, c, o);
+  ASSERT_FALSE(b.plans.empty());
+  EXPECT_EQ(r.plans[0].gpu, "H100-80GB");
+  EXPECT_LT(r.plans[0].total_s, b.plans[0].total_s);
+}
+
 TEST(Planner, BadJobsAreErrors) {
   JobSpec j = Job("gpt2");
   j.tokens = 0;

@@ -179,6 +179,12 @@ TEST(Daemon, BadSpecsAreRefusedAndStoreNothing) {
        StatusCode::kInvalidArgument},
       {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"precision", "int3"}},
        "precision", StatusCode::kInvalidArgument},
+      // FP8 recipes: a known word, and only with precision fp8.
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"precision", "fp8"},
+            {"fp8_recipe", "blockwise"}},
+       "fp8_recipe", StatusCode::kInvalidArgument},
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"fp8_recipe", "delayed"}},
+       "fp8_recipe", StatusCode::kInvalidArgument},
       // A model no GPU of the lab can hold.
       {json{{"model", "llama-2-70b"}, {"tokens", 1e9}, {"global_batch", 8}, {"seq_len", 4096}},
        "model", StatusCode::kFailedPrecondition},
