@@ -581,14 +581,11 @@ void RunPlan(const PlanOptions& o) {
                    100 * p.mfu, p.cost ? fmt::format("{:.0f}", *p.cost) : "-",
                    p.pareto ? "yes" : "");
         if (job.precision == Precision::kFp8) {
-          fmt::print("      {}\n", p.precision == Precision::kFp8
-                                      ? "fp8 linears (" +
-                                            std::string(Fp8RecipeName(
-                                                job.fp8_recipe ? *job.fp8_recipe
-                                                               : DefaultFp8Recipe(job.framework))) +
-                                            " scaling)"
-                                      : std::string(PrecisionName(p.precision)) +
-                                            ": this GPU has no FP8 tensor cores");
+          if (p.precision == Precision::kFp8) {
+            fmt::print("      fp8 linears ({} scaling)\n", Fp8RecipeName(job.fp8_recipe_or_default()));
+          } else {
+            fmt::print("      {}: this GPU has no FP8 tensor cores\n", PrecisionName(p.precision));
+          }
         }
         if (offload && p.offload != Offload::kNone) {
           fmt::print("      ZeRO {}, {} offloaded: {} GiB of host memory per node\n", p.zero,

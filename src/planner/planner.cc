@@ -424,7 +424,7 @@ TrainingSpec TrainingFor(const JobSpec& job, const GpuType& g) {
   t.finetune = job.finetune;
   t.lora = job.lora;
   t.optimizer = job.optimizer;
-  t.fp8_recipe = job.fp8_recipe ? *job.fp8_recipe : DefaultFp8Recipe(job.framework);
+  t.fp8_recipe = job.fp8_recipe_or_default();
   t.fp8_param_gather = job.fp8_param_gather;
   if (t.fp8() && !g.fp8_tflops) {
     t.precision = Precision::kBf16;  // no FP8 tensor cores (A100, V100): bf16 mixed precision

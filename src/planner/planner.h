@@ -41,6 +41,10 @@ struct JobSpec {
   std::optional<Fp8Recipe> fp8_recipe;
   bool fp8_param_gather = false;
   Framework framework = Framework::kMegatron;
+  // The FP8 recipe the job runs: the one it names, or its framework's default.
+  Fp8Recipe fp8_recipe_or_default() const {
+    return fp8_recipe ? *fp8_recipe : DefaultFp8Recipe(framework);
+  }
   // Full training, or adapters over a frozen base (then data parallel only, with ZeRO/FSDP
   // sharding where the framework has it: PEFT's layouts).
   FineTune finetune = FineTune::kFull;

@@ -162,7 +162,7 @@ Result<std::shared_ptr<const JobOptions>> OptionCache::Get(const std::string& mo
                         OptimizerName(job.optimizer) + "/" + FineTuneName(job.finetune);
   if (job.precision == Precision::kFp8) {
     variant += std::string("/fp8-") +
-               Fp8RecipeName(job.fp8_recipe ? *job.fp8_recipe : DefaultFp8Recipe(job.framework)) +
+               Fp8RecipeName(job.fp8_recipe_or_default()) +
                (job.fp8_param_gather ? "/pg" : "");
   }
   if (job.finetune != FineTune::kFull) {

@@ -12,13 +12,8 @@
 namespace frenzy {
 namespace {
 
+using test::Predict;
 using test::Zoo;
-
-MemoryEstimate Predict(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p) {
-  auto r = PredictMemory(m, t, p);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return r.ok() ? *r : MemoryEstimate{};
-}
 
 TrainingSpec Fp8(TrainingSpec t, Fp8Recipe r) {
   t.precision = Precision::kFp8;

@@ -11,13 +11,8 @@
 namespace frenzy {
 namespace {
 
+using test::Predict;
 using test::Zoo;
-
-MemoryEstimate Predict(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p) {
-  auto r = PredictMemory(m, t, p);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return r.ok() ? *r : MemoryEstimate{};
-}
 
 // A GPT-3-style model for the published equations: h = 4096, 32 heads, FFN 4h, GELU, dropout.
 ModelSpec Gpt() {

@@ -11,15 +11,10 @@
 namespace frenzy {
 namespace {
 
+using test::Predict;
 using test::Zoo;
 
 constexpr double kLlama2_70b = 68'976'648'192.0;  // published parameter count
-
-MemoryEstimate Predict(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p) {
-  auto r = PredictMemory(m, t, p);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return r.ok() ? *r : MemoryEstimate{};
-}
 
 TEST(Offload, ZeroInfinityHostBytesAreDeepSpeedsEstimate) {
   // 2 nodes x 8 GPUs, ZeRO-3, offload_param + offload_optimizer, zero_init: DeepSpeed's
