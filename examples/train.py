@@ -62,13 +62,14 @@ Outputs
       step 10 tokens 5120 loss 4.1234 tokens/s 8412.3 peak_bytes 412385280 (cpu_max_rss)
   and, when FRENZY_REPORT_URL is set, POSTs the same as JSON:
       {"step", "tokens", "loss", "peak_bytes", "peak_source", "tokens_per_s",
-       "rank_peaks", "world_size", "final"}
+       "rank_peaks", "world_size", "final", "checkpoint_tokens"}
   `loss` is the mean training loss over the steps since the previous report, averaged over
   ranks; `tokens_per_s` is measured over the same window. `peak_bytes` is the largest of the
   ranks' peaks (`rank_peaks`, by rank): torch.cuda.max_memory_allocated() on a GPU
   (peak_source "cuda_max_allocated"), the process's peak resident set size on CPU
   ("cpu_max_rss", which includes the Python interpreter and libraries). Reports never fail the
-  training: an unreachable daemon gives one warning on stderr.
+  training: an unreachable daemon gives one warning on stderr. `checkpoint_tokens` is what the
+  last checkpoint holds (what the run resumed from, before its first): a crash resumes there.
 * `checkpoint.pt` in the work folder, every `--checkpoint-every` steps and at the end, written
   by rank 0 to a temporary file and renamed into place. It holds the model, the optimizer
   (consolidated when sharded), the loss scaler, the step, the tokens consumed and every rank's
@@ -758,6 +759,7 @@ def run(args: argparse.Namespace, plan: Plan, precision: str, notes: list[str],
         f"of {total_steps} ({plan.tokens} tokens)")
 
     reporter = Reporter(os.environ.get("FRENZY_REPORT_URL"), os.environ.get("FRENZY_TOKEN"))
+    saved = {"tokens": tokens}  # what the last checkpoint holds: a crash resumes from there
 
     def checkpoint_now() -> None:
         # Collective: every rank contributes its random state (and its optimizer shard).
@@ -773,6 +775,7 @@ def run(args: argparse.Namespace, plan: Plan, precision: str, notes: list[str],
                 "model_config": dataclasses.asdict(cfg), "plan": dataclasses.asdict(plan),
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "scaler": scaler.state_dict(), "rng": rng})
+        saved["tokens"] = tokens
 
     window = {"loss_sum": 0.0, "steps": 0, "tokens": 0, "start": time.perf_counter()}
 
@@ -791,7 +794,8 @@ def run(args: argparse.Namespace, plan: Plan, precision: str, notes: list[str],
                            "loss": loss if math.isfinite(loss) else None,
                            "peak_bytes": max(rank_peaks), "peak_source": source,
                            "tokens_per_s": tokens_per_s, "rank_peaks": rank_peaks,
-                           "world_size": d.world, "final": final})
+                           "world_size": d.world, "final": final,
+                           "checkpoint_tokens": saved["tokens"]})
         window.update(loss_sum=0.0, steps=0, tokens=0, start=time.perf_counter())
 
     model.train()

@@ -64,6 +64,9 @@ struct RunStatus {
   // over HTTP instead): fraction of the planned work done (< 0: unknown), peak bytes per GPU.
   double progress = -1;
   int64_t peak_bytes = 0;
+  // Of that work, what the run's last checkpoint holds (< 0: unknown), which a crashed run
+  // resumes from.
+  double checkpoint_progress = -1;
 };
 
 // A node with GPUs as the backend sees it.

@@ -227,6 +227,7 @@ Result<json> Daemon::Report(const std::string& id, const json& body) {
   ASSIGN_OR_RETURN(auto step, field("step", true, true, 1e15));
   ASSIGN_OR_RETURN(auto tokens, field("tokens", true, false, 1e15));
   ASSIGN_OR_RETURN(auto peak, field("peak_bytes", false, false, kMaxPeakBytes));
+  ASSIGN_OR_RETURN(auto saved, field("checkpoint_tokens", false, false, 1e15));
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(JobRow row, FindJob(id));
   if (row.state != JobState::kRunning) {
@@ -237,6 +238,11 @@ Result<json> Daemon::Report(const std::string& id, const json& body) {
   // A step trains at least one token: neither passes the job's total.
   RETURN_IF_ERROR(field("step", true, true, row.total_tokens).status());
   RETURN_IF_ERROR(field("tokens", true, false, row.total_tokens).status());
+  if (saved && *saved > *tokens) {
+    return InvalidArgument(fmt::format("a checkpoint of {:.0f} tokens is ahead of the run's {:.0f}",
+                                       *saved, *tokens),
+                           {}, "checkpoint_tokens");
+  }
   // Within one run, progress only goes forward (a resumed run is a new attempt and may restart
   // from an earlier checkpoint).
   const int64_t key = KeyOf(id);
@@ -253,6 +259,10 @@ Result<json> Daemon::Report(const std::string& id, const json& body) {
   last.tokens = *tokens;
   row.step = static_cast<int64_t>(*step);
   row.done_tokens = std::min(row.total_tokens, std::max(row.done_tokens, *tokens));
+  if (saved) {  // a crash of this run resumes from there
+    double& kept = runtime_[key].checkpoint_tokens;
+    kept = std::max(kept, *saved);
+  }
   row.updated_s = now_s_();
   if (peak && *peak) {
     row.observed_bytes = static_cast<int64_t>(*peak);

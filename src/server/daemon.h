@@ -139,6 +139,7 @@ class Daemon {
   // A failed run, by its kind: the runtime learns from an out-of-memory crash (and the layout is
   // never retried), a lost node requeues it, any other crash is retried after a back-off.
   Status OnRunFailed(JobRow& row, const RunStatus& st, double now);
+  void RollBackToCheckpoint(JobRow& row);
   Status OnOutOfMemory(JobRow& row, double now);
   // The job as the runtime sees it between runs (its option table, failed options, crashes).
   Result<JobView> RuntimeView(const JobRow& row);
@@ -193,6 +194,9 @@ class Daemon {
     int ooms = 0;
     double retry_at_s = -1;        // a crashed job waits out its back-off until then
     double last_report_s = -1e300;  // when the monitor last heard of its memory
+    // Tokens in the current run's last checkpoint (at first, what it resumed from); a crash
+    // rolls the job's progress back to them. < 0: unknown (kept progress stands).
+    double checkpoint_tokens = -1;
   };
   std::map<int64_t, JobRuntime> runtime_;
   // A memory report reached the monitor since the last pass: the runtime plans its actions then,

@@ -122,6 +122,7 @@ Status Daemon::FollowRuns(double now, const std::unordered_map<int64_t, Polled>&
         ++changes;
         break;
       case RunState::kLost:
+        RollBackToCheckpoint(row);
         RETURN_IF_ERROR(
             Requeue(row, now, "lost", "the run disappeared: requeued from its last checkpoint"));
         ++changes;
@@ -144,6 +145,10 @@ Status Daemon::FollowRuns(double now, const std::unordered_map<int64_t, Polled>&
 
 bool Daemon::Observe(JobRow& row, const RunStatus& st, double now) {
   bool changed = false;
+  if (st.checkpoint_progress >= 0) {
+    double& kept = runtime_[KeyOf(row.id)].checkpoint_tokens;
+    kept = std::max(kept, std::min(row.total_tokens, st.checkpoint_progress * row.total_tokens));
+  }
   if (st.progress >= 0) {
     double done = std::min(row.total_tokens, st.progress * row.total_tokens);
     if (done > row.done_tokens) {
@@ -263,8 +268,17 @@ Result<JobView> Daemon::RuntimeView(const JobRow& row) {
   return v;
 }
 
+// A run that crashed (or vanished) loses what it did since its last checkpoint, as in the
+// engine (Engine::StopRun): the job resumes from there.
+void Daemon::RollBackToCheckpoint(JobRow& row) {
+  auto it = runtime_.find(KeyOf(row.id));
+  if (it == runtime_.end() || it->second.checkpoint_tokens < 0) return;
+  row.done_tokens = std::min(row.done_tokens, it->second.checkpoint_tokens);
+}
+
 Status Daemon::OnRunFailed(JobRow& row, const RunStatus& st, double now) {
   const int64_t key = KeyOf(row.id);
+  RollBackToCheckpoint(row);
   switch (st.failure) {
     case FailureKind::kOutOfMemory:
       return OnOutOfMemory(row, now);
@@ -374,6 +388,7 @@ Status Daemon::Launch(JobRow& row, const JobView& v, const Allocation& alloc, do
   run_token_hash_[KeyOf(row.id)] = run_token_hash;
   ls.env["FRENZY_TOKEN"] = run_token;
   auto handle = backend_->Launch(ls);
+  runtime_[KeyOf(row.id)].checkpoint_tokens = row.done_tokens;  // what this run resumes from
   ++row.attempt;
   row.updated_s = now;
   if (!handle.ok()) {

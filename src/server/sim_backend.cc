@@ -1,5 +1,7 @@
 #include "server/sim_backend.h"
 
+#include <cmath>
+
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -94,7 +96,13 @@ Result<RunStatus> SimBackend::Status(const std::string& handle) {
   double drift = parts.size() == 10 ? std::strtod(parts[8].c_str(), nullptr) : 0.0;
   double oom_at = parts.size() == 10 ? std::strtod(parts[9].c_str(), nullptr) : -1.0;
   const double ran = std::max(0.0, now_s_() - start);
-  st.progress = std::min(1.0, done + rate * std::max(0.0, ran - pause));
+  const double progressed = std::max(0.0, ran - pause);
+  st.progress = std::min(1.0, done + rate * progressed);
+  // A checkpoint every checkpoint_s_ simulated seconds of progress (wall s x scale_), as the
+  // engine's runs keep them (Engine::StopRun).
+  const double every = checkpoint_s_ / scale_;
+  const double kept = every > 0 ? std::floor(progressed / every) * every : 0.0;
+  st.checkpoint_progress = std::min(1.0, done + rate * kept);
   st.peak_bytes = static_cast<int64_t>(peak0 * (1.0 + drift * st.progress));
   if (oom_at >= 0 && ran >= oom_at) {
     st.state = RunState::kFailed;

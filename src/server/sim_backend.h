@@ -38,10 +38,14 @@ class SimBackend : public Backend {
   // Memory truths by job id; `oom_after_s` as in SimOptions, `restart_s` a fixed restart cost
   // (SimOptions::restart.fixed_s; simulated seconds).
   void SetTruths(std::map<std::string, JobTruth> truths, double oom_after_s, double restart_s);
+  // Runs checkpoint every `s` simulated seconds of progress (the engine's
+  // checkpoint_interval_s); a crashed run resumes from its last one.
+  void SetCheckpointInterval(double s) { checkpoint_s_ = s; }
 
  private:
   std::map<std::string, JobTruth> truths_;
   double oom_after_s_ = 30, restart_s_ = 0;
+  double checkpoint_s_ = 1800;  // simulated s of progress between checkpoints (SimOptions')
   Cluster cluster_;
   double scale_;
   std::function<double()> now_s_;

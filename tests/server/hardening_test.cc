@@ -181,6 +181,9 @@ TEST(Hardening, ReportsAreBoundedMonotoneAndScopedToTheirRun) {
            // the job has 1e9 tokens: a step or token count past it is a lie
            {R"({"step":1,"tokens":2e9})", "tokens"},
            {R"({"step":1e10,"tokens":10})", "step"},
+           // a checkpoint cannot hold more than the run has trained
+           {R"({"step":1,"tokens":10,"checkpoint_tokens":20})", "checkpoint_tokens"},
+           {R"({"step":1,"tokens":10,"checkpoint_tokens":-1})", "checkpoint_tokens"},
        }) {
     HttpResponse r = Call(*d, o, "POST", report1, c.body, "Bearer " + run1);
     EXPECT_EQ(r.status, 400) << c.body;

@@ -119,6 +119,7 @@ TEST(RuntimeParity, EngineAndDaemonTakeTheSameMemoryActions) {
   double now = 0;
   auto backend = std::make_unique<SimBackend>(*cluster, 1.0, [&] { return now; });
   backend->SetTruths(truths, so.oom_after_s, so.restart.fixed_s);
+  backend->SetCheckpointInterval(so.checkpoint_interval_s);
   DaemonOptions o;
   o.runs_dir = base + "/runs";
   o.policy = "frenzy";
@@ -176,6 +177,35 @@ TEST(RuntimeParity, EngineAndDaemonTakeTheSameMemoryActions) {
               static_cast<long long>(m.oom_events), static_cast<long long>(m.memory_replans),
               static_cast<long long>(m.memory_moves), static_cast<long long>(m.memory_requeues),
               actions);
+}
+
+// The sim backend's runs checkpoint as the engine's do: every checkpoint interval of progress
+// after the restart pause. 1,000 tokens a second of a 1e6-token job from 10% done, a 60 s pause
+// and a checkpoint every 100 s: at 310 s, 250 s of progress, two checkpoints (200 s) are kept.
+TEST(RuntimeParity, SimRunsCheckpointEveryIntervalOfProgress) {
+  auto cluster = ResolveCluster("lab", GpuCatalog::Default());
+  ASSERT_TRUE(cluster.ok());
+  double now = 0;
+  SimBackend b(*cluster, 1.0, [&now] { return now; });
+  b.SetTruths({{"j-1", JobTruth{1.0, 0.0, {}}}}, 30, 60);
+  b.SetCheckpointInterval(100);
+  LaunchSpec ls;
+  ls.job_id = "j-1";
+  ls.attempt = 1;  // a restart: it pauses 60 s first
+  ls.plan.tokens_per_s = 1000;
+  ls.plan.device_bytes = 1 << 30;
+  ls.plan.gpu_memory_bytes = int64_t{80} << 30;
+  ls.env["FRENZY_TOKENS"] = "1000000";
+  ls.env["FRENZY_DONE_TOKENS"] = "100000";
+  auto h = b.Launch(ls);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  now = 310;
+  auto st = b.Status(*h);
+  ASSERT_TRUE(st.ok());
+  EXPECT_NEAR(st->progress, (100000 + 250 * 1000) / 1e6, 1e-9);
+  EXPECT_NEAR(st->checkpoint_progress, (100000 + 200 * 1000) / 1e6, 1e-9);
+  now = 30;  // still pausing: the checkpoint it resumed from
+  EXPECT_NEAR(b.Status(*h)->checkpoint_progress, 0.1, 1e-9);
 }
 
 // The daemon on the sim backend with these truths, on a database in `base`; `max_ooms` as the
