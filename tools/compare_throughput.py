@@ -89,9 +89,11 @@ def main():
             if meas is None:
                 skipped.append((r["id"], "metric"))
                 continue
-            path = os.path.join(tmp, r["id"] + ".json")
-            with open(path, "w") as f:
-                json.dump(config_for(r), f)
+            # Rows naming a zoo model (moe_throughput.csv) use it; the others give the shape.
+            path = r.get("zoo") or os.path.join(tmp, r["id"] + ".json")
+            if not r.get("zoo"):
+                with open(path, "w") as f:
+                    json.dump(config_for(r), f)
             tp, pp, cp = int(r["tp"] or 1), int(r["pp"] or 1), int(r["cp"] or 1)
             n = int(r["num_gpus"])
             dp = int(r["dp"] or n // (tp * pp * cp))
@@ -113,13 +115,27 @@ def main():
                     "--recompute", r["recompute"] or "none", "--json"]
             if precision == "fp8":
                 # llm-foundry's amp_fp8 is Transformer Engine (delayed scaling); torchtitan's
-                # Float8 is torchao's tensorwise dynamic scaling.
-                args += ["--fp8-recipe", "delayed" if r["framework"] == "llm-foundry" else "tensorwise"]
+                # Float8 is torchao's tensorwise dynamic scaling; rows may name the recipe.
+                recipe = r.get("fp8_recipe") or (
+                    "delayed" if r["framework"] == "llm-foundry" else "tensorwise")
+                args += ["--fp8-recipe", recipe]
+            for col, flag in (("vpp", "--vpp"), ("ep", "--ep"), ("etp", "--etp"),
+                              ("moe_capacity_factor", "--moe-capacity-factor"),
+                              ("moe_dispatcher", "--moe-dispatcher")):
+                if r.get(col):
+                    args += [flag, r[col]]
+            if "ep" in r and r["framework"] == "megatron":
+                # Megatron-core MoE runs (moe_throughput.csv): sequence parallel wherever TP
+                # is (Megatron requires it for MoE), the distributed optimizer (their recipes).
+                if tp > 1:
+                    args.append("--sequence-parallel")
+                if dp > 1:
+                    args.append("--distributed-optimizer")
             if gb:
                 args += ["--global-batch", str(gb)]
             if r["zero"] and r["zero"] != "0":
                 args += ["--zero", r["zero"]]
-            if r["flash_attn"] == "0":
+            if r.get("flash_attn") == "0":
                 args.append("--no-flash-attn")
             if a.uncalibrated:
                 args.append("--uncalibrated")
@@ -129,9 +145,9 @@ def main():
                 continue
             pred = json.loads(p.stdout)["tokens_per_s_per_gpu"]
             results.append({"id": r["id"], "source": r["framework"], "gpu": gpu,
-                            "model": r["model"], "measured": meas, "predicted": pred,
+                            "model": r.get("model") or r.get("zoo"), "measured": meas, "predicted": pred,
                             "err": (pred - meas) / meas, "precision": precision,
-                            "h_local": int(r["hidden"]) / tp})
+                            "h_local": int(r["hidden"]) / tp if r.get("hidden") else None})
     if a.dump:
         with open(a.dump, "w") as f:
             json.dump(results, f)

@@ -3,6 +3,8 @@
 #ifndef FRENZY_CLI_COMMANDS_H_
 #define FRENZY_CLI_COMMANDS_H_
 
+#include <cstdint>
+#include <string>
 #include <string_view>
 
 #include <CLI/CLI.hpp>
@@ -26,7 +28,11 @@ int Main(CLI::App& app, int argc, char** argv, const char* program);
 void Fail(const Status& s);
 void SetExitCode(int code);
 void PrintJson(const nlohmann::json& j);
+// Bytes as GiB with two decimals.
+std::string Gib(int64_t bytes);
 
+// plan_command.cc: `frenzy plan`.
+void RegisterPlanCommand(CLI::App& app);
 // Defined in their own files: `frenzy trace ...` / `frenzy workload ...` (trace_commands.cc)
 // and `frenzy simulate` (simulate_commands.cc).
 void RegisterTraceCommands(CLI::App& app);

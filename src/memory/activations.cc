@@ -605,9 +605,24 @@ LayerActivations MegatronLayer(const ModelSpec& m, const TrainingSpec& t, const 
   int64_t fc2_in = sb * w.f * le;                      // fc2 input (8sbh)
   int64_t mlp_mask = hid_p > 0 ? sb * w.h * sh.mask / outside : 0;
   int64_t mlp = fc1 + fc2_in;
+  // The MLP's backward holds the gradients of fc1's output: of every routed row in an MoE layer.
+  int64_t mlp_grad = 2 * sb * w.f * e;
   if (moe_layer) {
-    int64_t k = m.moe.experts_per_token;
-    mlp = mlp * k + sb * m.moe.num_experts * kF32 * 2;
+    // Per routed row the grouped fc1 keeps its input (the permuted tokens, h wide; its weight
+    // gradient needs them) besides fc1's output and fc2's input, ffn / etp wide; the router
+    // keeps its input (mlp_in) and fp32 logits and probabilities. A rank computes the rows of
+    // its sequence-parallel tokens gathered over the expert-TP ranks (all its tokens' rows
+    // when etp = tp, Megatron's default). Expert parallelism moves rows between ranks but not
+    // their number (balanced routing).
+    const int64_t etp = p.expert_tp();
+    const int64_t f = ffn / etp;
+    const int64_t tokens = sh.sp ? sb * etp / sh.tp : sb;
+    const double rows =
+        static_cast<double>(tokens) * t.moe_routed_per_token(m.moe.experts_per_token);
+    const int64_t per_row = f * e * (m.gated_mlp ? 2 : 1) + f * le + w.h * le;
+    mlp = static_cast<int64_t>(rows * static_cast<double>(per_row)) +
+          sb * m.moe.num_experts * kF32 * 2;
+    mlp_grad = static_cast<int64_t>(rows * static_cast<double>(2 * f * e));
     if (m.moe.num_shared_experts > 0) {
       int64_t sf = m.moe.shared_ffn_hidden_size / p.tp;
       mlp += sb * sf * e * (m.gated_mlp ? 3 : 2);
@@ -619,7 +634,7 @@ LayerActivations MegatronLayer(const ModelSpec& m, const TrainingSpec& t, const 
   LayerActivations out;
   out.backward = {{
       {0, 0, P::kNone, 0.0},  // (norms on the sublayers' outputs: counted in `norms`)
-      {2 * sb * w.f * e, mlp + mlp_mask + mlp_in, P::kMlp, 0.5},
+      {mlp_grad, mlp + mlp_mask + mlp_in, P::kMlp, 0.5},
       {2 * stream, norms / 2, P::kNorm, 0.0},
       {0, 0, P::kNone, 0.0},
       {sb * w.q * e, proj_in + attn_mask, P::kAttnOut, 1.0},

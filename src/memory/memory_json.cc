@@ -26,11 +26,14 @@ nlohmann::json LayoutToJson(const TrainingSpec& t, const ParallelPlan& p) {
           {"dp", p.dp},
           {"cp", p.cp},
           {"ep", p.ep},
+          {"etp", p.expert_tp()},
           {"vpp", p.vpp},
           {"sequence_parallel", p.sequence_parallel},
           {"zero", p.zero},
           {"distributed_optimizer", p.distributed_optimizer},
           {"gpus", p.gpus()}};
+  if (t.moe_capacity_factor > 0) j["moe_capacity_factor"] = t.moe_capacity_factor;
+  if (p.ep > 1) j["moe_dispatcher"] = MoeDispatcherName(t.moe_dispatcher);
   if (t.fp8()) {
     j["fp8_recipe"] = Fp8RecipeName(t.fp8_recipe);
     j["fp8_param_gather"] = t.fp8_param_gather;

@@ -7,10 +7,19 @@
 
 #include "memory/activations.h"
 #include "memory/finetune.h"
+#include "memory/model_states.h"
 #include "model/param_count.h"
 
 namespace frenzy {
 namespace {
+
+using memory_detail::CeilBytes;
+using memory_detail::MakeStateInputs;
+using memory_detail::ModelStates;
+using memory_detail::OptimizerStateBytes;
+using memory_detail::StageParams;
+using memory_detail::StateInputs;
+using memory_detail::States;
 
 constexpr int64_t kMiB = int64_t{1} << 20;
 
@@ -27,12 +36,15 @@ struct RankLayer {
   int64_t mlp = 0, attn_out = 0, attn_qkv = 0, norm = 0;
   // Fine-tuning: trainable adapter parameters (in `total`) and 4-bit base weights.
   int64_t adapters = 0, quantized = 0;
+  int64_t experts = 0;  // routed experts' parameters (in `total`; sharded over expert-DP)
 };
 
 RankLayer LayerOnRank(const ModelSpec& m, const LayerParams& l, const ParallelPlan& p) {
   RankLayer r;
-  int64_t experts = l.moe ? l.mlp / p.ep : l.mlp;
-  r.mlp = experts / p.tp + l.router + l.shared_experts / p.tp;
+  // Routed experts split over EP and expert-TP ranks; the rest of the MLP over TP.
+  const int64_t experts = l.moe ? l.mlp / p.ep / p.expert_tp() : l.mlp / p.tp;
+  r.mlp = experts + l.router + l.shared_experts / p.tp;
+  r.experts = l.moe ? experts : 0;
   r.attn_out = m.q_size() * m.hidden_size / p.tp;
   r.attn_qkv = l.attention / p.tp - r.attn_out;
   r.norm = m.norms_per_layer > 0 ? l.norms / m.norms_per_layer : 0;
@@ -47,22 +59,11 @@ RankLayer LayerOnRank(const ModelSpec& m, const LayerParams& l, const ParallelPl
   add_matrix(m.q_size() / p.tp, h);
   int64_t ffn = l.moe ? m.moe.ffn_hidden_size : m.ffn_hidden_size;
   int64_t mats = (m.gated_mlp ? 3 : 2) * (l.moe ? m.moe.num_experts / p.ep : 1);
-  r.largest_tensor = std::max(r.largest_tensor, h * ffn / p.tp);
-  r.adafactor_state += mats * (h + ffn / p.tp) + l.norms;
+  const int64_t ffn_split = l.moe ? p.expert_tp() : p.tp;
+  r.largest_tensor = std::max(r.largest_tensor, h * ffn / ffn_split);
+  r.adafactor_state += mats * (h + ffn / ffn_split) + l.norms;
   return r;
 }
-
-struct StageParams {
-  int64_t total = 0;            // parameters on this rank
-  int64_t matmul = 0;           // of which in matrices multiplied in forward (autocast casts them)
-  int64_t largest_tensor = 0;   // elements of the largest single tensor (optimizer temporaries)
-  int64_t adafactor_state = 0;  // Adafactor's factored second moment (elements)
-  int64_t per_layer_max = 0;    // largest layer (ZeRO-3/FSDP gather unit)
-  int64_t head = 0;             // output layer + final norm (their grads appear first)
-  int64_t head_matmul = 0;      // of `matmul`, the output layer's matrix
-  int64_t adapters = 0;         // fine-tuning: trainable adapter parameters (in `total`)
-  int64_t quantized = 0;        // ... base weights stored in 4 bits (in `total`)
-};
 
 StageParams ParamsOnRank(const ModelSpec& m, const ParamCounts& c, const ParallelPlan& p,
                          const RankLayer& dense, const RankLayer& moe, int64_t n_dense,
@@ -74,6 +75,7 @@ StageParams ParamsOnRank(const ModelSpec& m, const ParamCounts& c, const Paralle
     s.matmul += n * layer->matmul;
     s.adapters += n * layer->adapters;
     s.quantized += n * layer->quantized;
+    s.experts += n * layer->experts;
     s.adafactor_state += n * layer->adafactor_state;
     s.largest_tensor = std::max(s.largest_tensor, layer->largest_tensor);
     s.per_layer_max = std::max(s.per_layer_max, layer->total);
@@ -98,315 +100,6 @@ StageParams ParamsOnRank(const ModelSpec& m, const ParamCounts& c, const Paralle
     s.adafactor_state += m.vocab_size / p.tp + m.embedding_width();
   }
   return s;
-}
-
-// ---- model states -----------------------------------------------------------------------------
-
-struct States {
-  int64_t weights = 0;
-  int64_t grads = 0;           // gradients alive at the end of backward
-  bool grads_persist = false;  // kept across steps (flat buffers) vs freed by zero_grad
-  int64_t optimizer = 0;       // optimizer states (with fp32 master weights where kept)
-  int64_t optimizer_temp = 0;  // transient of the optimizer step
-  int64_t buckets = 0;         // persistent communication buffers
-  int64_t gather = 0;          // ZeRO-3/FSDP unsharded parameters while computing
-  int64_t gather_grad = 0;     // ... and the unsharded gradient before reduce-scatter
-  int64_t autocast_cache = 0;  // 16-bit copies of fp32 weights under torch.autocast
-  int64_t host = 0;            // offloaded states in host memory (this rank's share)
-  int64_t pageable = 0;        // of `optimizer`, what a paged optimizer lets the driver evict
-};
-
-bool PagedOptimizer(OptimizerKind o) {
-  return o == OptimizerKind::kPagedAdamW || o == OptimizerKind::kPagedAdamW8bit;
-}
-
-int64_t Div(int64_t bytes, int64_t by) { return by > 1 ? (bytes + by - 1) / by : bytes; }
-
-// Bytes per parameter of optimizer state (excluding master weights), by precision of states.
-double OptimizerStateBytes(OptimizerKind o, int64_t state_bytes) {
-  switch (o) {
-    case OptimizerKind::kAdamW:
-    case OptimizerKind::kAdam:
-      return 2.0 * static_cast<double>(state_bytes);  // exp_avg, exp_avg_sq
-    case OptimizerKind::kSgd:
-      return 0;
-    case OptimizerKind::kSgdMomentum:
-      return static_cast<double>(state_bytes);  // momentum buffer
-    case OptimizerKind::kAdafactor:
-      return 0;  // factored: computed from matrix shapes
-    case OptimizerKind::kAdam8bit:
-    case OptimizerKind::kPagedAdamW8bit:
-      // bitsandbytes blockwise 8-bit Adam: two uint8 states plus one fp32 absmax per 2048-value
-      // block of each (Dettmers et al., "8-bit Optimizers via Block-wise Quantization", 2022).
-      return 2.0 + 2.0 * 4.0 / 2048.0;
-    case OptimizerKind::kPagedAdamW:
-      // bitsandbytes' 32-bit optimizers keep both moments in fp32 whatever the weights' dtype.
-      return 8.0;
-  }
-  return 0;
-}
-
-// What every framework's account of the model states starts from.
-struct StateInputs {
-  double n = 0;             // parameters on the rank
-  int64_t z = 1;            // ranks sharding the states
-  int64_t compute = 2;      // bytes of the working weights (16-bit, or fp32)
-  bool pure = false;        // pure bf16: no master copy, bf16 states
-  bool mixed = false;       // 16-bit compute over fp32 master weights
-  int64_t state_bytes = 4;  // bytes of one optimizer-state element
-  double opt_bytes = 0;     // optimizer states, without master weights
-};
-
-int64_t CeilBytes(double v) { return static_cast<int64_t>(std::ceil(v)); }
-
-StateInputs MakeStateInputs(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp) {
-  StateInputs in;
-  in.n = static_cast<double>(sp.total);
-  in.z = p.shard_size();
-  in.compute = t.precision == Precision::kFp32 ? 4 : 2;
-  in.pure = t.precision == Precision::kBf16Pure;
-  in.mixed = t.mixed();
-  // States are fp32 except in pure bf16 (no master copy, bf16 states).
-  in.state_bytes = in.pure ? 2 : 4;
-  in.opt_bytes = OptimizerStateBytes(t.optimizer, in.state_bytes) * in.n;
-  if (t.optimizer == OptimizerKind::kAdafactor) {
-    in.opt_bytes = static_cast<double>(sp.adafactor_state) * static_cast<double>(in.state_bytes);
-  }
-  return in;
-}
-
-States MegatronStates(const TrainingSpec& t, const ParallelPlan& p, const StateInputs& in) {
-  // Megatron-LM: 16-bit params, fp32 main_grad buffer (accumulate_allreduce_grads_in_fp32),
-  // fp32 master params + Adam states in the optimizer; 18 bytes/param, or 6 + 12/d with the
-  // distributed optimizer (Megatron-LM docs, theoretical_memory_usage.py).
-  // The grad buffer is fp32 for bf16 (Megatron forces accumulate_allreduce_grads_in_fp32
-  // with --bf16) and 16-bit for fp16, where that flag defaults to off (arguments.py).
-  States st;
-  st.weights = CeilBytes(in.n * static_cast<double>(in.compute));
-  bool fp32_grads = t.precision == Precision::kBf16 || t.precision == Precision::kFp32 || t.fp8();
-  st.grads = CeilBytes(in.n * (fp32_grads ? 4.0 : 2.0));
-  st.grads_persist = true;
-  double master = in.mixed ? 4.0 * in.n : 0.0;
-  double opt = master + in.opt_bytes;
-  int64_t shard = (p.distributed_optimizer || p.zero >= 1) ? in.z : 1;
-  st.optimizer = CeilBytes(opt / static_cast<double>(shard));
-  return st;
-}
-
-States DeepSpeedStates(const ParallelPlan& p, const StageParams& sp, const StateInputs& in) {
-  // ZeRO (Rajbhandari et al., SC'20, §5): 2 + 2 + K bytes/param with K = 12 for mixed-
-  // precision Adam; stage 1 shards K, stage 2 also the gradients, stage 3 also the weights.
-  States st;
-  const double z = static_cast<double>(in.z);
-  double w = in.n * static_cast<double>(in.compute);
-  double g = in.n * static_cast<double>(in.compute);
-  double master = in.mixed ? 4.0 * in.n : 0.0;
-  double opt = master + in.opt_bytes;
-  st.weights = CeilBytes(p.zero >= 3 ? w / z : w);
-  st.grads = CeilBytes(p.zero >= 2 ? g / z : g);
-  st.grads_persist = true;
-  st.optimizer = CeilBytes(p.zero >= 1 ? opt / z : opt);
-  if (p.zero >= 1 && p.zero <= 2 && in.z > 1) {
-    // reduce_bucket_size and allgather_bucket_size default to 5e8 elements (DeepSpeed
-    // config docs); buckets never exceed the partition they serve.
-    st.buckets = std::min<int64_t>(CeilBytes(g), 500'000'000 * in.compute) +
-                 std::min<int64_t>(CeilBytes(w), 500'000'000 * in.compute);
-  }
-  if (p.zero >= 3) {
-    // stage3_prefetch_bucket_size (5e7) and the layer being computed are unsharded.
-    st.gather = std::min<int64_t>(2 * sp.per_layer_max, sp.per_layer_max + 50'000'000) * in.compute;
-    st.gather_grad = sp.per_layer_max * in.compute;
-  }
-  return st;
-}
-
-States FsdpStates(const ParallelPlan& p, const StageParams& sp, const StateInputs& in) {
-  // FSDP keeps fp32 sharded flat parameters (and fp32 gradients and optimizer states on
-  // the shard); MixedPrecision casts an all-gathered unit to 16 bits while it computes,
-  // with the next unit prefetched (PyTorch FSDP docs: backward_prefetch=BACKWARD_PRE).
-  States st;
-  const double z = static_cast<double>(in.z);
-  int64_t master_bytes = in.pure ? 2 : 4;
-  double w = in.n * static_cast<double>(master_bytes);
-  st.weights = CeilBytes(p.zero >= 3 ? w / z : w);
-  st.grads = CeilBytes(p.zero >= 2 ? w / z : w);
-  st.optimizer = CeilBytes(p.zero >= 2 ? in.opt_bytes / z : in.opt_bytes);
-  if (p.zero >= 3 && in.z > 1) {
-    st.gather = 2 * sp.per_layer_max * in.compute;
-    st.gather_grad = sp.per_layer_max * in.compute;
-  } else if (in.mixed) {
-    st.autocast_cache = CeilBytes(static_cast<double>(sp.matmul) * 2.0);
-  }
-  return st;
-}
-
-States HfStates(const ParallelPlan& p, const StageParams& sp, const StateInputs& in) {
-  // HF Trainer / plain PyTorch: parameters stay in their dtype (fp32 under AMP, bf16 when
-  // pure); gradients match them; torch.autocast caches a 16-bit copy of every weight it
-  // casts until the forward ends, and backward keeps them until each layer's backward.
-  States st;
-  int64_t pbytes = in.pure ? 2 : 4;
-  st.weights = CeilBytes(in.n * static_cast<double>(pbytes));
-  st.grads = st.weights;
-  st.optimizer = CeilBytes(in.opt_bytes);
-  if (p.zero >= 1) {
-    st.optimizer = Div(st.optimizer, in.z);
-    if (p.zero >= 2) st.grads = Div(st.grads, in.z);
-    if (p.zero >= 3) st.weights = Div(st.weights, in.z);
-  }
-  if (in.mixed) st.autocast_cache = CeilBytes(static_cast<double>(sp.matmul) * 2.0);
-  if (p.dp > 1 && p.zero == 0) {
-    // DDP's gradient buckets are a second copy of all gradients unless
-    // gradient_as_bucket_view=True (PyTorch DDP docs).
-    st.buckets = st.grads;
-  }
-  return st;
-}
-
-// Transient bytes of the optimizer step. Megatron's and DeepSpeed's fused Adam make none.
-int64_t OptimizerStepTemp(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp,
-                          const StateInputs& in) {
-  bool adam = t.optimizer == OptimizerKind::kAdam || t.optimizer == OptimizerKind::kAdamW;
-  if (!adam || (t.framework != Framework::kHf && t.framework != Framework::kFsdp)) return 0;
-  if (t.device == DeviceKind::kCuda && t.foreach_optimizer) {
-    // torch.optim's default foreach implementation: _foreach_sqrt(exp_avg_sq) materialises
-    // a copy of the second moments of all (local) parameters — the rank's shard where ZeRO or
-    // FSDP shards the states (FSDP2 steps DTensor shards, FSDP1 flat shards).
-    const bool sharded = (t.framework == Framework::kFsdp ? p.zero >= 2 : p.zero >= 1) && in.z > 1;
-    return CeilBytes(in.opt_bytes / 2.0 / (sharded ? static_cast<double>(in.z) : 1.0));
-  }
-  // Single-tensor Adam (the CPU default): exp_avg_sq.sqrt() / bias_correction2_sqrt makes
-  // two temporaries the size of the tensor being updated.
-  return 2 * sp.largest_tensor * in.state_bytes;
-}
-
-// Adapter fine-tuning (PEFT, whichever framework shards it): the base is frozen — 16-bit (LoRA,
-// the compute dtype) or 4-bit NF4 layers with every other weight upcast to fp32 (QLoRA, as
-// prepare_model_for_kbit_training leaves it); only the fp32 adapters have gradients and
-// optimizer states, which ZeRO shards like any others. Autocast caches 16-bit copies of the fp32
-// weights it multiplies: the adapters, and QLoRA's output layer.
-States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp) {
-  States st;
-  const int64_t ab = t.lora.adapter_bytes;  // fp32 (PEFT's default) or 16-bit adapters
-  StateInputs adapter_inputs;  // the optimizer works on the adapters alone
-  adapter_inputs.state_bytes = ab;
-  adapter_inputs.opt_bytes =
-      OptimizerStateBytes(t.optimizer, ab) * static_cast<double>(sp.adapters);
-  StageParams adapter_params;  // single-tensor Adam's temporaries: adapter-sized, negligible
-  st.optimizer_temp = OptimizerStepTemp(t, p, adapter_params, adapter_inputs);
-  const double adapters = static_cast<double>(sp.adapters);
-  const double frozen = static_cast<double>(sp.total - sp.adapters);
-  double base = frozen * static_cast<double>(t.act_bytes());
-  if (t.finetune == FineTune::kQlora) {
-    const double q = static_cast<double>(sp.quantized);
-    base = q * Nf4BytesPerWeight(t.lora.double_quant) +
-           (frozen - q) * (t.lora.upcast_rest ? 4.0 : static_cast<double>(t.act_bytes()));
-  }
-  const int64_t z = p.shard_size();
-  const double a_bytes = static_cast<double>(ab) * adapters;
-  st.weights = CeilBytes((p.zero >= 3 ? (base + a_bytes) / static_cast<double>(z) : base + a_bytes));
-  st.grads = CeilBytes(a_bytes);
-  if (p.zero >= 2) st.grads = Div(st.grads, z);
-  st.optimizer = CeilBytes(adapter_inputs.opt_bytes);
-  if (p.zero >= 1) st.optimizer = Div(st.optimizer, z);
-  if (t.mixed()) {
-    const int64_t head =
-        t.finetune == FineTune::kQlora && t.lora.upcast_rest ? sp.head_matmul : 0;
-    st.autocast_cache = 2 * ((ab == 4 ? sp.adapters : 0) + head);
-  }
-  if (p.dp > 1 && p.zero == 0) st.buckets = st.grads;  // DDP's bucket copy
-  return st;
-}
-
-// Offload moves states to host memory (this rank's share of the shards). The optimizer's host
-// side is fp32 master weights, fp32 gradients and the optimizer states — 16 bytes a parameter
-// for mixed-precision Adam, 18 with DeepSpeed's 16-bit parameters offloaded too; this is
-// DeepSpeed's own estimate (estimate_zero2/zero3_model_states_mem_needs: 16 and 18 bytes a
-// parameter before its 1.5 "additional_buffer_factor", which the planner applies to host
-// memory). FSDP's CPUOffload keeps the fp32 flat-parameter shard, its gradient and the
-// optimizer states there. On the GPU remain the 16-bit weights (kOptimizer; ZeRO-3 shards
-// them), the communication buckets and the gathered layers.
-void ApplyOffload(const TrainingSpec& t, const ParallelPlan& p, const StateInputs& in, States& st) {
-  if (p.offload == Offload::kNone) return;
-  const double z = static_cast<double>(in.z);
-  const double master = in.mixed ? 4.0 : (in.pure ? 2.0 : 0.0);
-  double host = (master + 4.0) * in.n + in.opt_bytes;
-  if (t.framework == Framework::kDeepSpeed && p.offload == Offload::kParams) {
-    host += static_cast<double>(in.compute) * in.n;
-    st.weights = 0;
-  }
-  if (t.framework == Framework::kFsdp) {
-    host = (in.pure ? 2.0 : 4.0) * 2.0 * in.n + in.opt_bytes;
-    st.weights = 0;
-  }
-  st.host = CeilBytes(host / z);
-  st.grads = 0;
-  st.optimizer = 0;
-  st.optimizer_temp = 0;
-}
-
-States FullTrainingStates(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp) {
-  const StateInputs in = MakeStateInputs(t, p, sp);
-  States st;
-  switch (t.framework) {
-    case Framework::kMegatron:
-      st = MegatronStates(t, p, in);
-      break;
-    case Framework::kDeepSpeed:
-      st = DeepSpeedStates(p, sp, in);
-      break;
-    case Framework::kFsdp:
-      st = FsdpStates(p, sp, in);
-      break;
-    case Framework::kHf:
-      st = HfStates(p, sp, in);
-      break;
-  }
-  st.optimizer_temp = OptimizerStepTemp(t, p, sp, in);
-  ApplyOffload(t, p, in, st);
-  return st;
-}
-
-// FP8 linears (precision fp8). Transformer Engine casts each linear weight to FP8 once per
-// step and caches it across micro-batches (`is_first_microbatch`, which Megatron-LM passes),
-// with the transposed copy the input gradient's GEMM reads on Hopper (MXFP8 keeps row- and
-// column-wise copies likewise): 2 bytes a linear weight on the rank, whatever shards the
-// high-precision copy, since every layer's FP8 copy is alive through its backward. With FP8
-// primary weights (--fp8-param-gather) those bytes replace the 16-bit weights instead. TE's
-// linears bypass autocast's weight cache (they cast the fp32 weight themselves); only the
-// bf16 output layer is still cached. The amax histories (1024 fp32 values for each of five
-// tensors per linear module) are under 20 KiB a module and left out.
-// torchao's Float8Linear casts in every pass and caches nothing; with FP8 all-gather the
-// gathered layers of FSDP's full shard hold FP8 linear weights (1 byte) instead of bf16.
-void ApplyFp8(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp, States& st) {
-  if (!t.fp8()) return;
-  const int64_t linear = sp.matmul - sp.head_matmul;  // the layers' matrices on this rank
-  if (t.te_fp8()) {
-    if (!t.fp8_param_gather) st.weights += 2 * linear;
-    if (st.autocast_cache > 0) st.autocast_cache = 2 * sp.head_matmul;
-    return;
-  }
-  if (t.fp8_param_gather && p.zero >= 3) {
-    st.gather = st.gather / 2;
-  }
-}
-
-States ModelStates(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp) {
-  States st;
-  if (t.finetune != FineTune::kFull) {
-    st = FineTuneStates(t, p, sp);
-  } else {
-    st = FullTrainingStates(t, p, sp);
-  }
-  ApplyFp8(t, p, sp, st);
-  // bitsandbytes allocates paged states in CUDA unified memory (cudaMallocManaged): resident
-  // while the GPU has room, paged to host memory under pressure (Dettmers et al., "QLoRA",
-  // 2023, §3 "Paged Optimizers"). Megatron and DeepSpeed run their own optimizers.
-  if (PagedOptimizer(t.optimizer) &&
-      (t.framework == Framework::kHf || t.framework == Framework::kFsdp)) {
-    st.pageable = st.optimizer;
-  }
-  return st;
 }
 
 // ---- pipeline ---------------------------------------------------------------------------------

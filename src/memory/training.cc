@@ -38,6 +38,10 @@ constexpr std::array<std::pair<Fp8Recipe, const char*>, 5> kFp8Recipes = {{
     {Fp8Recipe::kTensorwise, "tensorwise"},
     {Fp8Recipe::kRowwise, "rowwise"},
 }};
+constexpr std::array<std::pair<MoeDispatcher, const char*>, 2> kMoeDispatchers = {{
+    {MoeDispatcher::kAllToAll, "alltoall"},
+    {MoeDispatcher::kDeepEp, "deepep"},
+}};
 constexpr std::array<std::pair<OptimizerKind, const char*>, 8> kOptimizers = {{
     {OptimizerKind::kAdamW, "adamw"},
     {OptimizerKind::kAdam, "adam"},
@@ -90,6 +94,10 @@ constexpr std::array<std::pair<unsigned, const char*>, 7> kLoraModules = {{
 
 const char* FineTuneName(FineTune f) { return NameOf(kFineTunes, f); }
 const char* Fp8RecipeName(Fp8Recipe r) { return NameOf(kFp8Recipes, r); }
+const char* MoeDispatcherName(MoeDispatcher d) { return NameOf(kMoeDispatchers, d); }
+std::optional<MoeDispatcher> ParseMoeDispatcher(std::string_view s) {
+  return Parse(kMoeDispatchers, s);
+}
 std::optional<Fp8Recipe> ParseFp8Recipe(std::string_view s) { return Parse(kFp8Recipes, s); }
 Fp8Recipe DefaultFp8Recipe(Framework f) {
   return f == Framework::kFsdp ? Fp8Recipe::kTensorwise : Fp8Recipe::kDelayed;
@@ -208,9 +216,9 @@ void CheckFineTune(const TrainingSpec& t, const ParallelPlan& p, const AddProble
       add("lora_dtype", "adapters are fp32 (4 bytes) or 16-bit (2 bytes)");
     }
     if (t.head != HeadType::kCausalLm) add("head", "fine-tuning is modelled for causal LMs");
-    if (p.pp > 1 || p.tp > 1 || p.cp > 1) {
+    if (p.pp > 1 || p.tp > 1 || p.cp > 1 || p.ep > 1) {
       add("finetune", "PEFT fine-tuning runs data parallel (with ZeRO/FSDP sharding): use "
-                      "tp = pp = cp = 1");
+                      "tp = pp = cp = ep = 1");
     }
   }
 }
@@ -293,6 +301,19 @@ Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelP
     add("sequence_parallel", "the sequence per rank must divide by tp");
   }
   if (p.zero < 0 || p.zero > 3) add("zero", "ZeRO stage must be 0, 1, 2 or 3");
+  if (p.etp != 0) {
+    if (!m.moe.enabled()) {
+      add("etp", "expert tensor parallelism needs an MoE model");
+    } else if (p.etp < 0 || p.tp % p.etp != 0) {
+      add("etp", "expert tensor parallel size " + s(p.etp) + " must divide tp (" + s(p.tp) + ")");
+    } else if (m.moe.ffn_hidden_size % p.etp != 0) {
+      add("etp", "expert tensor parallel size " + s(p.etp) +
+                     " must divide the experts' FFN size (" + s(m.moe.ffn_hidden_size) + ")");
+    } else if (p.etp != p.tp && t.framework != Framework::kMegatron) {
+      add("etp", "an expert tensor parallel size other than tp is Megatron-LM's "
+                 "(--expert-tensor-parallel-size)");
+    }
+  }
   if (p.ep > 1) {
     if (!m.moe.enabled()) {
       add("ep", "expert parallelism needs an MoE model");
@@ -301,11 +322,28 @@ Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelP
         add("ep", "expert parallel size " + s(p.ep) + " must divide the number of experts (" +
                       s(m.moe.num_experts) + ")");
       }
-      if ((p.dp * p.cp) % p.ep != 0) {
-        add("ep", "expert parallel size " + s(p.ep) + " must divide dp x cp (" +
-                      s(p.dp * p.cp) + ")");
+      // The expert-parallel groups fold over the ranks of a stage that are not expert-TP
+      // ranks (Megatron-core's MoE parallel folding): tp x dp x cp / etp of them; etp = tp
+      // leaves dp x cp.
+      const int64_t foldable = p.tp * p.dp * p.cp / std::max<int64_t>(1, p.expert_tp());
+      if (p.expert_tp() > 0 && p.tp % p.expert_tp() == 0 && foldable % p.ep != 0) {
+        add("ep", "expert parallel size " + s(p.ep) + " must divide tp x dp x cp / etp (" +
+                      s(foldable) + ")");
       }
     }
+  }
+  if (!(t.moe_capacity_factor >= 0) || t.moe_capacity_factor > 64) {
+    add("moe_capacity_factor", "must be 0 (dropless) or a capacity factor in (0, 64]");
+  } else if (t.moe_capacity_factor > 0) {
+    if (!m.moe.enabled()) add("moe_capacity_factor", "capacity-factor routing needs an MoE model");
+    if (t.framework != Framework::kMegatron) {
+      add("moe_capacity_factor", "capacity-factor routing is Megatron-LM's "
+                                 "(--moe-expert-capacity-factor); the others route dropless");
+    }
+  }
+  if (p.ep > 1 && t.framework == Framework::kHf) {
+    add("ep", "HF Trainer has no expert parallelism; use megatron, deepspeed or fsdp "
+              "(torchtitan)");
   }
   if (p.shard_group < 0 || (p.shard_group > 0 && (p.dp * p.cp) % p.shard_group != 0)) {
     add("shard_group", "the hybrid sharding group must divide dp x cp (" + s(p.dp * p.cp) + ")");

@@ -6,6 +6,7 @@
 #ifndef FRENZY_MEMORY_TRAINING_H_
 #define FRENZY_MEMORY_TRAINING_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -55,6 +56,15 @@ enum class DeviceKind { kCuda, kCpu };
 inline bool RecomputesLayerForward(Recompute r) {
   return r == Recompute::kFull || r == Recompute::kOp;
 }
+
+// How MoE layers move tokens to their experts' ranks. kAllToAll: NCCL all-to-all of every
+// routed row (Megatron-LM's alltoall dispatcher, torchtitan's default): a token picking two
+// experts on one rank is sent twice. kDeepEp: DeepEP's kernels (Megatron's flex dispatcher,
+// torchtitan's deepep): a token crosses the network once per node that holds any of its
+// experts and is forwarded over NVLink inside it (DeepSeek-V3 report, §3.2.2; DeepEP README).
+enum class MoeDispatcher { kAllToAll, kDeepEp };
+const char* MoeDispatcherName(MoeDispatcher d);
+std::optional<MoeDispatcher> ParseMoeDispatcher(std::string_view s);
 
 const char* PrecisionName(Precision p);
 const char* Fp8RecipeName(Fp8Recipe r);
@@ -137,6 +147,17 @@ struct TrainingSpec {
   // distributed optimizer; torchao's enable_fsdp_float8_all_gather under FSDP).
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;
   bool fp8_param_gather = false;
+  // MoE routing (Megatron-LM): 0 routes dropless (each expert takes what the router sends it;
+  // balanced on average); > 0 is --moe-expert-capacity-factor with the experts' inputs padded
+  // to capacity (--moe-pad-expert-input-to-capacity): every expert computes ceil(cf x tokens x
+  // top-k / experts) rows, so cf x the balanced rows in all.
+  double moe_capacity_factor = 0;
+  MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  // Rows the routed experts of one rank compute per token of its input: top-k, x the capacity
+  // factor when there is one.
+  double moe_routed_per_token(int64_t top_k) const {
+    return static_cast<double>(top_k) * (moe_capacity_factor > 0 ? moe_capacity_factor : 1.0);
+  }
 
   // The software environment, where it changes memory:
   // PyTorch >= 2.0 runs torch.optim's Adam with the foreach implementation by default on CUDA;
@@ -165,6 +186,11 @@ struct ParallelPlan {
   int64_t dp = 1;   // data parallel replicas (ZeRO/FSDP shard over these)
   int64_t cp = 1;   // context parallel: splits the sequence
   int64_t ep = 1;   // expert parallel (MoE): experts split over ep ranks of the dp group
+  // Expert tensor parallel (Megatron-LM's --expert-tensor-parallel-size): the TP degree of the
+  // experts' matrices; 0: the same as tp (Megatron's default). With etp < tp the experts are
+  // not split over all TP ranks, and each rank computes only its own sequence-parallel tokens'
+  // rows (no gather over the TP group).
+  int64_t etp = 0;
   int64_t vpp = 1;  // virtual stages per rank (interleaved 1F1B)
   bool sequence_parallel = false;
   int zero = 0;                        // ZeRO stage 0-3 (FSDP: 3 full shard, 2 grad+optimizer)
@@ -173,6 +199,12 @@ struct ParallelPlan {
   Offload offload = Offload::kNone;    // model states kept in host memory
 
   int64_t gpus() const { return tp * pp * dp * cp; }
+  int64_t expert_tp() const { return etp > 0 ? etp : tp; }
+  // Ranks that hold the same experts and reduce their gradients (Megatron-core's expert data
+  // parallel group: world / (etp x ep x pp)), of the shard group's.
+  int64_t expert_shard_size() const {
+    return std::max<int64_t>(1, shard_size() * tp / (expert_tp() * ep));
+  }
   // Ranks over which model states are sharded by ZeRO/FSDP/distributed optimizer: the data-
   // parallel ranks with the context-parallel ones, which reduce the same gradients (Megatron-
   // core's distributed optimizer uses the data-parallel group with context parallelism;

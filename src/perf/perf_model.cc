@@ -120,12 +120,20 @@ struct PerfInputs {
   // input gradient, weight gradient), about 1/2 when the base is frozen (no weight gradient).
   double matmul_fwd_share = 1.0 / 3.0;
   double trained_params = 0;  // parameters with gradients and optimizer state (whole model)
+  // MoE: the routed experts' parameters (whole model; in counts.total) and the stage's MoE
+  // layers. Expert parallelism splits the experts over ep ranks, whose gradients are reduced
+  // over the expert-data-parallel ranks (dp x cp / ep).
+  double expert_params = 0;
+  double trained_experts = 0;    // of them, trained (full training: all)
+  double expert_layer_params = 0;  // one expert of one layer
+  double stage_moe_layers = 0;
+  double routed_per_token = 0;   // rows the experts compute per token (top-k x capacity)
   double grad_bytes = 2;      // bytes of a gradient element in the data-parallel reduction
   double state_bytes = 4;     // bytes of a parameter the optimizer step reads (per state)
   double dequant_bytes = 0;   // QLoRA: bytes moved to dequantise the stage's NF4 weights once
-  // Layers of the most loaded stage: ceil(L / pp); the head's FLOPs go to the last stage,
-  // which usually holds fewer layers, so they are spread evenly.
+  // Layers of the most loaded stage: ceil(L / pp).
   double stage_layers = 0;
+  double head_flops = 0;  // of flops_per_token, the output layer's (on the last stage)
   double attention_share = 0;  // of the model FLOPs
   double e = 2;                // bytes per activation element
   double gather_e = 2;         // bytes per weight element in parameter all-gathers
@@ -157,9 +165,17 @@ double RecomputeFraction(Recompute r, double attention_share, double matmul_fwd_
 // memory-bound work at the memory rate, and its recomputation.
 void MicroBatchCompute(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
                        PerfInputs& in) {
-  const double stage_share = in.stage_layers / static_cast<double>(m.num_layers);
+  // The last stage holds the output layer besides its layers (Megatron-LM's even split): its
+  // FLOPs set the pace.
+  const double layer_flops = (in.flops_per_token - in.head_flops) / static_cast<double>(m.num_layers);
   const double split = static_cast<double>(p.tp * p.cp);  // TP splits matmuls, CP tokens
-  double mb_flops = in.flops_per_token * in.tokens_per_mb * stage_share / split;
+  // Capacity-factor routing pads the experts' inputs: their FLOPs grow by cf - 1 (not model
+  // FLOPs).
+  const double padded = in.routed_per_token - static_cast<double>(m.moe.experts_per_token);
+  const double padding =
+      padded > 0 ? 6.0 * in.expert_layer_params * padded * in.stage_moe_layers : 0.0;
+  double mb_flops =
+      (layer_flops * in.stage_layers + in.head_flops + padding) * in.tokens_per_mb / split;
   // Memory-bound work (norms, activations, softmax, dropout, residuals): every saved byte is
   // written once and read about three times over forward and backward.
   LayerActivations la = LayerActivationBytes(m, t, p, false);
@@ -206,7 +222,11 @@ double TensorParallelS(const ModelSpec& m, const TrainingSpec& t, const Parallel
       in.tokens_per_mb / static_cast<double>(p.cp) * static_cast<double>(m.hidden_size) * in.e;
   double per_layer = 4.0 * AllReduceS(bytes, p.tp, links.GroupGbs(p.tp));
   if (t.recompute == Recompute::kFull) per_layer *= 1.5;  // the recomputed forward repeats two
-  return per_layer * in.stage_layers * static_cast<double>(in.microbatches);
+  // Under sequence parallelism an MoE layer without shared experts has no MLP collectives of
+  // its tokens: its routed rows move in ExpertParallelS instead.
+  double layers = in.stage_layers;
+  if (p.sequence_parallel && m.moe.num_shared_experts == 0) layers -= 0.5 * in.stage_moe_layers;
+  return per_layer * layers * static_cast<double>(in.microbatches);
 }
 
 // Pipeline: bubble (p - 1) / (m v) of the ideal time (Narayanan et al. SC'21, §2.2), and the
@@ -234,12 +254,74 @@ double ContextParallelS(const ModelSpec& m, const ParallelPlan& p, const PerfInp
   return std::max(0.0, comm - attn) * static_cast<double>(in.microbatches);
 }
 
-// Parameters of one rank (its share of TP and PP), and those of them that are trained.
+// Parameters of one rank (its share of TP, PP and EP), and those of them that are trained;
+// of those, the routed experts' share (reduced over the expert-data-parallel ranks).
+double RankExpertParams(const ParallelPlan& p, const PerfInputs& in) {
+  return in.expert_params / static_cast<double>(p.expert_tp() * p.pp * p.ep);
+}
 double RankParams(const ParallelPlan& p, const PerfInputs& in) {
-  return static_cast<double>(in.counts.total) / static_cast<double>(p.tp * p.pp);
+  return (static_cast<double>(in.counts.total) - in.expert_params) /
+             static_cast<double>(p.tp * p.pp) +
+         RankExpertParams(p, in);
+}
+double RankTrainedExperts(const ParallelPlan& p, const PerfInputs& in) {
+  return in.trained_experts / static_cast<double>(p.expert_tp() * p.pp * p.ep);
 }
 double RankTrainedParams(const ParallelPlan& p, const PerfInputs& in) {
-  return in.trained_params / static_cast<double>(p.tp * p.pp);
+  return (in.trained_params - in.trained_experts) / static_cast<double>(p.tp * p.pp) +
+         RankTrainedExperts(p, in);
+}
+// A rank's share of the sharded optimizer states: over dp x cp, the experts' over the expert-
+// data-parallel ranks.
+double ShardedStateParams(const ParallelPlan& p, const PerfInputs& in) {
+  const double z = static_cast<double>(p.shard_size());
+  const double experts = RankTrainedExperts(p, in);
+  return (RankTrainedParams(p, in) - experts) / z +
+         experts / static_cast<double>(p.expert_shard_size());
+}
+
+// Expert parallel: each MoE layer sends its tokens' routed rows to the experts' ranks and back
+// (dispatch and combine) in forward and again in backward, four exchanges, not overlapped
+// (Megatron-LM's dispatchers without --overlap-moe-expert-parallel-comm). Expert ranks are laid
+// out expert-TP innermost, then EP (Megatron-core's expert rank order), so an EP group's ranks
+// fill nodes of gpus_per_node / etp of them. NVLink and the network carry their shares at once:
+// an exchange takes the longer of the two. All-to-all sends each routed row to its expert's
+// rank; DeepEP sends a token once to each other node holding one of its experts (with top-k of
+// E experts spread over n nodes, a node holds none of a token's experts with probability
+// C(E - E/n, k) / C(E, k)) and forwards it over NVLink there. Expert-TP ranks then gather the
+// rows they received (and reduce-scatter the experts' outputs), in place of the MLP's tensor-
+// parallel collectives.
+double ExpertParallelS(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
+                       const PerfInputs& in, const Links& links) {
+  if (in.stage_moe_layers <= 0) return 0;
+  const double tokens =
+      in.tokens_per_mb / static_cast<double>(p.cp * (p.sequence_parallel ? p.tp : 1));
+  const double row = static_cast<double>(m.hidden_size) * in.e;  // bytes
+  const double rows = tokens * in.routed_per_token;
+  const int64_t etp = p.expert_tp();
+  double one = 0;
+  if (p.ep > 1) {
+    const double ep = static_cast<double>(p.ep);
+    const int64_t per_node = std::clamp<int64_t>(links.gpus_per_node / etp, 1, p.ep);
+    const double local = static_cast<double>(per_node);  // EP ranks on this node
+    const double nodes = ep / local;
+    double remote = rows * (ep - local) / ep * row;  // bytes leaving the node
+    if (t.moe_dispatcher == MoeDispatcher::kDeepEp && nodes > 1) {
+      const double e = static_cast<double>(m.moe.num_experts);
+      const double k = static_cast<double>(m.moe.experts_per_token);
+      double miss = 1.0;  // C(E - E/n, k) / C(E, k)
+      for (double i = 0; i < k; i += 1.0) miss *= std::max(0.0, (e - e / nodes - i) / (e - i));
+      remote = tokens * (nodes - 1.0) * (1.0 - miss) * row;
+    }
+    const double intra = rows * (local - 1.0) / ep * row;
+    const double net = links.per_gpu_net > 0 ? links.per_gpu_net : links.link_gbs;
+    one = std::max(remote / (net * 1e9), intra / (links.link_gbs * 1e9));
+  }
+  if (etp > 1 && p.sequence_parallel) {
+    one += AllGatherS(rows * row * static_cast<double>(etp), etp, links.GroupGbs(etp));
+  }
+  const double passes = RecomputesLayerForward(t.recompute) ? 6.0 : 4.0;
+  return one * passes * in.stage_moe_layers * static_cast<double>(in.microbatches);
 }
 
 // Data parallel: gradient reduction of this rank's parameters (bf16/fp32 per framework),
@@ -248,16 +330,24 @@ double RankTrainedParams(const ParallelPlan& p, const PerfInputs& in) {
 double DataParallelS(const ParallelPlan& p, const PerfInputs& in,
                      const Links& links) {
   if (p.dp * p.cp <= 1) return 0;
-  const double rank_params = RankParams(p, in);
-  const double trained = RankTrainedParams(p, in);
-  int64_t n = p.dp * p.cp;
-  double grad_bytes = trained * in.grad_bytes;
-  double gbs = links.GroupGbs(p.tp * p.cp * p.dp);
+  const double gbs = links.GroupGbs(p.tp * p.cp * p.dp);
   // Sharded optimizers reduce-scatter the gradients and all-gather the updated parameters.
-  double comm = (p.zero >= 1 || p.distributed_optimizer)
-                    ? AllGatherS(grad_bytes, n, gbs) + AllGatherS(trained * in.gather_e, n, gbs)
-                    : AllReduceS(grad_bytes, n, gbs);
-  if (p.zero >= 3) comm += 2.0 * AllGatherS(rank_params * in.gather_e, n, gbs);
+  auto reduce = [&](double params, double trained, int64_t n) {
+    if (n <= 1) return 0.0;
+    double grad_bytes = trained * in.grad_bytes;
+    double c = (p.zero >= 1 || p.distributed_optimizer)
+                   ? AllGatherS(grad_bytes, n, gbs) + AllGatherS(trained * in.gather_e, n, gbs)
+                   : AllReduceS(grad_bytes, n, gbs);
+    if (p.zero >= 3) c += 2.0 * AllGatherS(params * in.gather_e, n, gbs);
+    return c;
+  };
+  // The routed experts' gradients are reduced over the expert-data-parallel ranks.
+  const double ex = RankExpertParams(p, in);
+  const double ex_trained = RankTrainedExperts(p, in);
+  const int64_t n = p.dp * p.cp;
+  const int64_t expert_dp = std::max<int64_t>(1, n * p.tp / (p.expert_tp() * p.ep));
+  double comm = reduce(RankParams(p, in) - ex, RankTrainedParams(p, in) - ex_trained, n) +
+                reduce(ex, ex_trained, expert_dp);
   // Overlap: buckets reduce while backward continues (PyTorch DDP, Megatron overlap-grad-
   // reduce); about the backward of one micro-batch (2/3 of its compute) hides it.
   double hide = (2.0 / 3.0) * in.per_mb() * (p.zero >= 3 ? 1.5 : 1.0);
@@ -267,9 +357,9 @@ double DataParallelS(const ParallelPlan& p, const PerfInputs& in,
 // Optimizer step: Adam reads parameters, gradients and two moments and writes three of them;
 // sharded states shrink it.
 double OptimizerS(const ParallelPlan& p, const PerfInputs& in) {
-  double opt_bytes = RankTrainedParams(p, in) * (in.state_bytes * 7.0);
-  if (p.zero >= 1 || p.distributed_optimizer) opt_bytes /= static_cast<double>(p.shard_size());
-  return opt_bytes / in.mem_rate;
+  const bool sharded = p.zero >= 1 || p.distributed_optimizer;
+  const double params = sharded ? ShardedStateParams(p, in) : RankTrainedParams(p, in);
+  return params * (in.state_bytes * 7.0) / in.mem_rate;
 }
 
 // What is trained, and what that costs: every weight (full training), or the adapters alone
@@ -326,7 +416,7 @@ constexpr double kCpuAdamParamsPerS = 2e9;
 double OffloadS(const TrainingSpec& t, const ParallelPlan& p, const GpuType& g,
                 const Network& net, const PerfInputs& in) {
   if (p.offload == Offload::kNone) return 0;
-  const double shard = RankTrainedParams(p, in) / static_cast<double>(p.shard_size());
+  const double shard = ShardedStateParams(p, in);
   const int64_t on_node = std::min<int64_t>(net.gpus_per_node, in.gpus);
   const double link = HostLinkGbs(g, on_node) * 1e9;
   const bool fsdp = t.framework == Framework::kFsdp;
@@ -378,13 +468,28 @@ void SetFp8(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p, co
   if (t.fp8_param_gather) in.gather_e = 1.0;
 }
 
+// MoE: the routed experts' parameters, the stage's share of the MoE layers, and the rows the
+// experts compute per token.
+void SetExperts(const ModelSpec& m, const TrainingSpec& t, PerfInputs& in) {
+  if (!m.moe.enabled()) return;
+  int64_t moe_layers = 0;
+  for (int64_t i = 0; i < m.num_layers; ++i) moe_layers += m.IsMoeLayer(i) ? 1 : 0;
+  const double layer = static_cast<double>(CountLayerParams(m, /*moe=*/true).mlp);
+  in.expert_params = layer * static_cast<double>(moe_layers);
+  in.trained_experts = t.finetune == FineTune::kFull ? in.expert_params : 0.0;
+  in.expert_layer_params = layer / static_cast<double>(m.moe.num_experts);
+  in.stage_moe_layers =
+      in.stage_layers * static_cast<double>(moe_layers) / static_cast<double>(m.num_layers);
+  in.routed_per_token = t.moe_routed_per_token(m.moe.experts_per_token);
+}
+
 // Throughput figures of the job from its iteration time.
 PerfEstimate Summarize(const TrainingSpec& t, const ParallelPlan& p, const PerfInputs& in,
                        const PerfBreakdown& b) {
   PerfEstimate out;
   out.breakdown = b;
   out.iteration_s = b.compute_s + b.recompute_s + b.tp_comm_s + b.pp_bubble_s + b.pp_p2p_s +
-                    b.dp_comm_s + b.cp_comm_s + b.optimizer_s + b.offload_s;
+                    b.dp_comm_s + b.cp_comm_s + b.ep_comm_s + b.optimizer_s + b.offload_s;
   out.gpus = in.gpus;
   double global_batch =
       static_cast<double>(t.global_batch > 0 ? t.global_batch : t.micro_batch * p.dp);
@@ -424,7 +529,11 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t, cons
   in.counts = CountParams(m, HeadKind::kDefault, /*per_layer=*/false);
   in.flops_per_token = FlopsPerToken(m, in.counts, t.seq_len);
   SetTrainedShare(m, t, p, in);
+  // The output layer: 6 FLOPs a weight and token, 4 when frozen (no weight gradient).
+  in.head_flops = (t.finetune == FineTune::kFull ? 6.0 : 4.0) *
+                  static_cast<double>(m.vocab_size * m.embedding_width());
   in.stage_layers = std::ceil(static_cast<double>(m.num_layers) / static_cast<double>(p.pp));
+  SetExperts(m, t, in);
   in.attention_share = 12.0 * static_cast<double>(m.num_layers * m.q_size()) *
                        static_cast<double>(t.seq_len) / in.flops_per_token;
   in.e = static_cast<double>(t.act_bytes());
@@ -439,6 +548,7 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t, cons
   b.tp_comm_s = TensorParallelS(m, t, p, in, links);
   PipelineS(m, p, in, links, b);
   b.cp_comm_s = ContextParallelS(m, p, in, links);
+  b.ep_comm_s = ExpertParallelS(m, t, p, in, links);
   b.dp_comm_s = DataParallelS(p, in, links);
   b.optimizer_s = p.offload == Offload::kNone ? OptimizerS(p, in) : 0.0;  // else on the CPU
   b.offload_s = OffloadS(t, p, gpu, net, in);

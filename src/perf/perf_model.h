@@ -41,6 +41,7 @@ struct PerfBreakdown {
   double pp_p2p_s = 0;       // exposed point-to-point activation sends
   double dp_comm_s = 0;      // exposed gradient reduction / parameter gathers
   double cp_comm_s = 0;      // exposed context-parallel key/value exchange
+  double ep_comm_s = 0;      // expert-parallel all-to-alls (token dispatch and combine)
   double optimizer_s = 0;    // optimizer step
   double offload_s = 0;      // exposed host-link traffic and the CPU's optimizer step (offload)
 };

@@ -36,7 +36,10 @@ std::string ExplainWinner(const PlanResult& r, const PlannerOptions& opt) {
   return fmt::format(
       "{} plan: {} x {} (TP {}, PP {}, DP {}{}{}, micro-batch {}, {} recomputation) trains in {} "
       "at {:.0f}% MFU; {} of {} GiB per GPU{}",
-      why, w.gpus, w.gpu, w.tp, w.pp, w.dp, w.cp > 1 ? fmt::format(", CP {}", w.cp) : "",
+      why, w.gpus, w.gpu, w.tp, w.pp, w.dp,
+      (w.cp > 1 ? fmt::format(", CP {}", w.cp) : "") +
+          (w.ep > 1 ? fmt::format(", EP {}", w.ep) : "") +
+          (w.etp != w.tp ? fmt::format(", expert TP {}", w.etp) : ""),
       w.zero > 0 ? fmt::format(", ZeRO {}", w.zero) : "", w.micro_batch,
       RecomputeName(w.recompute), Duration(w.total_s), 100 * w.mfu, Gib(w.device_bytes),
       Gib(w.gpu_memory_bytes), paged + offload);

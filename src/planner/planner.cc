@@ -56,7 +56,7 @@ Result<std::vector<TypeInfo>> TypesFor(const JobSpec& job, const Cluster& cluste
 // The values of each dimension tried on one GPU type; a pin is the only value of its dimension.
 // DP is not here: its values depend on TP x PP x CP.
 struct Candidates {
-  std::vector<int64_t> tps, pps, cps, mbs, zeros;
+  std::vector<int64_t> tps, pps, cps, eps, mbs, zeros;
   std::vector<Recompute> rcs;  // least recomputation first
   std::vector<Offload> offloads = {Offload::kNone};
 };
@@ -86,6 +86,11 @@ Candidates CandidatesFor(const JobSpec& job, const TypeInfo& ti) {
                                     : Divisors(job.model.num_layers, ti.count));
   c.cps = PinnedOr(job.cp, job.seq_len >= 16384 && !adapters ? std::vector<int64_t>{1, 2, 4, 8}
                                                              : std::vector<int64_t>{1});
+  // Expert parallelism: MoE models in full training, under the frameworks that have it
+  // (Megatron-LM, DeepSpeed-MoE, torchtitan); any divisor of the experts (and of dp x cp).
+  const bool ep = job.model.moe.enabled() && !adapters && job.framework != Framework::kHf;
+  c.eps = PinnedOr(job.ep, ep ? Divisors(job.model.moe.num_experts, job.model.moe.num_experts)
+                              : std::vector<int64_t>{1});
   c.mbs = PinnedOr(job.micro_batch, {1, 2, 4, 8});
   if (job.zero) {
     c.zeros = {*job.zero};
@@ -119,12 +124,35 @@ struct Layout {
   int64_t gpus = 0;
 };
 
-// Calls visit(layout) for every layout of one GPU type, in a fixed order (TP, PP, CP, DP, ZeRO,
-// micro-batch, outermost first). visit returns whether the layout fits; micro-batches are
-// tried smallest first, and once one does not fit the larger ones (which need more memory)
-// are skipped, unless the micro-batch is pinned.
+// The ZeRO stages, offload modes and micro-batches of one parallel layout (micro-batches
+// smallest first; see EnumerateLayouts).
+template <typename Visit>
+void EnumerateStates(const JobSpec& job, const Candidates& c, ParallelPlan base, int64_t gpus,
+                     Visit& visit) {
+  for (int64_t zero : c.zeros) {
+    for (Offload off : c.offloads) {
+      if (!OffloadFits(job.framework, zero, off) && !job.offload) continue;
+      for (int64_t mb : c.mbs) {
+        if (job.global_batch % (mb * base.dp) != 0) continue;
+        Layout l;
+        l.p = base;
+        l.p.offload = off;
+        l.p.zero = static_cast<int>(zero);
+        l.micro_batch = mb;
+        l.gpus = gpus;
+        if (!visit(l) && !job.micro_batch) break;
+      }
+    }
+  }
+}
+
+// Calls visit(layout) for every layout of one GPU type, in a fixed order (TP, PP, CP, DP, EP,
+// expert TP, ZeRO, micro-batch, outermost first). visit returns whether the layout fits;
+// micro-batches are tried smallest first, and once one does not fit the larger ones (which need
+// more memory) are skipped, unless the micro-batch is pinned.
 template <typename Visit>
 void EnumerateLayouts(const JobSpec& job, const TypeInfo& ti, const Candidates& c, Visit visit) {
+  const bool megatron = job.framework == Framework::kMegatron;
   for (int64_t tp : c.tps) {
     for (int64_t pp : c.pps) {
       for (int64_t cp : c.cps) {
@@ -133,24 +161,27 @@ void EnumerateLayouts(const JobSpec& job, const TypeInfo& ti, const Candidates& 
         for (int64_t dp : PinnedOr(job.dp, Divisors(job.global_batch, max_dp))) {
           int64_t n = tp * pp * cp * dp;
           if (n > ti.count || (job.gpus && n != *job.gpus)) continue;
-          for (int64_t zero : c.zeros) {
-            for (Offload off : c.offloads) {
-              if (!OffloadFits(job.framework, zero, off) && !job.offload) continue;
-              for (int64_t mb : c.mbs) {
-                if (job.global_batch % (mb * dp) != 0) continue;
-                Layout l;
-                l.p.offload = off;
-                l.p.tp = tp;
-                l.p.pp = pp;
-                l.p.cp = cp;
-                l.p.dp = dp;
-                l.p.zero = static_cast<int>(zero);
-                l.p.sequence_parallel = tp > 1 && job.framework == Framework::kMegatron;
-                l.p.distributed_optimizer = dp > 1 && job.framework == Framework::kMegatron;
-                l.micro_batch = mb;
-                l.gpus = n;
-                if (!visit(l) && !job.micro_batch) break;
-              }
+          ParallelPlan p;
+          p.tp = tp;
+          p.pp = pp;
+          p.cp = cp;
+          p.dp = dp;
+          p.sequence_parallel = tp > 1 && megatron;
+          p.distributed_optimizer = dp > 1 && megatron;
+          // Megatron-LM's experts may skip TP (--expert-tensor-parallel-size 1, as its
+          // performance recipes run them): tried beside etp = tp; EP then folds over the TP
+          // ranks too.
+          const bool etp1 =
+              tp > 1 && megatron && job.model.moe.enabled() && job.finetune == FineTune::kFull;
+          for (int64_t ep : c.eps) {
+            p.ep = ep;
+            if ((dp * cp) % ep == 0 || job.ep) {
+              p.etp = 0;  // = tp
+              EnumerateStates(job, c, p, n, visit);
+            }
+            if (etp1 && (tp * dp * cp) % ep == 0) {
+              p.etp = 1;
+              EnumerateStates(job, c, p, n, visit);
             }
           }
         }
@@ -170,6 +201,8 @@ Plan MakePlan(const GpuType& g, const TrainingSpec& t, const Layout& l, Recomput
   plan.pp = l.p.pp;
   plan.dp = l.p.dp;
   plan.cp = l.p.cp;
+  plan.ep = l.p.ep;
+  plan.etp = l.p.expert_tp();
   plan.micro_batch = l.micro_batch;
   plan.zero = l.p.zero;
   plan.distributed_optimizer = l.p.distributed_optimizer;
@@ -426,6 +459,7 @@ TrainingSpec TrainingFor(const JobSpec& job, const GpuType& g) {
   t.optimizer = job.optimizer;
   t.fp8_recipe = job.fp8_recipe_or_default();
   t.fp8_param_gather = job.fp8_param_gather;
+  t.moe_capacity_factor = job.moe_capacity_factor;
   if (t.fp8() && !g.fp8_tflops) {
     t.precision = Precision::kBf16;  // no FP8 tensor cores (A100, V100): bf16 mixed precision
     t.fp8_param_gather = false;
@@ -515,6 +549,8 @@ nlohmann::json PlanToJson(const Plan& p) {
                       {"pp", p.pp},
                       {"dp", p.dp},
                       {"cp", p.cp},
+                      {"ep", p.ep},
+                      {"etp", p.etp},
                       {"micro_batch", p.micro_batch},
                       {"zero", p.zero},
                       {"distributed_optimizer", p.distributed_optimizer},

@@ -51,7 +51,9 @@ struct JobSpec {
   LoraSpec lora;
   OptimizerKind optimizer = OptimizerKind::kAdamW;
   std::optional<std::string> gpu;  // pin a GPU type (users normally do not)
-  std::optional<int64_t> gpus, tp, pp, dp, cp, micro_batch, zero;
+  std::optional<int64_t> gpus, tp, pp, dp, cp, ep, micro_batch, zero;
+  // MoE routing: 0 dropless; else Megatron's capacity factor (TrainingSpec).
+  double moe_capacity_factor = 0;
   std::optional<Recompute> recompute;
   // Offload pinned (kNone forbids it); unset: tried only when nothing fits without it.
   std::optional<Offload> offload;
@@ -76,6 +78,8 @@ struct Plan {
   std::string gpu;
   int64_t gpus = 0;
   int64_t tp = 1, pp = 1, dp = 1, cp = 1, micro_batch = 1, zero = 0;
+  int64_t ep = 1;  // expert parallel (MoE): experts split over ep of the dp x cp ranks
+  int64_t etp = 1;  // MoE: the experts' tensor parallel size (tp, or 1 under Megatron-LM)
   bool distributed_optimizer = false;
   Recompute recompute = Recompute::kNone;
   Offload offload = Offload::kNone;

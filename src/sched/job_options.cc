@@ -165,6 +165,7 @@ Result<std::shared_ptr<const JobOptions>> OptionCache::Get(const std::string& mo
                Fp8RecipeName(job.fp8_recipe_or_default()) +
                (job.fp8_param_gather ? "/pg" : "");
   }
+  if (job.moe_capacity_factor > 0) variant += "/cf" + std::to_string(job.moe_capacity_factor);
   if (job.finetune != FineTune::kFull) {
     const LoraSpec& l = job.lora;
     variant += "/r" + std::to_string(l.rank) + "/t" + std::to_string(l.targets) + "/b" +

@@ -107,6 +107,59 @@ TEST(PerfModel, SlowNetworksExposeDataParallelTraffic) {
   EXPECT_GT(slow.iteration_s, fast.iteration_s);
 }
 
+// Mixtral-8x7B at 4096-token sequences over dp ranks with expert parallelism ep, Megatron's
+// distributed optimizer.
+struct MixtralLayout {
+  ModelSpec m = *ResolveModel("mixtral-8x7b");
+  TrainingSpec t;
+  ParallelPlan p;
+  MixtralLayout(int64_t dp, int64_t ep) {
+    t.seq_len = 4096;
+    p.dp = dp;
+    p.ep = ep;
+    p.distributed_optimizer = true;
+  }
+  PerfEstimate Perf() const { return frenzy::Perf(m, t, p, "H100-80GB", {8, 400}); }
+};
+
+TEST(PerfModel, ExpertParallelAllToAllsMoveTheRoutedRows) {
+  // Mixtral-8x7B, 4096 tokens a micro-batch, top-2: each all-to-all moves 2 x 4096 rows of
+  // 4096 bf16 values (67,108,864 bytes), 7/8 of them to the 7 other ranks of an EP group of 8,
+  // over NVLink at 450 GB/s one way (H100: 900 GB/s bidirectional): 130.5 us; dispatch and
+  // combine in forward and in backward, in 32 MoE layers, 2 micro-batches: 33.4 ms.
+  MixtralLayout l(8, 8);
+  l.t.global_batch = 16;
+  const double one = 67'108'864.0 * 7.0 / 8.0 / 450e9;
+  auto ep8 = l.Perf();
+  EXPECT_NEAR(ep8.breakdown.ep_comm_s, one * 4 * 32 * 2, 1e-9);
+  // Without expert parallelism nothing is exchanged; every rank then holds and reduces all the
+  // experts' gradients, so the data-parallel step moves more.
+  l.p.ep = 1;
+  auto ep1 = l.Perf();
+  EXPECT_EQ(ep1.breakdown.ep_comm_s, 0);
+  EXPECT_GT(ep1.breakdown.optimizer_s, ep8.breakdown.optimizer_s * 0.99);
+  // On nodes of 4 GPUs (400 GB/s a node: 100 GB/s a GPU) half of the rows go to the other node
+  // while 3/8 cross NVLink at once: 33,554,432 bytes over the network, 335.5 us an exchange.
+  l.p.ep = 8;
+  auto split = frenzy::Perf(l.m, l.t, l.p, "H100-80GB", {4, 400});
+  EXPECT_NEAR(split.breakdown.ep_comm_s, 33'554'432.0 / 100e9 * 4 * 32 * 2, 1e-9);
+  // DeepEP sends a token once to the other node when any of its 2 experts is there: it misses
+  // both with probability (4/8)(3/7) = 3/14, so 11/14 of the 4096 tokens cross, not 2 x 1/2.
+  l.t.moe_dispatcher = MoeDispatcher::kDeepEp;
+  auto deepep = frenzy::Perf(l.m, l.t, l.p, "H100-80GB", {4, 400});
+  EXPECT_NEAR(deepep.breakdown.ep_comm_s, 4096.0 * 11.0 / 14.0 * 8192 / 100e9 * 4 * 32 * 2, 1e-9);
+}
+
+TEST(PerfModel, CapacityFactorPadsTheExpertsWork) {
+  MixtralLayout l(8, 8);
+  auto dropless = l.Perf();
+  l.t.moe_capacity_factor = 2.0;
+  auto padded = l.Perf();
+  EXPECT_GT(padded.breakdown.compute_s, dropless.breakdown.compute_s);
+  EXPECT_NEAR(padded.breakdown.ep_comm_s, 2.0 * dropless.breakdown.ep_comm_s, 1e-12);
+  EXPECT_EQ(padded.model_flops_per_token, dropless.model_flops_per_token);  // padding is not model work
+}
+
 TEST(PerfModel, Bf16OnV100IsAnError) {
   ModelSpec m = *ResolveModel("gpt2");
   TrainingSpec t;

@@ -472,6 +472,31 @@ TEST(Planner, Fp8RunsWhereTheGpusHaveFp8TensorCores) {
   EXPECT_LT(r.plans[0].total_s, b.plans[0].total_s);
 }
 
+TEST(Planner, MixtureOfExpertsRunsExpertParallel) {
+  // Mixtral-8x7B (46.7B parameters, 8 experts) on 8 nodes of 8 H100s. Without expert
+  // parallelism every data-parallel rank holds all experts, so the states fit only with deep
+  // TP x PP; splitting the experts over EP ranks leaves each rank one to four of them.
+  Cluster c;
+  c.name = "h100x64";
+  for (int i = 0; i < 8; ++i) c.nodes.push_back({"n" + std::to_string(i), "H100-80GB", 8, 50, 0});
+  JobSpec j = Job("mixtral-8x7b", 1e11, 256, 4096);
+  PlannerOptions o;
+  o.top = 1000;
+  PlanResult r = Plan_(j, c, o);
+  ASSERT_FALSE(r.plans.empty()) << Why(r);
+  EXPECT_GT(r.plans[0].ep, 1);
+  EXPECT_EQ(r.plans[0].dp * r.plans[0].cp % r.plans[0].ep, 0);
+  JobSpec no_ep = j;
+  no_ep.ep = 1;
+  PlanResult b = Plan_(no_ep, c, o);
+  ASSERT_FALSE(b.plans.empty()) << Why(b);
+  EXPECT_LT(r.plans[0].total_s, b.plans[0].total_s);
+  // A dense model is never given EP.
+  PlanResult dense = Plan_(Job("llama-3-8b", 1e10, 64, 4096), c, o);
+  ASSERT_FALSE(dense.plans.empty());
+  for (const auto& p : dense.plans) EXPECT_EQ(p.ep, 1);
+}
+
 TEST(Planner, BadJobsAreErrors) {
   JobSpec j = Job("gpt2");
   j.tokens = 0;

@@ -1,0 +1,212 @@
+// `frenzy plan`: the serverless decision for a job, as a table or JSON.
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <fmt/core.h>
+
+#include "cli/commands.h"
+#include "cli/finetune_flags.h"
+#include "cli/fp8_flags.h"
+#include "common/status.h"
+#include "hardware/cluster.h"
+#include "hardware/gpu.h"
+#include "memory/training.h"
+#include "model/zoo.h"
+#include "planner/explain.h"
+#include "planner/planner.h"
+
+namespace frenzy::cli {
+namespace {
+
+// ---- plan ----------------------------------------------------------------------------------
+
+struct PlanOptions {
+  std::string model;
+  double tokens = 0;
+  int64_t global_batch = 0;
+  int64_t seq_len = 2048;
+  std::string cluster = "cluster64";
+  int64_t top = 10;
+  std::string objective = "time";
+  std::string framework;  // megatron for full training, hf (PEFT + Trainer) for adapters
+  std::string precision = "bf16";
+  std::string fp8_recipe;
+  bool fp8_param_gather = false;
+  std::string optimizer = "adamw";
+  FineTuneFlags ft;
+  std::string gpu;
+  std::string recompute;
+  int64_t gpus = 0, tp = 0, pp = 0, dp = 0, cp = 0, ep = 0, micro_batch = 0, zero = -1;
+  double moe_capacity_factor = 0;
+  double deadline_hours = 0;
+  double budget = 0;
+  double margin = 0.10;
+  bool json = false;
+};
+
+
+void RunPlan(const PlanOptions& o) {
+  auto spec = ResolveModel(o.model);
+  if (!spec.ok()) return Fail(spec.status());
+  auto cluster = ResolveCluster(o.cluster, GpuCatalog::Default());
+  if (!cluster.ok()) return Fail(cluster.status());
+  JobSpec job;
+  job.model = *spec;
+  job.tokens = o.tokens;
+  job.global_batch = o.global_batch;
+  job.seq_len = o.seq_len;
+  if (Status s = ResolveFineTune(o.ft, &job.finetune, &job.lora); !s.ok()) return Fail(s);
+  std::string fw = o.framework;
+  if (fw.empty()) fw = job.finetune == FineTune::kFull ? "megatron" : "hf";
+  auto precision = ParsePrecision(o.precision);
+  auto framework = ParseFramework(fw);
+  auto optimizer = ParseOptimizer(o.optimizer);
+  if (!precision) return Fail(InvalidArgument("unknown precision '" + o.precision + "'", {}, "--precision"));
+  if (!framework) return Fail(InvalidArgument("unknown framework '" + fw + "'", {}, "--framework"));
+  if (!optimizer) return Fail(InvalidArgument("unknown optimizer '" + o.optimizer + "'", {}, "--optimizer"));
+  job.precision = *precision;
+  job.framework = *framework;
+  job.optimizer = *optimizer;
+  job.fp8_param_gather = o.fp8_param_gather;
+  if (Status s = ResolveFp8Recipe(o.fp8_recipe, job.precision, &job.fp8_recipe); !s.ok()) {
+    return Fail(s);
+  }
+  if (!o.gpu.empty()) job.gpu = o.gpu;
+  if (!o.recompute.empty()) {
+    auto rc = ParseRecompute(o.recompute);
+    if (!rc) return Fail(InvalidArgument("unknown value '" + o.recompute + "'", {}, "--recompute"));
+    job.recompute = *rc;
+  }
+  auto pin = [](int64_t v) { return v > 0 ? std::optional<int64_t>(v) : std::nullopt; };
+  job.gpus = pin(o.gpus);
+  job.tp = pin(o.tp);
+  job.pp = pin(o.pp);
+  job.dp = pin(o.dp);
+  job.cp = pin(o.cp);
+  job.ep = pin(o.ep);
+  job.moe_capacity_factor = o.moe_capacity_factor;
+  job.micro_batch = pin(o.micro_batch);
+  if (o.zero >= 0) job.zero = o.zero;
+  if (o.deadline_hours > 0) job.deadline_s = o.deadline_hours * 3600;
+  if (o.budget > 0) job.budget = o.budget;
+  PlannerOptions popt;
+  popt.top = o.top;
+  popt.memory_margin = o.margin;
+  if (o.objective == "time") {
+    popt.objective = Objective::kTime;
+  } else if (o.objective == "cost") {
+    popt.objective = Objective::kCost;
+  } else if (o.objective == "mix") {
+    popt.objective = Objective::kMix;
+  } else {
+    return Fail(InvalidArgument("expected time, cost or mix", {}, "--objective"));
+  }
+  auto r = PlanJob(job, *cluster, GpuCatalog::Default(), popt);
+  if (!r.ok()) return Fail(r.status());
+  if (o.json) {
+    nlohmann::json j;
+    j["model"] = spec->name;
+    j["cluster"] = cluster->name;
+    j["framework"] = FrameworkName(job.framework);
+    j["finetune"] = FineTuneName(job.finetune);
+    j["plans"] = nlohmann::json::array();
+    for (const auto& p : r->plans) j["plans"].push_back(PlanToJson(p));
+    j["pareto"] = nlohmann::json::array();
+    for (const auto& p : r->pareto) j["pareto"].push_back(PlanToJson(p));
+    j["layouts_considered"] = r->layouts_considered;
+    j["layouts_fitting"] = r->layouts_fitting;
+    j["explanation"] = ExplainPlan(*r, popt);
+    j["infeasible"] = InfeasibleOrNull(*r);  // the typed reasons behind the explanation
+    PrintJson(j);
+  } else {
+    fmt::print("{} on {} ({}): {} layouts considered, {} fit\n", spec->name, cluster->name,
+               FrameworkName(job.framework), r->layouts_considered, r->layouts_fitting);
+    if (job.finetune != FineTune::kFull) {
+      fmt::print("  fine-tune {}\n", DescribeFineTune(job.finetune, job.lora));
+    }
+    if (!r->plans.empty()) {
+      fmt::print("  {:<3} {:<10} {:>5} {:>3} {:>3} {:>4} {:>3} {:>3} {:>3} {:>9} {:>13} {:>12} "
+                 "{:>6} {:>10} {:>9}\n",
+                 "#", "GPU", "GPUS", "TP", "PP", "DP", "CP", "EP", "MB", "RECOMP", "MEM GiB",
+                 "TIME", "MFU", "COST $", "PARETO");
+      bool offload = false;
+      for (const auto& p : r->plans) offload = offload || p.offload != Offload::kNone;
+      int i = 0;
+      for (const auto& p : r->plans) {
+        std::string time = p.total_s < 86400 * 2 ? fmt::format("{:.1f} h", p.total_s / 3600)
+                                                  : fmt::format("{:.1f} d", p.total_s / 86400);
+        fmt::print("  {:<3} {:<10} {:>5} {:>3} {:>3} {:>4} {:>3} {:>3} {:>3} {:>9} {:>6} / {:<4} "
+                   "{:>12} {:>5.1f}% {:>10} {:>9}\n",
+                   ++i, p.gpu, p.gpus, p.tp, p.pp, p.dp, p.cp, p.ep, p.micro_batch,
+                   RecomputeName(p.recompute), Gib(p.device_bytes), Gib(p.gpu_memory_bytes), time,
+                   100 * p.mfu, p.cost ? fmt::format("{:.0f}", *p.cost) : "-",
+                   p.pareto ? "yes" : "");
+        if (job.precision == Precision::kFp8) {
+          if (p.precision == Precision::kFp8) {
+            fmt::print("      fp8 linears ({} scaling)\n", Fp8RecipeName(job.fp8_recipe_or_default()));
+          } else {
+            fmt::print("      {}: this GPU has no FP8 tensor cores\n", PrecisionName(p.precision));
+          }
+        }
+        if (offload && p.offload != Offload::kNone) {
+          fmt::print("      ZeRO {}, {} offloaded: {} GiB of host memory per node\n", p.zero,
+                     OffloadName(p.offload), Gib(p.host_bytes_per_node));
+        }
+      }
+    }
+    fmt::print("  {}\n", ExplainPlan(*r, popt));
+  }
+  if (r->plans.empty()) SetExitCode(3);  // an answer, not an error: nothing fits
+}
+
+}  // namespace
+
+void RegisterPlanCommand(CLI::App& app) {
+  auto o = std::make_shared<PlanOptions>();
+  auto* cmd = app.add_subcommand(
+      "plan", "The serverless decision: feasible plans (GPU type, count, layout), best first.");
+  cmd->add_option("--model,-m", o->model, "Zoo name, HuggingFace id, or config.json path")
+      ->required();
+  cmd->add_option("--tokens", o->tokens, "Tokens to train on (e.g. 2e11)")->required();
+  cmd->add_option("--global-batch", o->global_batch, "Sequences per iteration")->required();
+  cmd->add_option("--seq-len", o->seq_len, "Sequence length")->capture_default_str();
+  cmd->add_option("--cluster", o->cluster, "Bundled cluster or cluster file")
+      ->capture_default_str();
+  cmd->add_option("--top", o->top, "How many plans to list")->capture_default_str();
+  cmd->add_option("--objective", o->objective, "time|cost|mix")->capture_default_str();
+  cmd->add_option("--framework", o->framework,
+                  "megatron|deepspeed|fsdp|hf (default: megatron; hf for --finetune lora/qlora)");
+  cmd->add_option("--precision", o->precision,
+                  "bf16|fp16|fp32|bf16-pure|fp8 (fp8: FP8 linears on GPUs that have FP8 "
+                  "tensor cores, bf16 on the others)")
+      ->capture_default_str();
+  cmd->add_option("--fp8-recipe", o->fp8_recipe,
+                  "delayed|current|mxfp8|tensorwise|rowwise (default: the framework's)");
+  cmd->add_flag("--fp8-param-gather", o->fp8_param_gather, "FP8 weights where gathered");
+  cmd->add_option("--optimizer", o->optimizer,
+                  "adamw|adam|sgd|sgdm|adafactor|adam8bit|paged-adamw|paged-adamw8bit")
+      ->capture_default_str();
+  AddFineTuneFlags(cmd, &o->ft);
+  cmd->add_option("--gpu", o->gpu, "Pin a GPU type (normally left to Frenzy)");
+  cmd->add_option("--gpus", o->gpus, "Pin the GPU count");
+  cmd->add_option("--tp", o->tp, "Pin tensor parallelism");
+  cmd->add_option("--pp", o->pp, "Pin pipeline stages");
+  cmd->add_option("--dp", o->dp, "Pin data parallelism");
+  cmd->add_option("--cp", o->cp, "Pin context parallelism");
+  cmd->add_option("--ep", o->ep, "Pin expert parallelism (MoE)");
+  cmd->add_option("--moe-capacity-factor", o->moe_capacity_factor,
+                  "MoE routing: 0 dropless (default), else Megatron's capacity factor with "
+                  "padded expert inputs");
+  cmd->add_option("--micro-batch", o->micro_batch, "Pin the micro-batch");
+  cmd->add_option("--zero", o->zero, "Pin the ZeRO stage");
+  cmd->add_option("--recompute", o->recompute, "Pin recomputation none|selective|full");
+  cmd->add_option("--deadline-hours", o->deadline_hours, "Finish within this many hours");
+  cmd->add_option("--budget", o->budget, "Spend at most this many USD");
+  cmd->add_option("--margin", o->margin, "Memory safety margin (fraction)")
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json, "Machine-readable output");
+  cmd->callback([o] { RunPlan(*o); });
+}
+
+}  // namespace frenzy::cli
