@@ -38,7 +38,8 @@ The plan is one JSON object whose fields are named as frenzy's planner names the
                                       weights stay replicated.
     distributed_optimizer  false      Megatron's name for stage-1 sharding; true acts as zero 1
     recompute     "none"              "none", "selective" (the attention core of each layer is
-                                      recomputed in backward), "full" (whole layers are);
+                                      recomputed in backward), "full" (whole layers are;
+                                      `recompute_every` N: every Nth, 1-based);
                                       the planner's "op" runs as "selective" (printed note)
     precision     "bf16"              "bf16" (autocast), "fp16" (autocast + loss scaling, CUDA
                                       only: fp32 on CPU with a printed note), "fp32";
@@ -147,6 +148,7 @@ class Plan:
     heads: int
     vocab: int
     arch: str           # "gpt" | "llama"
+    recompute_every: int = 1  # with "full": every Nth block (1-based) is checkpointed
 
     @property
     def accumulation(self) -> int:
@@ -246,6 +248,9 @@ def parse_plan(raw: dict[str, Any], world_size: int, arch_override: Optional[str
     if recompute == "op":
         notes.append("recompute 'op' runs as 'selective' (the attention core is recomputed)")
         recompute = "selective"
+    recompute_every = integer("recompute_every", 1)
+    if recompute != "full" and recompute_every != 1:
+        raise Refused("plan field 'recompute_every' needs recompute 'full'")
     precision = choice("precision", "bf16", ("bf16", "bf16-pure", "fp16", "fp32"))
     if precision == "bf16-pure":
         notes.append("precision bf16-pure runs as bf16 mixed precision (fp32 master weights)")
@@ -267,7 +272,7 @@ def parse_plan(raw: dict[str, Any], world_size: int, arch_override: Optional[str
     return Plan(gpu=str(gpu), gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=micro_batch,
                 zero=zero, recompute=recompute, precision=precision, tokens=tokens,
                 global_batch=global_batch, seq_len=seq_len, layers=layers, hidden=hidden,
-                heads=heads, vocab=vocab, arch=arch)
+                heads=heads, vocab=vocab, arch=arch, recompute_every=recompute_every)
 
 
 # --------------------------------------------------------------------------------------------
@@ -393,10 +398,11 @@ class Decoder(nn.Module):
     """Token embedding, `layers` blocks, a final norm and the LM head; forward returns the mean
     next-token cross-entropy."""
 
-    def __init__(self, cfg: ModelConfig, recompute: str):
+    def __init__(self, cfg: ModelConfig, recompute: str, recompute_every: int = 1):
         super().__init__()
         self.cfg = cfg
         self.full_recompute = recompute == "full"
+        self.recompute_every = recompute_every
         self.embed = nn.Embedding(cfg.vocab, cfg.hidden)
         # GPT learns absolute positions; LLaMA rotates q and k instead (no parameters).
         self.positions = nn.Embedding(cfg.max_seq_len, cfg.hidden) if cfg.arch == "gpt" else None
@@ -428,8 +434,9 @@ class Decoder(nn.Module):
             x = x + self.positions(torch.arange(seq, device=tokens.device))
         else:
             rope = rotary_tables(seq, self.cfg.head_dim, tokens.device)
-        for block in self.blocks:
-            if self.full_recompute and self.training:
+        for i, block in enumerate(self.blocks):
+            if (self.full_recompute and self.training and
+                    (i + 1) % self.recompute_every == 0):
                 x = checkpoint(block, x, rope, use_reentrant=False)
             else:
                 x = block(x, rope)
@@ -704,7 +711,7 @@ def run(args: argparse.Namespace, plan: Plan, precision: str, notes: list[str],
                       tie_embeddings=(args.tie_embeddings if args.tie_embeddings is not None
                                       else plan.arch == "gpt"))
     torch.manual_seed(args.seed)  # the same initial weights on every rank
-    model = Decoder(cfg, plan.recompute).to(d.device)
+    model = Decoder(cfg, plan.recompute, plan.recompute_every).to(d.device)
 
     # Rank 0 reads the checkpoint and hands it to the others: no shared file system needed.
     state = None

@@ -14,7 +14,8 @@ length, precision, optimizer and recomputation. The peak of the last step is rep
 Usage:
   measure_memory.py --config CONFIG.json [--micro-batch 1] [--seq-len 128]
       [--precision fp32|bf16|fp16|bf16-pure] [--optimizer adamw|adam|sgd|sgdm]
-      [--recompute none|selective|full] [--attn eager|sdpa] [--steps 3] [--device cpu|cuda]
+      [--recompute none|selective|full] [--recompute-every N] [--attn eager|sdpa] [--steps 3]
+      [--device cpu|cuda]
       [--dropout on|off] [--json]
 
 Prints one JSON object with --json: the configuration, "params", "peak_bytes",
@@ -504,8 +505,13 @@ class Decoder(nn.Module):
             x = F.dropout(x, self.c["embd_dropout"], self.training)
         mask = torch.full((s, s), torch.finfo(x.dtype).min, device=ids.device, dtype=x.dtype).triu(1)[None, None]
         rope = self.rotary(s, x.dtype, ids.device) if self.c["pos"] == "rotary" else None
-        for blk in self.blocks:
-            if run["recompute"] == "full" and run.get("autocast_in_recompute"):
+        for i, blk in enumerate(self.blocks):
+            # Every Nth block (1-based) is checkpointed, as torchtitan's layer-wise AC wraps
+            # them (selective_ac_option = "N"); N = 1: every block.
+            every = run.get("recompute_every", 1)
+            if run["recompute"] == "full" and (i + 1) % every != 0:
+                x = blk(x, mask, rope, run)
+            elif run["recompute"] == "full" and run.get("autocast_in_recompute"):
                 # As on CUDA, where checkpoint re-enters the forward's autocast to recompute
                 # (torch 1.13 restores CUDA autocast only; on CPU the recompute would run
                 # without it). Used for the fine-tuning cases.
@@ -696,13 +702,15 @@ def tensor_bytes(tensors):
 
 def measure(doc, micro_batch=1, seq_len=128, precision="fp32", optimizer="adamw", recompute="none",
             attn="eager", dropout="on", steps=3, device=None, seed=0, finetune="full", lora_rank=8,
-            lora_alpha=16.0, lora_dropout=0.0, lora_targets="all-linear", double_quant=True):
+            lora_alpha=16.0, lora_dropout=0.0, lora_targets="all-linear", double_quant=True,
+            recompute_every=1):
     """Builds the model of config `doc`, trains `steps` steps and returns the measured peak."""
     args = argparse.Namespace(micro_batch=micro_batch, seq_len=seq_len, precision=precision,
                               optimizer=optimizer, recompute=recompute, attn=attn, dropout=dropout,
                               steps=steps, seed=seed, finetune=finetune, lora_rank=lora_rank,
                               lora_alpha=lora_alpha, lora_dropout=lora_dropout,
                               lora_targets=lora_targets, double_quant=double_quant,
+                              recompute_every=recompute_every,
                               device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
     return _measure(parse_config(doc), args)
 
@@ -715,6 +723,8 @@ def main():
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16", "bf16-pure"])
     ap.add_argument("--optimizer", default="adamw")
     ap.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
+    ap.add_argument("--recompute-every", type=int, default=1,
+                    help="with --recompute full: checkpoint every Nth block only")
     ap.add_argument("--attn", default="eager", choices=["eager", "sdpa"])
     ap.add_argument("--dropout", default="on", choices=["on", "off"])
     ap.add_argument("--steps", type=int, default=3)
@@ -765,6 +775,7 @@ def _measure(c, args):
             math.prod(m.shape) for m in model.modules() if isinstance(m, Nf4Linear))
     opt = make_optimizer(args.optimizer, params)
     run = {"recompute": args.recompute, "attn": args.attn, "dropout": args.dropout == "on",
+           "recompute_every": max(1, getattr(args, "recompute_every", 1)),
            "autocast_in_recompute": amp_dtype if finetune != "full" else None}
     scaler = torch.cuda.amp.GradScaler() if args.precision == "fp16" else None
     b, s, V = args.micro_batch, args.seq_len, c["vocab"]

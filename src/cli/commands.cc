@@ -1,6 +1,7 @@
 #include "cli/commands.h"
 #include "cli/finetune_flags.h"
 #include "cli/fp8_flags.h"
+#include "cli/recompute_flags.h"
 
 #include <iostream>
 #include <memory>
@@ -245,7 +246,7 @@ struct PredictOptions {
   std::string gpu;
   std::string precision = "bf16";
   std::string optimizer = "adamw";
-  std::string recompute = "none";
+  RecomputeFlags rc;
   std::string framework = "megatron";
   std::string head;
   std::string device = "cuda";
@@ -275,8 +276,6 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
   if (!optimizer) {
     return bad("--optimizer", o.optimizer, "adamw, adam, sgd, sgdm, adafactor, adam8bit, paged-adamw or paged-adamw8bit");
   }
-  auto recompute = ParseRecompute(o.recompute);
-  if (!recompute) return bad("--recompute", o.recompute, "none, selective, op or full");
   auto framework = ParseFramework(o.framework);
   if (!framework) return bad("--framework", o.framework, "megatron, deepspeed, fsdp or hf");
   if (o.head.empty()) o.head = spec.arch == ArchKind::kEncoder ? "masked-lm" : "causal-lm";
@@ -285,7 +284,7 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
   if (o.device != "cuda" && o.device != "cpu") return bad("--device", o.device, "cuda or cpu");
   o.train.precision = *precision;
   o.train.optimizer = *optimizer;
-  o.train.recompute = *recompute;
+  RETURN_IF_ERROR(ResolveRecompute(o.rc, &o.train));
   o.train.framework = *framework;
   o.train.head = *head;
   o.train.flash_attn = !o.no_flash;
@@ -344,6 +343,9 @@ void RunPredict(PredictOptions o) {
     fmt::print("  fine-tune {}\n", DescribeFineTune(o.train.finetune, o.train.lora));
   }
   if (o.train.fp8()) fmt::print("  {}\n", DescribeFp8(o.train));
+  if (auto words = DescribeRecompute(o.rc, o.train); !words.empty()) {
+    fmt::print("  {}\n", words);
+  }
   fmt::print("\n  {:<6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  {}\n",
              "stage", "layers", "weights", "grads", "optim", "activ", "logits", "temp",
              "overhead", "peak", "device", "peak in");
@@ -480,7 +482,7 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
         ->capture_default_str();
     cmd->add_option("--cp", o->plan.cp, "Context parallel size")->capture_default_str();
     cmd->add_option("--ep", o->plan.ep, "Expert parallel size (MoE: experts split over ep of "
-                                       "the dp x cp ranks)")
+                                       "the tp x dp x cp / etp ranks)")
         ->capture_default_str();
     cmd->add_option("--etp", o->plan.etp,
                     "Expert tensor parallel size (Megatron --expert-tensor-parallel-size; "
@@ -504,7 +506,15 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
         ->capture_default_str();
     cmd->add_option("--shard-group", o->plan.shard_group,
                     "Hybrid sharding group size (default: all of dp)");
-    cmd->add_option("--recompute", o->recompute, "none|selective|op|full")->capture_default_str();
+    cmd->add_option("--recompute", o->rc.recompute, "none|selective|op|full")
+        ->capture_default_str();
+    cmd->add_option("--recompute-every", o->rc.every,
+                    "With --recompute full: checkpoint every Nth layer only")
+        ->capture_default_str();
+    cmd->add_option("--ac-mode", o->rc.ac_mode,
+                    "torchtitan's activation_checkpoint mode: none|selective|full");
+    cmd->add_option("--selective-ac-option", o->rc.ac_option,
+                    "torchtitan's selective_ac_option: op, or N (every Nth layer; default 2)");
     cmd->add_option("--precision", o->precision, "bf16|fp16|fp32|bf16-pure|fp8")
         ->capture_default_str();
     cmd->add_option("--fp8-recipe", o->fp8_recipe,

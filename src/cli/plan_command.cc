@@ -139,7 +139,7 @@ void RunPlan(const PlanOptions& o) {
         fmt::print("  {:<3} {:<10} {:>5} {:>3} {:>3} {:>4} {:>3} {:>3} {:>3} {:>9} {:>6} / {:<4} "
                    "{:>12} {:>5.1f}% {:>10} {:>9}\n",
                    ++i, p.gpu, p.gpus, p.tp, p.pp, p.dp, p.cp, p.ep, p.micro_batch,
-                   RecomputeName(p.recompute), Gib(p.device_bytes), Gib(p.gpu_memory_bytes), time,
+                   RecomputeText(p), Gib(p.device_bytes), Gib(p.gpu_memory_bytes), time,
                    100 * p.mfu, p.cost ? fmt::format("{:.0f}", *p.cost) : "-",
                    p.pareto ? "yes" : "");
         if (job.precision == Precision::kFp8) {

@@ -350,12 +350,13 @@ EagerMlp EagerMlpSaved(const ModelSpec& m, const ParallelPlan& p, const EagerSha
       // Under autocast each expert's matmuls keep 16-bit casts of its weight slices (only
       // whole parameters are cached); the router's and the stream's tensors stay fp32.
       if (x.autocast) {
-        mlp.saved += m.moe.num_experts * 3 * h * x.w.f * x.e + routed * 2 * h * (kF32 - x.e);
+        mlp.saved += m.moe.num_experts / p.ep * 3 * h * x.w.f * x.e +
+                     routed * 2 * h * (kF32 - x.e);
       }
       // Its experts are slices of one stacked parameter: each slice's backward allocates a
       // zero-filled gradient of the whole stack to add to the stack's (whole) gradient. (The
       // block input's gradient added no peak of its own in the CPU measurements.)
-      const int64_t stack = m.moe.num_experts * (3 * h * x.w.f + 2 * x.w.f + h);
+      const int64_t stack = m.moe.num_experts / p.ep * (3 * h * x.w.f + 2 * x.w.f + h);
       mlp.backward = mlp.backward * k / std::max<int64_t>(1, m.moe.num_experts) + stack * x.e;
       return mlp;
     }
@@ -621,7 +622,7 @@ LayerActivations MegatronLayer(const ModelSpec& m, const TrainingSpec& t, const 
         static_cast<double>(tokens) * t.moe_routed_per_token(m.moe.experts_per_token);
     const int64_t per_row = f * e * (m.gated_mlp ? 2 : 1) + f * le + w.h * le;
     mlp = static_cast<int64_t>(rows * static_cast<double>(per_row)) +
-          sb * m.moe.num_experts * kF32 * 2;
+          sb / outside * m.moe.num_experts * kF32 * 2;  // each rank routes its own tokens
     mlp_grad = static_cast<int64_t>(rows * static_cast<double>(2 * f * e));
     if (m.moe.num_shared_experts > 0) {
       int64_t sf = m.moe.shared_ffn_hidden_size / p.tp;

@@ -16,6 +16,7 @@ nlohmann::json LayoutToJson(const TrainingSpec& t, const ParallelPlan& p) {
           {"precision", PrecisionName(t.precision)},
           {"optimizer", OptimizerName(t.optimizer)},
           {"recompute", RecomputeName(t.recompute)},
+          {"recompute_every", t.recompute_every},
           {"framework", FrameworkName(t.framework)},
           {"head", HeadTypeName(t.head)},
           {"flash_attn", t.flash_attn},

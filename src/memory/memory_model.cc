@@ -145,6 +145,9 @@ struct LayerKinds {
   bool has_moe = false;
   RankLayer dense_params, moe_params;
   LayerActivations dense_act, moe_act;
+  // Checkpointing every `every`-th layer: what the others keep (recomputing nothing).
+  int64_t every = 1;
+  LayerActivations dense_plain, moe_plain;
   int64_t embedding_act = 0;     // first stage, one micro-batch
   OutputActivations output_act;  // last stage, one micro-batch
   int64_t stream_grad = 0;       // the residual stream's gradient, alive through backward
@@ -168,6 +171,15 @@ LayerKinds MakeLayerKinds(const ModelSpec& m, const TrainingSpec& t, const Paral
   }
   k.dense_act = LayerActivationBytes(m, t, p, false);
   if (k.has_moe) k.moe_act = LayerActivationBytes(m, t, p, true);
+  k.every = t.recompute_every > 1 ? t.recompute_every : 1;
+  if (k.every > 1) {
+    // Layers between the checkpointed ones keep everything.
+    TrainingSpec plain = t;
+    plain.recompute = Recompute::kNone;
+    plain.recompute_every = 1;
+    k.dense_plain = LayerActivationBytes(m, plain, p, false);
+    if (k.has_moe) k.moe_plain = LayerActivationBytes(m, plain, p, true);
+  }
   k.embedding_act = EmbeddingActivationBytes(m, t, p);
   k.output_act = OutputActivationBytes(m, t, p);
   const ActivationShape sh = MakeActivationShape(t, p);
@@ -183,12 +195,13 @@ struct StageLayers {
   int64_t n_layers = 0;
   int64_t n_dense = 0;
   int64_t n_moe = 0;
+  int64_t n_dense_plain = 0, n_moe_plain = 0;  // of them, not checkpointed (recompute_every)
   bool first_stage = false;
   bool last_stage = false;
 };
 
-StageLayers MakeStageLayers(const ModelSpec& m, const ParallelPlan& p, bool has_moe, int64_t stage,
-                            int64_t first, int64_t n_layers) {
+StageLayers MakeStageLayers(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
+                            bool has_moe, int64_t stage, int64_t first, int64_t n_layers) {
   StageLayers l;
   l.stage = stage;
   l.first = first;
@@ -199,6 +212,11 @@ StageLayers MakeStageLayers(const ModelSpec& m, const ParallelPlan& p, bool has_
     for (int64_t i = first; i < first + n_layers; ++i) l.n_moe += m.IsMoeLayer(i) ? 1 : 0;
   }
   l.n_dense = n_layers - l.n_moe;
+  if (t.recompute_every > 1) {
+    for (int64_t i = first; i < first + n_layers; ++i) {
+      if (!t.RecomputesLayer(i)) ++(has_moe && m.IsMoeLayer(i) ? l.n_moe_plain : l.n_dense_plain);
+    }
+  }
   return l;
 }
 
@@ -235,7 +253,9 @@ StageState MakeStageState(const ModelSpec& m, const TrainingSpec& t, const Paral
   s.sp = ParamsOnRank(m, counts, p, k.dense_params, k.moe_params, l.n_dense, l.n_moe, l.first_stage,
                       l.last_stage);
   s.st = ModelStates(t, p, s.sp);
-  s.act = l.n_dense * k.dense_act.saved + l.n_moe * k.moe_act.saved;
+  s.act = (l.n_dense - l.n_dense_plain) * k.dense_act.saved +
+          (l.n_moe - l.n_moe_plain) * k.moe_act.saved + l.n_dense_plain * k.dense_plain.saved +
+          l.n_moe_plain * k.moe_plain.saved;
   if (l.first_stage) s.act += k.embedding_act;
   if (l.last_stage) s.out = k.output_act;
   s.in_flight = InFlight(p, l.stage, microbatches);
@@ -243,6 +263,13 @@ StageState MakeStageState(const ModelSpec& m, const TrainingSpec& t, const Paral
   s.grads_at_start = s.st.grads_persist ? s.st.grads : 0;
   const bool recompute_layers = RecomputesLayerForward(t.recompute);
   s.cache_after_forward = recompute_layers ? 0 : s.st.autocast_cache;
+  if (recompute_layers && k.every > 1) {
+    // Layers run with grad keep their casts through backward; the checkpointed ones do not.
+    s.cache_after_forward =
+        s.st.autocast_cache > 0
+            ? 2 * (l.n_dense_plain * k.dense_params.matmul + l.n_moe_plain * k.moe_params.matmul)
+            : 0;
+  }
   // (TE's FP8 linears are not cast by autocast: only the output layer is, on the last stage.)
   s.layer_casts = recompute_layers && s.st.autocast_cache > 0 && !t.te_fp8();
   s.grad_per_param = s.st.grads_persist || s.sp.total == 0
@@ -288,9 +315,10 @@ class BackwardWalk {
     return static_cast<int64_t>(std::ceil(static_cast<double>(params) * grad_per_param_));
   }
 
-  // Walks one layer's backward from (grads, act), leaving the state after it there.
+  // Walks one layer's backward from (grads, act), leaving the state after it there; a
+  // recomputed layer under autocast casts its weights again.
   void Layer(const LayerActivations& la, const RankLayer& rl, int64_t& grads, int64_t& act) {
-    int64_t casts = layer_casts_ ? 2 * rl.matmul : 0;
+    int64_t casts = layer_casts_ && la.recomputed > 0 ? 2 * rl.matmul : 0;
     act += la.recomputed + casts;
     int64_t freed = 0;
     for (const auto& step : la.backward) {
@@ -347,7 +375,16 @@ Phase BackwardPhase(const ModelSpec& m, const ParallelPlan& p, const ParamCounts
   const int64_t start_grads = s.grads_at_start + walk.GradBytes(head_params);
   const int64_t start_act = s.act_all + s.cache_after_forward;
   int64_t g = start_grads, a = start_act;
-  if (l.n_moe == 0 || l.n_dense == 0) {
+  if (k.every > 1) {
+    // Checkpointed and plain layers alternate: each walked in turn.
+    for (int64_t i = l.first + l.n_layers - 1; i >= l.first; --i) {
+      const bool moe_layer = k.has_moe && m.IsMoeLayer(i);
+      const bool ckpt = (i + 1) % k.every == 0;
+      const LayerActivations& la = moe_layer ? (ckpt ? k.moe_act : k.moe_plain)
+                                             : (ckpt ? k.dense_act : k.dense_plain);
+      walk.Layer(la, moe_layer ? k.moe_params : k.dense_params, g, a);
+    }
+  } else if (l.n_moe == 0 || l.n_dense == 0) {
     // Identical layers: every layer changes the state by the same amount, so the peak is in
     // the first or the last layer to run backward.
     const LayerActivations& la = l.n_moe == 0 ? k.dense_act : k.moe_act;
@@ -457,13 +494,13 @@ Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
   // Middle stages after the second never exceed it, unless an irregular MoE layer pattern puts
   // more experts on a later stage.
   bool regular = !kinds.has_moe || (m.moe.layer_freq == 1 && m.moe.dense_layers.empty());
-  bool worst_only = detail == StageDetail::kWorst && regular;
+  bool worst_only = detail == StageDetail::kWorst && regular && kinds.every == 1;
   est.stages.reserve(static_cast<size_t>(worst_only ? std::min<int64_t>(3, p.pp) : p.pp));
   int64_t first = 0;
   for (int64_t stage = 0; stage < p.pp; ++stage) {
     int64_t n_layers = base_layers + (stage < extra_layers ? 1 : 0);
     if (!worst_only || stage <= 1 || stage == p.pp - 1) {
-      StageLayers layers = MakeStageLayers(m, p, kinds.has_moe, stage, first, n_layers);
+      StageLayers layers = MakeStageLayers(m, t, p, kinds.has_moe, stage, first, n_layers);
       est.stages.push_back(EstimateStage(m, t, p, counts, kinds, layers, microbatches));
     }
     first += n_layers;

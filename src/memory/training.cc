@@ -251,6 +251,75 @@ void CheckFp8(const TrainingSpec& t, const ParallelPlan& p, const AddProblem& ad
   }
 }
 
+// Expert parallelism, expert TP and MoE routing against the model and the framework.
+void CheckExperts(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
+                  const AddProblem& add) {
+  auto s = [](int64_t v) { return std::to_string(v); };
+  if (p.etp != 0 && !m.moe.enabled()) {
+    add("etp", "expert tensor parallelism needs an MoE model");
+  } else if (p.etp < 0 || (p.etp > 0 && p.tp % p.etp != 0)) {
+    add("etp", "expert tensor parallel size " + s(p.etp) + " must divide tp (" + s(p.tp) + ")");
+  } else if (m.moe.enabled() && m.moe.ffn_hidden_size % p.expert_tp() != 0) {
+    add(p.etp > 0 ? "etp" : "tp", "expert tensor parallel size " + s(p.expert_tp()) +
+                                      " must divide the experts' FFN size (" +
+                                      s(m.moe.ffn_hidden_size) + ")");
+  } else if (p.etp > 0 && p.etp != p.tp && t.framework != Framework::kMegatron) {
+    add("etp", "an expert tensor parallel size other than tp is Megatron-LM's "
+               "(--expert-tensor-parallel-size)");
+  }
+  if (m.moe.enabled() && t.framework == Framework::kMegatron && p.tp > 1 &&
+      !p.sequence_parallel) {
+    // megatron/core/model_parallel_config.py refuses it ("sequence parallelism must be used").
+    add("sequence_parallel", "Megatron-LM runs MoE layers with tensor parallelism only under "
+                             "sequence parallelism: add --sequence-parallel");
+  }
+  if (p.ep > 1) {
+    if (!m.moe.enabled()) {
+      add("ep", "expert parallelism needs an MoE model");
+    } else {
+      if (m.moe.num_experts % p.ep != 0) {
+        add("ep", "expert parallel size " + s(p.ep) + " must divide the number of experts (" +
+                      s(m.moe.num_experts) + ")");
+      }
+      // The expert-parallel groups fold over the ranks of a stage that are not expert-TP
+      // ranks (Megatron-core's MoE parallel folding): tp x dp x cp / etp of them; etp = tp
+      // leaves dp x cp.
+      const int64_t foldable = p.tp * p.dp * p.cp / std::max<int64_t>(1, p.expert_tp());
+      if (p.expert_tp() > 0 && p.tp % p.expert_tp() == 0 && foldable % p.ep != 0) {
+        add("ep", "expert parallel size " + s(p.ep) + " must divide tp x dp x cp / etp (" +
+                      s(foldable) + ")");
+      }
+      if (p.shard_group > 0 && p.expert_tp() > 0 &&
+          (p.shard_group * p.tp / p.expert_tp()) % p.ep != 0) {
+        add("ep", "expert parallel size " + s(p.ep) + " must divide the hybrid sharding group x "
+                      "tp / etp (" + s(p.shard_group * p.tp / p.expert_tp()) + ")");
+      }
+      if (t.framework == Framework::kDeepSpeed && p.zero >= 3) {
+        // deepspeed/runtime/engine.py asserts "MoE not supported with Stage 3".
+        add("ep", "DeepSpeed-MoE does not run under ZeRO-3: use --zero 0, 1 or 2");
+      }
+    }
+  }
+  if (!(t.moe_capacity_factor >= 0) || t.moe_capacity_factor > 64) {
+    add("moe_capacity_factor", "must be 0 (dropless) or a capacity factor in (0, 64]");
+  } else if (t.moe_capacity_factor > 0) {
+    if (!m.moe.enabled()) add("moe_capacity_factor", "capacity-factor routing needs an MoE model");
+    if (t.framework != Framework::kMegatron) {
+      add("moe_capacity_factor", "capacity-factor routing is Megatron-LM's "
+                                 "(--moe-expert-capacity-factor); the others route dropless");
+    }
+  }
+  if (t.moe_dispatcher == MoeDispatcher::kDeepEp && t.framework != Framework::kMegatron &&
+      t.framework != Framework::kFsdp) {
+    add("moe_dispatcher", "DeepEP is Megatron-LM's (flex dispatcher) and torchtitan's; use "
+                          "alltoall");
+  }
+  if (p.ep > 1 && t.framework == Framework::kHf) {
+    add("ep", "HF Trainer has no expert parallelism; use megatron, deepspeed or fsdp "
+              "(torchtitan)");
+  }
+}
+
 }  // namespace
 
 Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p) {
@@ -301,50 +370,13 @@ Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelP
     add("sequence_parallel", "the sequence per rank must divide by tp");
   }
   if (p.zero < 0 || p.zero > 3) add("zero", "ZeRO stage must be 0, 1, 2 or 3");
-  if (p.etp != 0) {
-    if (!m.moe.enabled()) {
-      add("etp", "expert tensor parallelism needs an MoE model");
-    } else if (p.etp < 0 || p.tp % p.etp != 0) {
-      add("etp", "expert tensor parallel size " + s(p.etp) + " must divide tp (" + s(p.tp) + ")");
-    } else if (m.moe.ffn_hidden_size % p.etp != 0) {
-      add("etp", "expert tensor parallel size " + s(p.etp) +
-                     " must divide the experts' FFN size (" + s(m.moe.ffn_hidden_size) + ")");
-    } else if (p.etp != p.tp && t.framework != Framework::kMegatron) {
-      add("etp", "an expert tensor parallel size other than tp is Megatron-LM's "
-                 "(--expert-tensor-parallel-size)");
-    }
+  if (t.recompute_every < 1 || t.recompute_every > kMaxSize) {
+    add("recompute_every", "must be at least 1, found " + s(t.recompute_every));
+  } else if (t.recompute_every > 1 && t.recompute != Recompute::kFull) {
+    add("recompute_every", "checkpointing every Nth layer recomputes whole layers: use "
+                           "--recompute full");
   }
-  if (p.ep > 1) {
-    if (!m.moe.enabled()) {
-      add("ep", "expert parallelism needs an MoE model");
-    } else {
-      if (m.moe.num_experts % p.ep != 0) {
-        add("ep", "expert parallel size " + s(p.ep) + " must divide the number of experts (" +
-                      s(m.moe.num_experts) + ")");
-      }
-      // The expert-parallel groups fold over the ranks of a stage that are not expert-TP
-      // ranks (Megatron-core's MoE parallel folding): tp x dp x cp / etp of them; etp = tp
-      // leaves dp x cp.
-      const int64_t foldable = p.tp * p.dp * p.cp / std::max<int64_t>(1, p.expert_tp());
-      if (p.expert_tp() > 0 && p.tp % p.expert_tp() == 0 && foldable % p.ep != 0) {
-        add("ep", "expert parallel size " + s(p.ep) + " must divide tp x dp x cp / etp (" +
-                      s(foldable) + ")");
-      }
-    }
-  }
-  if (!(t.moe_capacity_factor >= 0) || t.moe_capacity_factor > 64) {
-    add("moe_capacity_factor", "must be 0 (dropless) or a capacity factor in (0, 64]");
-  } else if (t.moe_capacity_factor > 0) {
-    if (!m.moe.enabled()) add("moe_capacity_factor", "capacity-factor routing needs an MoE model");
-    if (t.framework != Framework::kMegatron) {
-      add("moe_capacity_factor", "capacity-factor routing is Megatron-LM's "
-                                 "(--moe-expert-capacity-factor); the others route dropless");
-    }
-  }
-  if (p.ep > 1 && t.framework == Framework::kHf) {
-    add("ep", "HF Trainer has no expert parallelism; use megatron, deepspeed or fsdp "
-              "(torchtitan)");
-  }
+  CheckExperts(m, t, p, add);
   if (p.shard_group < 0 || (p.shard_group > 0 && (p.dp * p.cp) % p.shard_group != 0)) {
     add("shard_group", "the hybrid sharding group must divide dp x cp (" + s(p.dp * p.cp) + ")");
   }

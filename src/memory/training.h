@@ -134,6 +134,14 @@ struct TrainingSpec {
   Precision precision = Precision::kBf16;
   OptimizerKind optimizer = OptimizerKind::kAdamW;
   Recompute recompute = Recompute::kNone;
+  // With kFull, every recompute_every-th layer is checkpointed (1: every layer): torchtitan's
+  // layer-wise selective AC (`mode = "selective"`, `selective_ac_option = "N"` wraps the blocks
+  // whose 1-based count is a multiple of N).
+  int64_t recompute_every = 1;
+  // Whether layer `i` (0-based, over the whole model) is recomputed in backward.
+  bool RecomputesLayer(int64_t i) const {
+    return recompute != Recompute::kNone && (recompute_every <= 1 || (i + 1) % recompute_every == 0);
+  }
   Framework framework = Framework::kMegatron;
   HeadType head = HeadType::kCausalLm;
   int64_t num_labels = 2;   // classification head

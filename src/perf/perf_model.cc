@@ -121,8 +121,8 @@ struct PerfInputs {
   double matmul_fwd_share = 1.0 / 3.0;
   double trained_params = 0;  // parameters with gradients and optimizer state (whole model)
   // MoE: the routed experts' parameters (whole model; in counts.total) and the stage's MoE
-  // layers. Expert parallelism splits the experts over ep ranks, whose gradients are reduced
-  // over the expert-data-parallel ranks (dp x cp / ep).
+  // layers. Expert parallelism splits the experts over ep x etp ranks, whose gradients are
+  // reduced over the expert-data-parallel ranks (tp x dp x cp / (etp x ep)).
   double expert_params = 0;
   double trained_experts = 0;    // of them, trained (full training: all)
   double expert_layer_params = 0;  // one expert of one layer
@@ -134,6 +134,9 @@ struct PerfInputs {
   // Layers of the most loaded stage: ceil(L / pp).
   double stage_layers = 0;
   double head_flops = 0;  // of flops_per_token, the output layer's (on the last stage)
+  // Of the layers, those recomputed: all, or 1/N when every Nth is checkpointed (torchtitan's
+  // layer-wise AC).
+  double recompute_share = 1;
   double attention_share = 0;  // of the model FLOPs
   double e = 2;                // bytes per activation element
   double gather_e = 2;         // bytes per weight element in parameter all-gathers
@@ -169,19 +172,28 @@ void MicroBatchCompute(const ModelSpec& m, const TrainingSpec& t, const Parallel
   // FLOPs set the pace.
   const double layer_flops = (in.flops_per_token - in.head_flops) / static_cast<double>(m.num_layers);
   const double split = static_cast<double>(p.tp * p.cp);  // TP splits matmuls, CP tokens
-  // Capacity-factor routing pads the experts' inputs: their FLOPs grow by cf - 1 (not model
-  // FLOPs).
-  const double padded = in.routed_per_token - static_cast<double>(m.moe.experts_per_token);
-  const double padding =
-      padded > 0 ? 6.0 * in.expert_layer_params * padded * in.stage_moe_layers : 0.0;
+  // Capacity-factor routing pads the experts' inputs to capacity (cf > 1) or drops what is
+  // over it (cf < 1): their FLOPs change by cf - 1 (not model FLOPs).
+  const double padded = m.moe.enabled()
+                            ? in.routed_per_token - static_cast<double>(m.moe.experts_per_token)
+                            : 0.0;
+  const double padding = 6.0 * in.expert_layer_params * padded * in.stage_moe_layers;
   double mb_flops =
       (layer_flops * in.stage_layers + in.head_flops + padding) * in.tokens_per_mb / split;
   // Memory-bound work (norms, activations, softmax, dropout, residuals): every saved byte is
   // written once and read about three times over forward and backward.
   LayerActivations la = LayerActivationBytes(m, t, p, false);
   double layer_bytes = static_cast<double>(la.saved > 0 ? la.saved : 0);
+  const double share = in.recompute_share;
   if (t.recompute != Recompute::kNone) {
     layer_bytes = static_cast<double>(la.recomputed + la.saved);
+    if (t.recompute_every > 1) {
+      TrainingSpec plain = t;
+      plain.recompute = Recompute::kNone;
+      plain.recompute_every = 1;
+      const double kept = static_cast<double>(LayerActivationBytes(m, plain, p, false).saved);
+      layer_bytes = share * layer_bytes + (1.0 - share) * kept;
+    }
   }
   double mb_mem_bytes = 4.0 * layer_bytes * in.stage_layers;
   // QLoRA dequantises each NF4 weight before each matmul that uses it: forward and the input
@@ -190,9 +202,9 @@ void MicroBatchCompute(const ModelSpec& m, const TrainingSpec& t, const Parallel
   in.mb_compute = mb_flops / in.matmul_rate +
                   (mb_mem_bytes + 2.0 * in.dequant_bytes + in.fp8_cast_bytes) / in.mem_rate;
   in.mb_recompute =
-      mb_flops * RecomputeFraction(t.recompute, in.attention_share, in.matmul_fwd_share) /
+      mb_flops * share * RecomputeFraction(t.recompute, in.attention_share, in.matmul_fwd_share) /
           in.matmul_rate +
-      (refwd ? in.dequant_bytes / in.mem_rate : 0.0);
+      (refwd ? share * in.dequant_bytes / in.mem_rate : 0.0);
 }
 
 // Ranks are laid out TP innermost, then CP, DP, PP (Megatron-LM's order): a group stays on the
@@ -221,7 +233,9 @@ double TensorParallelS(const ModelSpec& m, const TrainingSpec& t, const Parallel
   double bytes =
       in.tokens_per_mb / static_cast<double>(p.cp) * static_cast<double>(m.hidden_size) * in.e;
   double per_layer = 4.0 * AllReduceS(bytes, p.tp, links.GroupGbs(p.tp));
-  if (t.recompute == Recompute::kFull) per_layer *= 1.5;  // the recomputed forward repeats two
+  if (t.recompute == Recompute::kFull) {
+    per_layer *= 1.0 + 0.5 * in.recompute_share;  // the recomputed forward repeats two
+  }
   // Under sequence parallelism an MoE layer without shared experts has no MLP collectives of
   // its tokens: its routed rows move in ExpertParallelS instead.
   double layers = in.stage_layers;
@@ -320,7 +334,7 @@ double ExpertParallelS(const ModelSpec& m, const TrainingSpec& t, const Parallel
   if (etp > 1 && p.sequence_parallel) {
     one += AllGatherS(rows * row * static_cast<double>(etp), etp, links.GroupGbs(etp));
   }
-  const double passes = RecomputesLayerForward(t.recompute) ? 6.0 : 4.0;
+  const double passes = RecomputesLayerForward(t.recompute) ? 4.0 + 2.0 * in.recompute_share : 4.0;
   return one * passes * in.stage_moe_layers * static_cast<double>(in.microbatches);
 }
 
@@ -329,7 +343,10 @@ double ExpertParallelS(const ModelSpec& m, const TrainingSpec& t, const Parallel
 // forward and backward (3x the volume), overlapped with compute.
 double DataParallelS(const ParallelPlan& p, const PerfInputs& in,
                      const Links& links) {
-  if (p.dp * p.cp <= 1) return 0;
+  const int64_t n = p.dp * p.cp;
+  // Experts not split over all TP ranks (etp < tp) are replicated over them too.
+  const int64_t expert_dp = std::max<int64_t>(1, n * p.tp / (p.expert_tp() * p.ep));
+  if (n <= 1 && (in.expert_params <= 0 || expert_dp <= 1)) return 0;
   const double gbs = links.GroupGbs(p.tp * p.cp * p.dp);
   // Sharded optimizers reduce-scatter the gradients and all-gather the updated parameters.
   auto reduce = [&](double params, double trained, int64_t n) {
@@ -344,8 +361,6 @@ double DataParallelS(const ParallelPlan& p, const PerfInputs& in,
   // The routed experts' gradients are reduced over the expert-data-parallel ranks.
   const double ex = RankExpertParams(p, in);
   const double ex_trained = RankTrainedExperts(p, in);
-  const int64_t n = p.dp * p.cp;
-  const int64_t expert_dp = std::max<int64_t>(1, n * p.tp / (p.expert_tp() * p.ep));
   double comm = reduce(RankParams(p, in) - ex, RankTrainedParams(p, in) - ex_trained, n) +
                 reduce(ex, ex_trained, expert_dp);
   // Overlap: buckets reduce while backward continues (PyTorch DDP, Megatron overlap-grad-
@@ -460,7 +475,14 @@ void SetFp8(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p, co
   const double widths = static_cast<double>(h + q + h + ffn) /* inputs */ +
                         static_cast<double>(q + 2 * kv + h + (m.gated_mlp ? 2 : 1) * ffn + h);
   const double tokens = in.tokens_per_mb / static_cast<double>(p.cp);
-  const double weights = linear / static_cast<double>(p.tp * p.pp);
+  // This rank's linear weights: the layers' share of TP and PP, and all its local experts
+  // (`linear` counts the top-k a token uses).
+  const double active_experts =
+      m.moe.enabled() ? in.expert_params * static_cast<double>(m.moe.experts_per_token) /
+                            static_cast<double>(m.moe.num_experts)
+                      : 0.0;
+  const double weights = (linear - active_experts) / static_cast<double>(p.tp * p.pp) +
+                         RankExpertParams(p, in);
   const double weight_casts =
       t.te_fp8() ? 1.0 / static_cast<double>(std::max<int64_t>(1, in.microbatches)) : 2.0;
   in.fp8_cast_bytes = in.stage_layers * tokens * widths * 5.0 / static_cast<double>(p.tp) +
@@ -533,6 +555,11 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t, cons
   in.head_flops = (t.finetune == FineTune::kFull ? 6.0 : 4.0) *
                   static_cast<double>(m.vocab_size * m.embedding_width());
   in.stage_layers = std::ceil(static_cast<double>(m.num_layers) / static_cast<double>(p.pp));
+  if (t.recompute_every > 1) {
+    in.recompute_share = std::floor(static_cast<double>(m.num_layers) /
+                                    static_cast<double>(t.recompute_every)) /
+                         static_cast<double>(m.num_layers);
+  }
   SetExperts(m, t, in);
   in.attention_share = 12.0 * static_cast<double>(m.num_layers * m.q_size()) *
                        static_cast<double>(t.seq_len) / in.flops_per_token;

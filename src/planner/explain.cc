@@ -41,7 +41,7 @@ std::string ExplainWinner(const PlanResult& r, const PlannerOptions& opt) {
           (w.ep > 1 ? fmt::format(", EP {}", w.ep) : "") +
           (w.etp != w.tp ? fmt::format(", expert TP {}", w.etp) : ""),
       w.zero > 0 ? fmt::format(", ZeRO {}", w.zero) : "", w.micro_batch,
-      RecomputeName(w.recompute), Duration(w.total_s), 100 * w.mfu, Gib(w.device_bytes),
+      RecomputeText(w), Duration(w.total_s), 100 * w.mfu, Gib(w.device_bytes),
       Gib(w.gpu_memory_bytes), paged + offload);
 }
 

@@ -53,11 +53,17 @@ Result<std::vector<TypeInfo>> TypesFor(const JobSpec& job, const Cluster& cluste
 }
 
 
+// A recomputation the search tries: its kind and, for kFull, every how many layers.
+struct RecomputeChoice {
+  Recompute kind = Recompute::kNone;
+  int64_t every = 1;
+};
+
 // The values of each dimension tried on one GPU type; a pin is the only value of its dimension.
 // DP is not here: its values depend on TP x PP x CP.
 struct Candidates {
   std::vector<int64_t> tps, pps, cps, eps, mbs, zeros;
-  std::vector<Recompute> rcs;  // least recomputation first
+  std::vector<RecomputeChoice> rcs;  // least recomputation first
   std::vector<Offload> offloads = {Offload::kNone};
 };
 
@@ -102,8 +108,14 @@ Candidates CandidatesFor(const JobSpec& job, const TypeInfo& ti) {
   // With fused (flash) attention, which the planner assumes, selective recomputation has
   // nothing left to drop (the attention core keeps no s x s tensors), so the choice is
   // between keeping everything and recomputing whole layers.
-  c.rcs = {Recompute::kNone, Recompute::kFull};
-  if (job.recompute) c.rcs = {*job.recompute};
+  c.rcs = {{Recompute::kNone, 1}, {Recompute::kFull, 1}};
+  if (job.framework == Framework::kFsdp && !adapters) {
+    // torchtitan checkpoints every Nth block too (selective_ac_option = "N"): between keeping
+    // everything and recomputing every layer.
+    c.rcs = {{Recompute::kNone, 1}, {Recompute::kFull, 4}, {Recompute::kFull, 2},
+             {Recompute::kFull, 1}};
+  }
+  if (job.recompute) c.rcs = {{*job.recompute, 1}};
   if (job.offload) c.offloads = {*job.offload};
   return c;
 }
@@ -130,6 +142,8 @@ template <typename Visit>
 void EnumerateStates(const JobSpec& job, const Candidates& c, ParallelPlan base, int64_t gpus,
                      Visit& visit) {
   for (int64_t zero : c.zeros) {
+    // DeepSpeed-MoE does not run under ZeRO-3 (ValidateLayout's rule): not a layout to count.
+    if (job.framework == Framework::kDeepSpeed && zero >= 3 && base.ep > 1 && !job.zero) continue;
     for (Offload off : c.offloads) {
       if (!OffloadFits(job.framework, zero, off) && !job.offload) continue;
       for (int64_t mb : c.mbs) {
@@ -191,7 +205,7 @@ void EnumerateLayouts(const JobSpec& job, const TypeInfo& ti, const Candidates& 
 }
 
 // A plan's layout and memory; speed, time and cost are ScorePlan's.
-Plan MakePlan(const GpuType& g, const TrainingSpec& t, const Layout& l, Recompute rc,
+Plan MakePlan(const GpuType& g, const TrainingSpec& t, const Layout& l, RecomputeChoice rc,
               const MemoryEstimate& mem) {
   Plan plan;
   plan.precision = t.precision;
@@ -206,7 +220,8 @@ Plan MakePlan(const GpuType& g, const TrainingSpec& t, const Layout& l, Recomput
   plan.micro_batch = l.micro_batch;
   plan.zero = l.p.zero;
   plan.distributed_optimizer = l.p.distributed_optimizer;
-  plan.recompute = rc;
+  plan.recompute = rc.kind;
+  plan.recompute_every = t.recompute_every;
   plan.offload = l.p.offload;
   plan.peak_bytes = mem.peak_bytes;
   plan.device_bytes = mem.device_bytes;
@@ -261,11 +276,12 @@ class TypeSearch {
 
   // Fits one layout with the least recomputation whose memory fits (less recomputation is
   // faster: the first that fits is the one to keep); returns whether one did.
-  bool FitLayout(const Layout& l, const std::vector<Recompute>& rcs) {
+  bool FitLayout(const Layout& l, const std::vector<RecomputeChoice>& rcs) {
     const GpuType& g = *ti_.gpu;
     t_.micro_batch = l.micro_batch;
-    for (Recompute rc : rcs) {
-      t_.recompute = rc;
+    for (RecomputeChoice rc : rcs) {
+      t_.recompute = rc.kind;
+      t_.recompute_every = rc.kind == Recompute::kFull ? rc.every : 1;
       auto mem = PredictMemory(job_.model, t_, l.p, StageDetail::kWorst);
       ++s_->considered;
       if (!mem.ok()) {  // the layout itself is impossible
@@ -542,6 +558,14 @@ Result<PlanResult> PlanJob(const JobSpec& job, const Cluster& cluster, const Gpu
   return result;
 }
 
+std::string RecomputeText(const Plan& p) {
+  std::string s = RecomputeName(p.recompute);
+  if (p.recompute == Recompute::kFull && p.recompute_every > 1) {
+    s += "/" + std::to_string(p.recompute_every);
+  }
+  return s;
+}
+
 nlohmann::json PlanToJson(const Plan& p) {
   nlohmann::json j = {{"gpu", p.gpu},
                       {"gpus", p.gpus},
@@ -555,6 +579,7 @@ nlohmann::json PlanToJson(const Plan& p) {
                       {"zero", p.zero},
                       {"distributed_optimizer", p.distributed_optimizer},
                       {"recompute", RecomputeName(p.recompute)},
+                      {"recompute_every", p.recompute_every},
                       {"offload", OffloadName(p.offload)},
                       {"precision", PrecisionName(p.precision)},
                       {"peak_bytes", p.peak_bytes},

@@ -82,6 +82,7 @@ struct Plan {
   int64_t etp = 1;  // MoE: the experts' tensor parallel size (tp, or 1 under Megatron-LM)
   bool distributed_optimizer = false;
   Recompute recompute = Recompute::kNone;
+  int64_t recompute_every = 1;  // with kFull: every Nth layer (torchtitan's layer-wise AC)
   Offload offload = Offload::kNone;
   Precision precision = Precision::kBf16;  // what the GPU type runs (see JobSpec::precision)
   int64_t peak_bytes = 0;
@@ -96,6 +97,9 @@ struct Plan {
   std::optional<double> cost;  // USD; absent when the GPU has no price
   bool pareto = false;
 };
+
+// "none", "full", ... or "full/2" (every 2nd layer recomputed).
+std::string RecomputeText(const Plan& p);
 
 // Why a job got no plan. In the order the planner tests them:
 enum class InfeasibleKind {

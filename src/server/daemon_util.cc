@@ -17,7 +17,7 @@ int64_t KeyOf(const std::string& id) {
 
 std::string Describe(const Plan& p) {
   return fmt::format("{} x {} (tp {}, pp {}, dp {}, micro-batch {}, zero {}, recompute {})", p.gpus,
-                     p.gpu, p.tp, p.pp, p.dp, p.micro_batch, p.zero, RecomputeName(p.recompute));
+                     p.gpu, p.tp, p.pp, p.dp, p.micro_batch, p.zero, RecomputeText(p));
 }
 
 json ParseOr(const std::string& text, json fallback) {

@@ -95,7 +95,10 @@ Result<RunStatus> SimBackend::Status(const std::string& handle) {
   double pause = parts.size() == 10 ? std::strtod(parts[7].c_str(), nullptr) : 0.0;
   double drift = parts.size() == 10 ? std::strtod(parts[8].c_str(), nullptr) : 0.0;
   double oom_at = parts.size() == 10 ? std::strtod(parts[9].c_str(), nullptr) : -1.0;
-  const double ran = std::max(0.0, now_s_() - start);
+  double ran = std::max(0.0, now_s_() - start);
+  // A run that ran out of memory stopped then: nothing after it counts (as the engine's
+  // StopRun at the crash).
+  if (oom_at >= 0) ran = std::min(ran, oom_at);
   const double progressed = std::max(0.0, ran - pause);
   st.progress = std::min(1.0, done + rate * progressed);
   // A checkpoint every checkpoint_s_ simulated seconds of progress (wall s x scale_), as the
@@ -104,7 +107,7 @@ Result<RunStatus> SimBackend::Status(const std::string& handle) {
   const double kept = every > 0 ? std::floor(progressed / every) * every : 0.0;
   st.checkpoint_progress = std::min(1.0, done + rate * kept);
   st.peak_bytes = static_cast<int64_t>(peak0 * (1.0 + drift * st.progress));
-  if (oom_at >= 0 && ran >= oom_at) {
+  if (oom_at >= 0 && now_s_() - start >= oom_at) {
     st.state = RunState::kFailed;
     st.failure = FailureKind::kOutOfMemory;
     st.exit_code = 1;

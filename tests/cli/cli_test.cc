@@ -141,6 +141,44 @@ TEST(Cli, PredictSaysWhyALayoutIsImpossible) {
   EXPECT_NE(bad.out.find("--precision"), std::string::npos) << bad.out;
 }
 
+// torchtitan's words: [activation_checkpoint] mode and selective_ac_option, mapped and said.
+TEST(Cli, PredictTakesTorchtitansCheckpointingWords) {
+  const std::string base = "predict --model llama-3-8b --framework fsdp --zero 3 --dp 8 ";
+  CliRun every = Frenzy(base + "--ac-mode selective --selective-ac-option 2 --json");
+  ASSERT_EQ(every.exit_code, 0) << every.out;
+  auto j = nlohmann::json::parse(every.out);
+  EXPECT_EQ(j["layout"]["recompute"], "full");
+  EXPECT_EQ(j["layout"]["recompute_every"], 2);
+  CliRun op = Frenzy(base + "--ac-mode selective --selective-ac-option op --json");
+  ASSERT_EQ(op.exit_code, 0) << op.out;
+  EXPECT_EQ(nlohmann::json::parse(op.out)["layout"]["recompute"], "op");
+  CliRun text = Frenzy(base + "--ac-mode selective");
+  ASSERT_EQ(text.exit_code, 0) << text.out;
+  EXPECT_NE(text.out.find("selective_ac_option = \"2\" (torchtitan's default) -> full "
+                          "recomputation of every 2nd layer"),
+            std::string::npos)
+      << text.out;
+  // Between no and full recomputation of every layer.
+  auto peak = [&](const std::string& flags) {
+    CliRun r = Frenzy(base + flags + " --json");
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out)["peak_bytes"].get<int64_t>() : 0;
+  };
+  const int64_t none = peak("--recompute none"), full = peak("--recompute full");
+  const int64_t half = peak("--recompute full --recompute-every 2");
+  EXPECT_LT(full, half);
+  EXPECT_LT(half, none);
+  for (const char* bad : {"--ac-mode selective --selective-ac-option x",
+                          "--ac-mode selective --selective-ac-option 0",
+                          "--ac-mode partial", "--ac-mode full --recompute full",
+                          "--selective-ac-option 2", "--recompute selective --recompute-every 2",
+                          "--recompute full --recompute-every 0"}) {
+    CliRun r = Frenzy(base + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.out;
+    EXPECT_NE(r.out.find("--"), std::string::npos) << r.out;
+  }
+}
+
 TEST(Cli, PredictTextShowsAStageTable) {
   CliRun r = Frenzy("predict --model llama-3-8b --gpu h100");
   ASSERT_EQ(r.exit_code, 0) << r.out;

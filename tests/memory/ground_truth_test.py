@@ -110,8 +110,13 @@ ARCHS = {
                           "sliding_window": 64},
 }
 
-# (arch, micro_batch, seq_len, precision, optimizer, recompute)
+# (arch, micro_batch, seq_len, precision, optimizer, recompute); "full/N" checkpoints every
+# Nth layer only (torchtitan's selective_ac_option = "N").
 GRID = [
+    ("llama-gqa", 2, 128, "fp32", "adamw", "full/2"),
+    ("gpt2", 2, 128, "bf16-pure", "adamw", "full/2"),
+    ("qwen3-moe", 2, 128, "fp32", "adamw", "full/2"),
+    ("llama-mha", 2, 128, "bf16", "adamw", "full/2"),
     ("llama-mha", 1, 128, "fp32", "adamw", "none"),
     ("llama-mha", 2, 128, "fp32", "adamw", "selective"),
     ("llama-mha", 2, 128, "fp32", "adamw", "full"),
@@ -236,9 +241,17 @@ def finetune_name(ft):
                     ([] if ft.get("double_quant", True) else ["no-double-quant"]))
 
 
+def split_recompute(recompute):
+    """("full", 2) for "full/2"; (recompute, 1) otherwise."""
+    kind, _, every = recompute.partition("/")
+    return kind, int(every or 1)
+
+
 def predict(frenzy, config_path, mb, seq, precision, optimizer, recompute, ft=None):
+    kind, every = split_recompute(recompute)
     cmd = [frenzy, "predict", "--model", config_path, "--micro-batch", str(mb), "--seq-len",
-           str(seq), "--precision", precision, "--optimizer", optimizer, "--recompute", recompute,
+           str(seq), "--precision", precision, "--optimizer", optimizer, "--recompute", kind,
+           "--recompute-every", str(every),
            "--framework", "hf", "--device", "cpu", "--no-flash-attn", "--json"] + finetune_flags(ft)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
@@ -263,7 +276,9 @@ def main():
             ft = case[6] if len(case) > 6 else {}
             m = measure_memory.measure(ARCHS[arch], micro_batch=mb, seq_len=seq,
                                        precision=precision, optimizer=optimizer,
-                                       recompute=recompute, device="cpu", **finetune_kwargs(ft))
+                                       recompute=split_recompute(recompute)[0],
+                                       recompute_every=split_recompute(recompute)[1],
+                                       device="cpu", **finetune_kwargs(ft))
             p = predict(args.frenzy, paths[arch], mb, seq, precision, optimizer, recompute, ft)
             err = (p["peak_bytes"] - m["peak_bytes"]) / m["peak_bytes"]
             phase_ok = measured_name(p["peak_phase"]) == m["peak_phase"]

@@ -60,6 +60,29 @@ TEST(Moe, ExpertParallelAtFullDataParallelShardsLikePlainZero) {
               16.0);
 }
 
+TEST(Moe, ExpertsOutsideTensorParallelAreWholeOnEachTpRank) {
+  // TP 2, DP 8, EP 8 under sequence parallelism: with expert TP 2 (the default) a rank holds
+  // half of its expert's matrices, with expert TP 1 all of them — 32 x 176,160,768 / 2 more
+  // parameters. Their states shard over the expert-data-parallel ranks, 2 x 8 / (etp x 8):
+  // 1 rank at etp 2, 2 at etp 1, so the optimizer's share is the same.
+  MixtralRun run(8, 8);
+  run.p.tp = 2;
+  run.p.sequence_parallel = true;
+  const MemoryEstimate split = run.Predict();
+  run.p.etp = 1;
+  const MemoryEstimate whole = run.Predict();
+  ASSERT_FALSE(split.stages.empty());
+  ASSERT_FALSE(whole.stages.empty());
+  EXPECT_EQ(whole.stages[0].params - split.stages[0].params, 16 * kExpertLayer);
+  EXPECT_NEAR(static_cast<double>(whole.stages[0].breakdown.optimizer),
+              static_cast<double>(split.stages[0].breakdown.optimizer), 16.0);
+  // Megatron refuses MoE with TP but without sequence parallelism.
+  run.p.sequence_parallel = false;
+  auto no_sp = PredictMemory(run.m, run.t, run.p);
+  ASSERT_FALSE(no_sp.ok());
+  EXPECT_EQ(no_sp.status().field(), "sequence_parallel");
+}
+
 TEST(Moe, RoutedRowsKeepThePermutedTokensAndScaleWithTheCapacityFactor) {
   // Megatron-core's MoE layer, per routed row (top-2 of 4096 tokens): the grouped fc1 keeps
   // its input (h = 4096 wide), fc1's output (2 x 14336: gate and up) and fc2's input (14336),
@@ -88,6 +111,12 @@ TEST(Moe, RoutingAndExpertParallelismAreCheckedAgainstTheFramework) {
   EXPECT_EQ(hf.status().field(), "ep");
   t.framework = Framework::kDeepSpeed;
   EXPECT_TRUE(PredictMemory(m, t, p).ok());
+  p.zero = 3;  // DeepSpeed-MoE asserts "MoE not supported with Stage 3"
+  EXPECT_FALSE(PredictMemory(m, t, p).ok());
+  p.zero = 0;
+  t.moe_dispatcher = MoeDispatcher::kDeepEp;  // not DeepSpeed's
+  EXPECT_FALSE(PredictMemory(m, t, p).ok());
+  t.moe_dispatcher = MoeDispatcher::kAllToAll;
   t.moe_capacity_factor = 1.25;  // Megatron's flag
   auto ds = PredictMemory(m, t, p);
   ASSERT_FALSE(ds.ok());

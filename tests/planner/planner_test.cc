@@ -485,7 +485,8 @@ TEST(Planner, MixtureOfExpertsRunsExpertParallel) {
   PlanResult r = Plan_(j, c, o);
   ASSERT_FALSE(r.plans.empty()) << Why(r);
   EXPECT_GT(r.plans[0].ep, 1);
-  EXPECT_EQ(r.plans[0].dp * r.plans[0].cp % r.plans[0].ep, 0);
+  const Plan& best = r.plans[0];
+  EXPECT_EQ(best.tp * best.dp * best.cp / best.etp % best.ep, 0);
   JobSpec no_ep = j;
   no_ep.ep = 1;
   PlanResult b = Plan_(no_ep, c, o);
@@ -495,6 +496,31 @@ TEST(Planner, MixtureOfExpertsRunsExpertParallel) {
   PlanResult dense = Plan_(Job("llama-3-8b", 1e10, 64, 4096), c, o);
   ASSERT_FALSE(dense.plans.empty());
   for (const auto& p : dense.plans) EXPECT_EQ(p.ep, 1);
+}
+
+TEST(Planner, TorchtitanJobsCheckpointEveryNthLayerWhenThatIsEnough) {
+  // Llama-3.1-8B over FSDP on one node of 8 H100s, 8192-token sequences one at a time: keeping
+  // every activation does not fit, checkpointing every 2nd block does, and recomputes half as
+  // much as checkpointing every block.
+  JobSpec j = Job("llama-3.1-8b", 1e10, 64, 8192);
+  j.framework = Framework::kFsdp;
+  j.tp = 1;
+  j.pp = 1;
+  j.micro_batch = 1;
+  PlanResult r = Plan_(j, OneNode("H100-80GB", 8));
+  ASSERT_FALSE(r.plans.empty()) << Why(r);
+  const Plan& best = r.plans.front();
+  EXPECT_EQ(best.recompute, Recompute::kFull);
+  EXPECT_GT(best.recompute_every, 1);
+  JobSpec none = j;
+  none.recompute = Recompute::kNone;
+  EXPECT_TRUE(Plan_(none, OneNode("H100-80GB", 8)).infeasible);
+  JobSpec every_layer = j;
+  every_layer.recompute = Recompute::kFull;
+  PlanResult full = Plan_(every_layer, OneNode("H100-80GB", 8));
+  ASSERT_FALSE(full.plans.empty());
+  EXPECT_EQ(full.plans.front().recompute_every, 1);
+  EXPECT_LT(best.total_s, full.plans.front().total_s);
 }
 
 TEST(Planner, BadJobsAreErrors) {

@@ -53,12 +53,21 @@ class TestBackend : public Backend {
       gate_->cv.notify_all();
       gate_->cv.wait(lock, [&] { return !gate_->closed; });
     }
+    if (*crash_) {  // every run has crashed (not out of memory)
+      RunStatus st;
+      st.state = RunState::kFailed;
+      st.failure = FailureKind::kCrashed;
+      st.exit_code = 1;
+      st.message = "test: the run crashed";
+      return st;
+    }
     return sim_.Status(handle);
   }
   ::frenzy::Status Cancel(const std::string& handle) override { return sim_.Cancel(handle); }
 
   std::shared_ptr<Envs> env_ = std::make_shared<Envs>();
   std::shared_ptr<Gate> gate_ = std::make_shared<Gate>();
+  std::shared_ptr<bool> crash_ = std::make_shared<bool>(false);
 
  private:
   SimBackend sim_;
@@ -70,6 +79,7 @@ struct Harness {
   std::string db = (dir.path() / "d.db").string();
   std::shared_ptr<TestBackend::Envs> env;
   std::shared_ptr<TestBackend::Gate> gate;
+  std::shared_ptr<bool> crash;
   std::string models_dir;
 
   Result<std::unique_ptr<Daemon>> Try() {
@@ -78,6 +88,7 @@ struct Harness {
     auto backend = std::make_unique<TestBackend>(*cluster, [this] { return now; });
     env = backend->env_;
     gate = backend->gate_;
+    crash = backend->crash_;
     ASSIGN_OR_RETURN(auto store, Store::Open(db));
     DaemonOptions o;
     o.runs_dir = (dir.path() / "runs").string();
@@ -207,6 +218,28 @@ TEST(Hardening, ReportsAreBoundedMonotoneAndScopedToTheirRun) {
   json j = *d->GetJob("j-000001");
   EXPECT_EQ(j["progress"]["step"], 10);
   EXPECT_DOUBLE_EQ(j["progress"]["tokens_done"].get<double>(), 5000);
+}
+
+// A crashed run loses what it trained since its last checkpoint: the job's progress goes back
+// to the checkpoint the run reported (as the engine's runs lose it), not to its last report.
+TEST(Hardening, ACrashedRunResumesFromItsLastCheckpoint) {
+  Harness h;
+  auto d = h.Make();
+  ApiOptions o;
+  o.token = "admin-token";
+  ASSERT_EQ(Call(*d, o, "POST", "/v1/jobs", Spec("gpt2").dump(), "Bearer admin-token").status, 201);
+  ASSERT_TRUE(d->Tick().ok());
+  const std::string run = "Bearer " + h.env->at("j-000001").at("FRENZY_TOKEN");
+  const std::string report = "/v1/jobs/j-000001/report";
+  EXPECT_EQ(Call(*d, o, "POST", report, R"({"step":10,"tokens":5000,"checkpoint_tokens":2000})",
+                 run).status,
+            200);
+  EXPECT_DOUBLE_EQ((*d->GetJob("j-000001"))["progress"]["tokens_done"].get<double>(), 5000);
+  *h.crash = true;
+  ASSERT_TRUE(d->Tick().ok());
+  json j = *d->GetJob("j-000001");
+  EXPECT_NE(j["state"], "running") << j.dump();
+  EXPECT_DOUBLE_EQ(j["progress"]["tokens_done"].get<double>(), 2000) << j.dump();
 }
 
 // {"gpus":[{"gpu":5}]} answered 500 with the JSON library's message; unknown fields were stored
