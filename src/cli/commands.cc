@@ -504,6 +504,9 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
                     "none|optimizer|params: model states in host memory (DeepSpeed "
                     "offload_optimizer/offload_param, FSDP CPUOffload)")
         ->capture_default_str();
+    cmd->add_flag("--offload-activations", o->train.offload_activations,
+                  "torchtune's activation offloading: saved tensors in pinned host memory, the "
+                  "last 5 kept on the GPU");
     cmd->add_option("--shard-group", o->plan.shard_group,
                     "Hybrid sharding group size (default: all of dp)");
     cmd->add_option("--recompute", o->rc.recompute, "none|selective|op|full")

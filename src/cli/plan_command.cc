@@ -149,6 +149,10 @@ void RunPlan(const PlanOptions& o) {
             fmt::print("      {}: this GPU has no FP8 tensor cores\n", PrecisionName(p.precision));
           }
         }
+        if (p.offload_activations) {
+          fmt::print("      activations offloaded (torchtune): {} GiB of host memory per node\n",
+                     Gib(p.host_bytes_per_node));
+        }
         if (offload && p.offload != Offload::kNone) {
           fmt::print("      ZeRO {}, {} offloaded: {} GiB of host memory per node\n", p.zero,
                      OffloadName(p.offload), Gib(p.host_bytes_per_node));

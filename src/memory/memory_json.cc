@@ -17,6 +17,7 @@ nlohmann::json LayoutToJson(const TrainingSpec& t, const ParallelPlan& p) {
           {"optimizer", OptimizerName(t.optimizer)},
           {"recompute", RecomputeName(t.recompute)},
           {"recompute_every", t.recompute_every},
+          {"offload_activations", t.offload_activations},
           {"framework", FrameworkName(t.framework)},
           {"head", HeadTypeName(t.head)},
           {"flash_attn", t.flash_attn},

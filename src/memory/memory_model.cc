@@ -244,6 +244,10 @@ struct StageState {
   // Gradient bytes per parameter that appear during backward (frameworks that free them after
   // each step); 0 where flat buffers hold them throughout.
   double grad_per_param = 0;
+  // Activation offloading: the layers' saved bytes in host memory, and the stash of the last
+  // saved tensors still on the GPU when backward starts (in `act`).
+  int64_t offloaded = 0;
+  int64_t stash = 0;
 };
 
 StageState MakeStageState(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
@@ -256,6 +260,19 @@ StageState MakeStageState(const ModelSpec& m, const TrainingSpec& t, const Paral
   s.act = (l.n_dense - l.n_dense_plain) * k.dense_act.saved +
           (l.n_moe - l.n_moe_plain) * k.moe_act.saved + l.n_dense_plain * k.dense_plain.saved +
           l.n_moe_plain * k.moe_plain.saved;
+  if (t.offload_activations && l.n_layers > 0) {
+    // torchtune's OffloadActivations keeps the last kOffloadStash saved tensors on the GPU:
+    // with whole-layer checkpointing each layer saves one (its input), else they are the last
+    // layer's own (it saves more than five).
+    const int64_t layers_act = s.act;
+    const int64_t last = (k.has_moe && m.IsMoeLayer(l.first + l.n_layers - 1) ? k.moe_act
+                                                                               : k.dense_act)
+                             .saved;
+    const bool inputs_only = t.recompute == Recompute::kFull && k.every == 1;
+    s.stash = std::min(layers_act, inputs_only ? std::min(l.n_layers, kOffloadStash) * last : last);
+    s.offloaded = layers_act - s.stash;
+    s.act = s.stash;
+  }
   if (l.first_stage) s.act += k.embedding_act;
   if (l.last_stage) s.out = k.output_act;
   s.in_flight = InFlight(p, l.stage, microbatches);
@@ -375,14 +392,25 @@ Phase BackwardPhase(const ModelSpec& m, const ParallelPlan& p, const ParamCounts
   const int64_t start_grads = s.grads_at_start + walk.GradBytes(head_params);
   const int64_t start_act = s.act_all + s.cache_after_forward;
   int64_t g = start_grads, a = start_act;
-  if (k.every > 1) {
+  auto kind = [&](int64_t i) -> const LayerActivations& {
+    const bool moe_layer = k.has_moe && m.IsMoeLayer(i);
+    const bool ckpt = k.every <= 1 || (i + 1) % k.every == 0;
+    return moe_layer ? (ckpt ? k.moe_act : k.moe_plain) : (ckpt ? k.dense_act : k.dense_plain);
+  };
+  if (s.stash > 0) {
+    // Offloaded activations: the last layer runs on the stash, which is dropped once its first
+    // node is done; every other layer's saved tensors are brought back for its backward.
+    for (int64_t i = l.first + l.n_layers - 1; i >= l.first; --i) {
+      const LayerActivations& la = kind(i);
+      const bool last = i == l.first + l.n_layers - 1;
+      if (!last) a += la.saved;
+      walk.Layer(la, k.has_moe && m.IsMoeLayer(i) ? k.moe_params : k.dense_params, g, a);
+      if (last) a -= std::max<int64_t>(0, s.stash - la.saved);
+    }
+  } else if (k.every > 1) {
     // Checkpointed and plain layers alternate: each walked in turn.
     for (int64_t i = l.first + l.n_layers - 1; i >= l.first; --i) {
-      const bool moe_layer = k.has_moe && m.IsMoeLayer(i);
-      const bool ckpt = (i + 1) % k.every == 0;
-      const LayerActivations& la = moe_layer ? (ckpt ? k.moe_act : k.moe_plain)
-                                             : (ckpt ? k.dense_act : k.dense_plain);
-      walk.Layer(la, moe_layer ? k.moe_params : k.dense_params, g, a);
+      walk.Layer(kind(i), k.has_moe && m.IsMoeLayer(i) ? k.moe_params : k.dense_params, g, a);
     }
   } else if (l.n_moe == 0 || l.n_dense == 0) {
     // Identical layers: every layer changes the state by the same amount, so the peak is in
@@ -456,7 +484,7 @@ StageEstimate EstimateStage(const ModelSpec& m, const TrainingSpec& t, const Par
   se.breakdown = peak->b;
   se.activations_per_microbatch = s.act;
   se.peak_bytes = peak->b.total();
-  se.host_bytes = s.st.host;
+  se.host_bytes = s.st.host + s.offloaded;  // offloaded activations sit in pinned host memory
   se.pageable_bytes = std::min(s.st.pageable, peak->b.optimizer);
   AddDeviceBytes(t, p, se);
   return se;

@@ -370,6 +370,13 @@ Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelP
     add("sequence_parallel", "the sequence per rank must divide by tp");
   }
   if (p.zero < 0 || p.zero > 3) add("zero", "ZeRO stage must be 0, 1, 2 or 3");
+  if (t.offload_activations) {
+    if (t.framework != Framework::kHf && t.framework != Framework::kFsdp) {
+      add("offload_activations", "activation offloading is modelled as torchtune runs it "
+                                 "(OffloadActivations): use --framework hf or fsdp");
+    }
+    if (p.pp > 1) add("offload_activations", "is modelled without pipeline parallelism");
+  }
   if (t.recompute_every < 1 || t.recompute_every > kMaxSize) {
     add("recompute_every", "must be at least 1, found " + s(t.recompute_every));
   } else if (t.recompute_every > 1 && t.recompute != Recompute::kFull) {

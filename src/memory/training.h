@@ -127,6 +127,9 @@ struct LoraSpec {
   bool upcast_rest = true;
 };
 
+// torchtune's OffloadActivations(max_fwd_stash_size = 5): saved tensors kept on the GPU at once.
+inline constexpr int64_t kOffloadStash = 5;
+
 struct TrainingSpec {
   int64_t seq_len = 2048;
   int64_t micro_batch = 1;
@@ -138,6 +141,10 @@ struct TrainingSpec {
   // layer-wise selective AC (`mode = "selective"`, `selective_ac_option = "N"` wraps the blocks
   // whose 1-based count is a multiple of N).
   int64_t recompute_every = 1;
+  // torchtune's activation offloading (OffloadActivations, a saved-tensors hook): every saved
+  // tensor of 1 KiB or more goes to pinned host memory as forward produces it; the last
+  // kOffloadStash stay on the GPU until backward starts; backward brings each back for its node.
+  bool offload_activations = false;
   // Whether layer `i` (0-based, over the whole model) is recomputed in backward.
   bool RecomputesLayer(int64_t i) const {
     return recompute != Recompute::kNone && (recompute_every <= 1 || (i + 1) % recompute_every == 0);

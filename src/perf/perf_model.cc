@@ -137,6 +137,7 @@ struct PerfInputs {
   // Of the layers, those recomputed: all, or 1/N when every Nth is checkpointed (torchtitan's
   // layer-wise AC).
   double recompute_share = 1;
+  double offloaded_act_bytes = 0;  // activation offloading: bytes a micro-batch sends to the host
   double attention_share = 0;  // of the model FLOPs
   double e = 2;                // bytes per activation element
   double gather_e = 2;         // bytes per weight element in parameter all-gathers
@@ -184,6 +185,13 @@ void MicroBatchCompute(const ModelSpec& m, const TrainingSpec& t, const Parallel
   // written once and read about three times over forward and backward.
   LayerActivations la = LayerActivationBytes(m, t, p, false);
   double layer_bytes = static_cast<double>(la.saved > 0 ? la.saved : 0);
+  if (t.offload_activations) {
+    // All but the stash (MARP's account: the last kOffloadStash layer inputs, or one layer).
+    const bool inputs_only = t.recompute == Recompute::kFull && t.recompute_every <= 1;
+    const double stash =
+        layer_bytes * (inputs_only ? std::min<double>(in.stage_layers, kOffloadStash) : 1.0);
+    in.offloaded_act_bytes = std::max(0.0, layer_bytes * in.stage_layers - stash);
+  }
   const double share = in.recompute_share;
   if (t.recompute != Recompute::kNone) {
     layer_bytes = static_cast<double>(la.recomputed + la.saved);
@@ -430,16 +438,23 @@ constexpr double kCpuAdamParamsPerS = 2e9;
 // offloaded, every pass over the layers fetches them (prefetched under the compute).
 double OffloadS(const TrainingSpec& t, const ParallelPlan& p, const GpuType& g,
                 const Network& net, const PerfInputs& in) {
-  if (p.offload == Offload::kNone) return 0;
-  const double shard = ShardedStateParams(p, in);
   const int64_t on_node = std::min<int64_t>(net.gpus_per_node, in.gpus);
   const double link = HostLinkGbs(g, on_node) * 1e9;
+  double exposed = 0;
+  if (t.offload_activations) {
+    // Offloaded activations go to the host in forward and come back in backward, on a side
+    // stream under the compute (torchtune's use_streams); what does not fit under it shows.
+    const double traffic = 2.0 * in.offloaded_act_bytes / link;
+    exposed += std::max(0.0, traffic - in.per_mb()) * static_cast<double>(in.microbatches);
+  }
+  if (p.offload == Offload::kNone) return exposed;
+  const double shard = ShardedStateParams(p, in);
   const bool fsdp = t.framework == Framework::kFsdp;
   const double rate = fsdp ? kCpuAdamParamsPerS / 6.0 : kCpuAdamParamsPerS;
   const double cpu = shard * static_cast<double>(on_node) / rate;
   const double grads = shard * (fsdp ? 4.0 : in.e) / link;
   const double back = shard * in.e / link;
-  double exposed = cpu + back + std::max(0.0, grads - (2.0 / 3.0) * in.per_mb());
+  exposed += cpu + back + std::max(0.0, grads - (2.0 / 3.0) * in.per_mb());
   if (p.offload == Offload::kParams) {
     const double fetch =
         shard * in.e * (RecomputesLayerForward(t.recompute) ? 3.0 : 2.0) / link;

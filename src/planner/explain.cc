@@ -32,6 +32,11 @@ std::string ExplainWinner(const PlanResult& r, const PlannerOptions& opt) {
         w.offload == Offload::kParams ? "parameters, gradients and optimizer states"
                                       : "optimizer states and gradients (CPU optimizer step)",
         Gib(w.host_bytes_per_node));
+  } else if (w.offload_activations) {
+    offload = fmt::format(
+        "; nothing fits the GPUs otherwise: saved activations offloaded to host memory "
+        "(torchtune's activation offloading), {} GiB per node",
+        Gib(w.host_bytes_per_node));
   }
   return fmt::format(
       "{} plan: {} x {} (TP {}, PP {}, DP {}{}{}, micro-batch {}, {} recomputation) trains in {} "

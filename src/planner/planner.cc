@@ -223,6 +223,7 @@ Plan MakePlan(const GpuType& g, const TrainingSpec& t, const Layout& l, Recomput
   plan.recompute = rc.kind;
   plan.recompute_every = t.recompute_every;
   plan.offload = l.p.offload;
+  plan.offload_activations = t.offload_activations;
   plan.peak_bytes = mem.peak_bytes;
   plan.device_bytes = mem.device_bytes;
   plan.resident_bytes = mem.resident_bytes;
@@ -476,6 +477,7 @@ TrainingSpec TrainingFor(const JobSpec& job, const GpuType& g) {
   t.fp8_recipe = job.fp8_recipe_or_default();
   t.fp8_param_gather = job.fp8_param_gather;
   t.moe_capacity_factor = job.moe_capacity_factor;
+  t.offload_activations = job.offload_activations.value_or(false);
   if (t.fp8() && !g.fp8_tflops) {
     t.precision = Precision::kBf16;  // no FP8 tensor cores (A100, V100): bf16 mixed precision
     t.fp8_param_gather = false;
@@ -534,6 +536,19 @@ Result<PlanResult> PlanJob(const JobSpec& job, const Cluster& cluster, const Gpu
     result.layouts_considered += offloaded->considered;
     result.layouts_fitting += offloaded->fitting;
   }
+  // Still nothing: the saved activations in host memory too, where the framework can (torchtune
+  // under hf or fsdp, no pipeline).
+  const bool act_offload = !job.offload_activations && (!job.pp || *job.pp == 1) &&
+                           (job.framework == Framework::kHf || job.framework == Framework::kFsdp);
+  if (s.fitting == 0 && (!offloaded || offloaded->meeting_goals.empty()) && act_offload) {
+    JobSpec act = job;
+    act.offload_activations = true;
+    act.pp = 1;
+    Search a = SearchLayouts(act, types, opt);
+    result.layouts_considered += a.considered;
+    result.layouts_fitting += a.fitting;
+    if (!a.meeting_goals.empty()) offloaded = std::move(a);
+  }
   if (offloaded && !offloaded->meeting_goals.empty()) {
     s = std::move(*offloaded);
   } else if (s.meeting_goals.empty()) {
@@ -581,6 +596,7 @@ nlohmann::json PlanToJson(const Plan& p) {
                       {"recompute", RecomputeName(p.recompute)},
                       {"recompute_every", p.recompute_every},
                       {"offload", OffloadName(p.offload)},
+                      {"offload_activations", p.offload_activations},
                       {"precision", PrecisionName(p.precision)},
                       {"peak_bytes", p.peak_bytes},
                       {"device_bytes", p.device_bytes},

@@ -57,6 +57,9 @@ struct JobSpec {
   std::optional<Recompute> recompute;
   // Offload pinned (kNone forbids it); unset: tried only when nothing fits without it.
   std::optional<Offload> offload;
+  // Activation offload (torchtune's, frameworks hf and fsdp) pinned; unset: tried only when
+  // nothing fits without it, as state offload is.
+  std::optional<bool> offload_activations;
   std::optional<double> deadline_s;  // finish within this many seconds
   std::optional<double> budget;      // spend at most this (USD)
 };
@@ -84,6 +87,7 @@ struct Plan {
   Recompute recompute = Recompute::kNone;
   int64_t recompute_every = 1;  // with kFull: every Nth layer (torchtitan's layer-wise AC)
   Offload offload = Offload::kNone;
+  bool offload_activations = false;  // saved activations in host memory (torchtune's)
   Precision precision = Precision::kBf16;  // what the GPU type runs (see JobSpec::precision)
   int64_t peak_bytes = 0;
   int64_t device_bytes = 0;

@@ -191,6 +191,8 @@ Result<Daemon::Parsed> Daemon::ParseSpec(const json& spec) const {
     p.spec.pp = 1;
     p.spec.cp = 1;
   }
+  // The bundled entry point (examples/train.py) does not offload activations: never plan it.
+  p.spec.offload_activations = false;
   p.spec.tokens = tokens;
   p.spec.global_batch = static_cast<int64_t>(batch);
   p.spec.seq_len = static_cast<int64_t>(seq);

@@ -523,6 +523,31 @@ TEST(Planner, TorchtitanJobsCheckpointEveryNthLayerWhenThatIsEnough) {
   EXPECT_LT(best.total_s, full.plans.front().total_s);
 }
 
+TEST(Planner, ActivationOffloadWhenNothingElseFits) {
+  // Llama-2-7B, full fine-tune in pure bf16 under the HF/torchtune stack, two 24,576-token
+  // sequences a micro-batch on one A100-80GB: even with every layer checkpointed the layer
+  // inputs (32 x 2 x 24576 x 4096 x 2 bytes) push it past the GPU; offloading all but the last
+  // five of them (27 x 402,653,184 bytes) to the node's 256 GiB fits, and the plan says so.
+  JobSpec j = Job("llama-2-7b", 1e9, 2, 24576);
+  j.framework = Framework::kHf;
+  j.precision = Precision::kBf16Pure;
+  j.micro_batch = 2;
+  Cluster c;
+  c.name = "one-a100";
+  c.nodes.push_back({"n0", "A100-80GB", 1, 25, 256});
+  PlanResult r = Plan_(j, c);
+  ASSERT_FALSE(r.plans.empty()) << Why(r);
+  EXPECT_TRUE(r.plans.front().offload_activations);
+  EXPECT_EQ(r.plans.front().host_bytes_per_node, int64_t{27} * 402'653'184);
+  EXPECT_NE(ExplainPlan(r, {}).find("activations offloaded"), std::string::npos);
+  // Without the nodes' host memory it is not tried; pinned off, nothing fits.
+  c.nodes[0].host_memory_gib = 0;
+  EXPECT_TRUE(Plan_(j, c).infeasible);
+  c.nodes[0].host_memory_gib = 256;
+  j.offload_activations = false;
+  EXPECT_TRUE(Plan_(j, c).infeasible);
+}
+
 TEST(Planner, BadJobsAreErrors) {
   JobSpec j = Job("gpt2");
   j.tokens = 0;
