@@ -151,6 +151,16 @@ struct LayerKinds {
   int64_t embedding_act = 0;     // first stage, one micro-batch
   OutputActivations output_act;  // last stage, one micro-batch
   int64_t stream_grad = 0;       // the residual stream's gradient, alive through backward
+  // What layer `i` keeps: its kind's account, checkpointed or (between checkpointed layers)
+  // not.
+  const LayerActivations& Act(const ModelSpec& m, int64_t i) const {
+    const bool moe = has_moe && m.IsMoeLayer(i);
+    if (TrainingSpec::CheckpointedLayer(i, every)) return moe ? moe_act : dense_act;
+    return moe ? moe_plain : dense_plain;
+  }
+  const RankLayer& Params(const ModelSpec& m, int64_t i) const {
+    return has_moe && m.IsMoeLayer(i) ? moe_params : dense_params;
+  }
   int64_t workspace = 0;         // cuBLAS workspaces (CUDA)
 };
 
@@ -265,9 +275,7 @@ StageState MakeStageState(const ModelSpec& m, const TrainingSpec& t, const Paral
     // with whole-layer checkpointing each layer saves one (its input), else they are the last
     // layer's own (it saves more than five).
     const int64_t layers_act = s.act;
-    const int64_t last = (k.has_moe && m.IsMoeLayer(l.first + l.n_layers - 1) ? k.moe_act
-                                                                               : k.dense_act)
-                             .saved;
+    const int64_t last = k.Act(m, l.first + l.n_layers - 1).saved;
     const bool inputs_only = t.recompute == Recompute::kFull && k.every == 1;
     s.stash = std::min(layers_act, inputs_only ? std::min(l.n_layers, kOffloadStash) * last : last);
     s.offloaded = layers_act - s.stash;
@@ -392,27 +400,8 @@ Phase BackwardPhase(const ModelSpec& m, const ParallelPlan& p, const ParamCounts
   const int64_t start_grads = s.grads_at_start + walk.GradBytes(head_params);
   const int64_t start_act = s.act_all + s.cache_after_forward;
   int64_t g = start_grads, a = start_act;
-  auto kind = [&](int64_t i) -> const LayerActivations& {
-    const bool moe_layer = k.has_moe && m.IsMoeLayer(i);
-    const bool ckpt = k.every <= 1 || (i + 1) % k.every == 0;
-    return moe_layer ? (ckpt ? k.moe_act : k.moe_plain) : (ckpt ? k.dense_act : k.dense_plain);
-  };
-  if (s.stash > 0) {
-    // Offloaded activations: the last layer runs on the stash, which is dropped once its first
-    // node is done; every other layer's saved tensors are brought back for its backward.
-    for (int64_t i = l.first + l.n_layers - 1; i >= l.first; --i) {
-      const LayerActivations& la = kind(i);
-      const bool last = i == l.first + l.n_layers - 1;
-      if (!last) a += la.saved;
-      walk.Layer(la, k.has_moe && m.IsMoeLayer(i) ? k.moe_params : k.dense_params, g, a);
-      if (last) a -= std::max<int64_t>(0, s.stash - la.saved);
-    }
-  } else if (k.every > 1) {
-    // Checkpointed and plain layers alternate: each walked in turn.
-    for (int64_t i = l.first + l.n_layers - 1; i >= l.first; --i) {
-      walk.Layer(kind(i), k.has_moe && m.IsMoeLayer(i) ? k.moe_params : k.dense_params, g, a);
-    }
-  } else if (l.n_moe == 0 || l.n_dense == 0) {
+  const bool uniform = k.every == 1 && s.stash == 0 && (l.n_moe == 0 || l.n_dense == 0);
+  if (uniform) {
     // Identical layers: every layer changes the state by the same amount, so the peak is in
     // the first or the last layer to run backward.
     const LayerActivations& la = l.n_moe == 0 ? k.dense_act : k.moe_act;
@@ -425,10 +414,15 @@ Phase BackwardPhase(const ModelSpec& m, const ParallelPlan& p, const ParamCounts
       walk.Layer(la, rl, g, a);
     }
   } else {
-    for (int64_t i = l.first + l.n_layers - 1; i >= l.first; --i) {
-      bool moe_layer = m.IsMoeLayer(i);
-      walk.Layer(moe_layer ? k.moe_act : k.dense_act, moe_layer ? k.moe_params : k.dense_params, g,
-                 a);
+    // Layers of different kinds (dense and MoE, checkpointed and not): each walked in turn.
+    // With offloaded activations the last layer runs on the stash, which is dropped once its
+    // first node is done, and every other layer's saved tensors come back for its backward.
+    const int64_t last = l.first + l.n_layers - 1;
+    for (int64_t i = last; i >= l.first; --i) {
+      const LayerActivations& la = k.Act(m, i);
+      if (s.stash > 0 && i != last) a += la.saved;
+      walk.Layer(la, k.Params(m, i), g, a);
+      if (s.stash > 0 && i == last) a -= std::max<int64_t>(0, s.stash - la.saved);
     }
   }
   return {"backward", walk.best()};

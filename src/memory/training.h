@@ -147,7 +147,12 @@ struct TrainingSpec {
   bool offload_activations = false;
   // Whether layer `i` (0-based, over the whole model) is recomputed in backward.
   bool RecomputesLayer(int64_t i) const {
-    return recompute != Recompute::kNone && (recompute_every <= 1 || (i + 1) % recompute_every == 0);
+    return recompute != Recompute::kNone && CheckpointedLayer(i, recompute_every);
+  }
+  // Whether layer `i` is one of the checkpointed ones when every `every`-th is (all when
+  // every <= 1).
+  static bool CheckpointedLayer(int64_t i, int64_t every) {
+    return every <= 1 || (i + 1) % every == 0;
   }
   Framework framework = Framework::kMegatron;
   HeadType head = HeadType::kCausalLm;
@@ -216,7 +221,9 @@ struct ParallelPlan {
   int64_t gpus() const { return tp * pp * dp * cp; }
   int64_t expert_tp() const { return etp > 0 ? etp : tp; }
   // Ranks that hold the same experts and reduce their gradients (Megatron-core's expert data
-  // parallel group: world / (etp x ep x pp)), of the shard group's.
+  // parallel group: world / (etp x ep x pp)); and those of them that shard the experts' states
+  // (of the shard group's).
+  int64_t expert_dp() const { return std::max<int64_t>(1, dp * cp * tp / (expert_tp() * ep)); }
   int64_t expert_shard_size() const {
     return std::max<int64_t>(1, shard_size() * tp / (expert_tp() * ep));
   }

@@ -353,7 +353,7 @@ double DataParallelS(const ParallelPlan& p, const PerfInputs& in,
                      const Links& links) {
   const int64_t n = p.dp * p.cp;
   // Experts not split over all TP ranks (etp < tp) are replicated over them too.
-  const int64_t expert_dp = std::max<int64_t>(1, n * p.tp / (p.expert_tp() * p.ep));
+  const int64_t expert_dp = p.expert_dp();
   if (n <= 1 && (in.expert_params <= 0 || expert_dp <= 1)) return 0;
   const double gbs = links.GroupGbs(p.tp * p.cp * p.dp);
   // Sharded optimizers reduce-scatter the gradients and all-gather the updated parameters.
@@ -509,8 +509,7 @@ void SetFp8(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p, co
 // experts compute per token.
 void SetExperts(const ModelSpec& m, const TrainingSpec& t, PerfInputs& in) {
   if (!m.moe.enabled()) return;
-  int64_t moe_layers = 0;
-  for (int64_t i = 0; i < m.num_layers; ++i) moe_layers += m.IsMoeLayer(i) ? 1 : 0;
+  const int64_t moe_layers = m.num_moe_layers();
   const double layer = static_cast<double>(CountLayerParams(m, /*moe=*/true).mlp);
   in.expert_params = layer * static_cast<double>(moe_layers);
   in.trained_experts = t.finetune == FineTune::kFull ? in.expert_params : 0.0;
