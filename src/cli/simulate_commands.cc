@@ -29,6 +29,7 @@ struct SimulateOptions {
   uint64_t seed = 1;
   std::optional<double> memory_error;
   std::optional<double> perf_error;
+  std::string perf_error_per = "model";
   std::optional<double> restart_s;  // unset: from each job's checkpoint
   double startup_s = kDefaultStartupS;
   double storage_gbs = kDefaultStorageGbs;
@@ -105,6 +106,7 @@ void RunSimulate(const SimulateOptions& o) {
   so.straggler_speed = o.straggler_speed;
   so.memory_error_pct = o.memory_error;
   so.perf_error_pct = o.perf_error;
+  so.perf_error_per_model = o.perf_error_per == "model";
   so.memory_margin = o.margin;
   so.restart.fixed_s = o.restart_s.value_or(-1);
   so.restart.startup_s = o.startup_s;
@@ -209,6 +211,11 @@ void RegisterSimulateCommands(CLI::App& app) {
   cmd->add_option("--perf-error", o->perf_error,
                   "Std. deviation of the throughput model's error, percent (default: its measured "
                   "errors on held-out published runs; 0: none)");
+  cmd->add_option("--perf-error-per", o->perf_error_per,
+                  "Whose draw a speed truth is: model (every job of a model runs alike on a GPU "
+                  "type) or job")
+      ->check(CLI::IsMember({"model", "job"}))
+      ->capture_default_str();
   cmd->add_option("--memory-error", o->memory_error,
                   "Std. deviation of MARP's error, percent (default: its measured errors; 0: "
                   "none)");

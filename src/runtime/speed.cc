@@ -13,6 +13,7 @@ std::optional<double> SpeedLearner::Report(int64_t key, int type, int64_t run, d
       predicted_tokens_per_s > 0) {
     ratio = (done_tokens - j.done) / (t_s - j.t_s) / predicted_tokens_per_s;
     j.run_best = *ratio;
+    Learn(j, key, type, std::max(j.run_best, PriorFactor(key, type)));
     return ratio;
   }
   if (j.run != run) {  // a new run: the one before joins the earlier runs
@@ -48,8 +49,35 @@ std::vector<double> SpeedLearner::Factors(int64_t key, size_t types) const {
   if (j.type >= 0 && static_cast<size_t>(j.type) < types) {
     out[static_cast<size_t>(j.type)] = std::max(out[static_cast<size_t>(j.type)], j.run_best);
   }
+  // Where the job has not run: what its class showed there.
+  if (!j.cls.empty()) {
+    auto c = classes_.find(j.cls);
+    if (c != classes_.end()) {
+      for (size_t t = 0; t < types && t < c->second.size(); ++t) {
+        const ClassType& ct = c->second[t];
+        if (out[t] == 0 && ct.n > 0) out[t] = ct.sum / static_cast<double>(ct.n);
+      }
+    }
+  }
   if (std::none_of(out.begin(), out.end(), [](double f) { return f > 0; })) out.clear();
   return out;
+}
+
+// Job `key`'s factor on `type` is now `f` (its best run there): that is its one sample in its
+// class's mean.
+void SpeedLearner::Learn(const Job& j, int64_t key, int type, double f) {
+  if (j.cls.empty() || type < 0 || f <= 0) return;
+  auto& v = classes_[j.cls];
+  if (v.size() <= static_cast<size_t>(type)) v.resize(static_cast<size_t>(type) + 1);
+  ClassType& c = v[static_cast<size_t>(type)];
+  auto [it, fresh] = c.of.emplace(key, f);
+  if (fresh) {
+    c.sum += f;
+    ++c.n;
+  } else {
+    c.sum += f - it->second;
+    it->second = f;
+  }
 }
 
 double SpeedLearner::Factor(int64_t key, int type) const {

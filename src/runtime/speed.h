@@ -7,6 +7,11 @@
 // the best run is the job's own speed there, and a run below it says something about the nodes
 // (the straggler detector's input) rather than about the job.
 //
+// It also learns across jobs, as the memory monitor does: every job of a class (its model) adds
+// its factor on a type to the class's mean there, and a job that has not run on a type starts
+// from its class's mean (a model's kernels run alike in every job that trains it; the simulator's
+// world draws its speed truth per model by default, sim/world.h).
+//
 // For the straggler detector, a run is compared with what the job showed on its earlier runs of
 // the type (PriorFactor): a job slower than predicted everywhere is the model's error, not a bad
 // node; a run slower than the job's own earlier runs points at the nodes.
@@ -18,6 +23,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -36,10 +43,11 @@ class SpeedLearner {
   // there was one.
   std::optional<double> Report(int64_t key, int type, int64_t run, double t_s, double done_tokens,
                                double predicted_tokens_per_s);
-  // The learned factor on each of `types` GPU types (cluster order): 0 where the job has not run;
-  // empty when nothing is known of it anywhere (JobView::speed_factor's convention).
+  // The learned factor on each of `types` GPU types (cluster order): the job's own where it ran,
+  // else its class's mean where jobs of its class ran, else 0; empty when nothing is known
+  // anywhere (JobView::speed_factor's convention).
   std::vector<double> Factors(int64_t key, size_t types) const;
-  // The learned factor on one type, or 1 where the job has not run there.
+  // The learned factor on one type (as Factors), or 1 where nothing is known there.
   double Factor(int64_t key, int type) const;
   // The factor its runs before the current one showed on the type; 0: none ran there.
   double PriorFactor(int64_t key, int type) const;
@@ -49,6 +57,9 @@ class SpeedLearner {
     const double prior = PriorFactor(key, type);
     return prior > 0 ? prior : kSlowestMeasuredSpeedRatio;
   }
+  // The job's class, for learning across jobs (the model's name); jobs without one learn alone.
+  void Track(int64_t key, std::string job_class) { jobs_[key].cls = std::move(job_class); }
+  // The job ended: its own record goes; what it added to its class stays.
   void Forget(int64_t key) { jobs_.erase(key); }
 
  private:
@@ -58,7 +69,16 @@ class SpeedLearner {
     int type = -1;             // of the current run
     double run_best = 0;       // the current run's best ratio
     std::vector<double> best;  // per type, over the earlier runs; 0: not seen
+    std::string cls;           // its class; empty: none
   };
+  // Per (class, type): the mean of its jobs' factors there, one sample a job.
+  struct ClassType {
+    double sum = 0;
+    int64_t n = 0;
+    std::unordered_map<int64_t, double> of;  // per job: its sample
+  };
+  void Learn(const Job& j, int64_t key, int type, double f);
+  std::unordered_map<std::string, std::vector<ClassType>> classes_;
   std::unordered_map<int64_t, Job> jobs_;
 };
 

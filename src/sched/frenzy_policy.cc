@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <vector>
 
 #include "sched/placement.h"
@@ -62,11 +63,18 @@ class FrenzyPolicy final : public Policy {
       cj.options = j.options;
       cj.order = j.key;
       cj.speed = std::span<const double>(speed, n);
-      // Jobs of one class (option table) with the same memory factor have the same speeds: the
-      // row is computed once per decision and copied.
-      const RowKey key{j.options, j.memory_factor.value_or(0)};
+      // What the runtime learned of the job's real speed (or its class's, for a job that has not
+      // run there) corrects the prediction, per type.
+      auto learned = [&](size_t k) {
+        const size_t t = static_cast<size_t>(j.options->options[k].type);
+        return t < j.speed_factor.size() && j.speed_factor[t] > 0 ? j.speed_factor[t] : 1.0;
+      };
+      // Jobs of one option table with the same memory factor and the same learned speeds (e.g.
+      // waiting jobs of one model, which start from their class's factors) have the same speeds:
+      // the row is computed once per decision and copied.
+      const RowKey key{j.options, j.memory_factor.value_or(0), j.speed_factor};
       // (A running job's row is changed below: it neither shares a class nor is copied from.)
-      const bool plain = j.failed_options.empty() && !j.running && j.speed_factor.empty();
+      const bool plain = j.failed_options.empty() && !j.running;
       if (auto it = rows_.find(key); it != rows_.end()) {
         std::copy_n(speed_.data() + it->second, n, speed);
         if (plain) cj.speed_class = static_cast<int64_t>(it->second);
@@ -75,7 +83,7 @@ class FrenzyPolicy final : public Policy {
           const int o = static_cast<int>(k);
           const int layout = j.Layout(o, c);  // JobView::Runnable, with its layout kept
           if (layout < 0 || j.option(o).plan.tokens_per_s <= 0) continue;
-          speed[k] = j.PlanOf(o, layout).tokens_per_s;
+          speed[k] = j.PlanOf(o, layout).tokens_per_s * learned(k);
         }
         if (plain) {
           cj.speed_class = static_cast<int64_t>(speed - speed_.data());
@@ -89,16 +97,9 @@ class FrenzyPolicy final : public Policy {
       // the only one, a stopped job could never start again.
       bool elsewhere = false;
       if (j.running) {
-        for (size_t k = 0; k < n && !elsewhere; ++k) {
-          elsewhere = speed[k] > 0 && k != static_cast<size_t>(j.alloc.option);
-        }
-        speed[static_cast<size_t>(j.alloc.option)] =
-            j.PlanOf(j.alloc.option, j.layout).tokens_per_s;
-      }
-      // What the runtime learned of the job's real speed corrects the prediction, per type.
-      for (size_t k = 0; k < n && !j.speed_factor.empty(); ++k) {
-        const size_t t = static_cast<size_t>(j.options->options[k].type);
-        if (t < j.speed_factor.size() && j.speed_factor[t] > 0) speed[k] *= j.speed_factor[t];
+        const size_t cur = static_cast<size_t>(j.alloc.option);
+        for (size_t k = 0; k < n && !elsewhere; ++k) elsewhere = speed[k] > 0 && k != cur;
+        speed[cur] = j.PlanOf(j.alloc.option, j.layout).tokens_per_s * learned(cur);
       }
       const bool any = std::any_of(speed, speed + n, [](double v) { return v > 0; });
       cj.remaining_tokens = std::max(0.0, j.total_tokens - j.DoneAt(s.now_s));
@@ -190,7 +191,8 @@ class FrenzyPolicy final : public Policy {
   std::vector<CoreJob> core_;
   std::vector<size_t> of_;
   std::vector<double> speed_;                           // the core jobs' speeds, one row per option
-  using RowKey = std::pair<const JobOptions*, double>;  // (table, memory factor or 0)
+  // (table, memory factor or 0, learned speed factors)
+  using RowKey = std::tuple<const JobOptions*, double, std::vector<double>>;
   std::map<RowKey, size_t> rows_;  // where in speed_ the first row of each key is
   AllocationCore core_engine_;
 };

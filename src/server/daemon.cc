@@ -100,7 +100,10 @@ Status Daemon::LoadStored() {
     if (why.empty()) {
       if (!Terminal(r.state)) {
         int64_t key = KeyOf(r.id);
-        if (use_runtime_) monitor_.Track(key, r.model);  // the class: the model's name
+        if (use_runtime_) {
+          monitor_.Track(key, r.model);  // the class: the model's name
+          speed_.Track(key, r.model);
+        }
         Hold(key, r);
         active_.emplace(key, std::move(r));
       }
@@ -154,7 +157,10 @@ Result<json> Daemon::Submit(const json& body) {
   ASSIGN_OR_RETURN(std::string id, store_->InsertJob(row, p.model_name));
   row.id = id;
   active_.emplace(KeyOf(id), row);
-  if (use_runtime_) monitor_.Track(KeyOf(id), row.model);  // the class: the model's name
+  if (use_runtime_) {
+    monitor_.Track(KeyOf(id), row.model);  // the class: the model's name
+    speed_.Track(KeyOf(id), row.model);
+  }
   dirty_ = true;
   ++submissions_;
   return JobJson(row, false);

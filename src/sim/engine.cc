@@ -66,7 +66,7 @@ Status Engine::PrepareJob(size_t key, const WorkloadJob& wj,
   js.options = *opts;
   // The memory and speed truth of this job (drawn for every job, in key order, whatever the
   // policy).
-  js.truth = world_.DrawJob(view_.types.size());
+  js.truth = world_.DrawJob(view_.types.size(), wj.model);
   if (policy_.uses_profiled_memory() && !js.truth.speed.empty()) {
     // A policy that profiles sees the job's true speeds: its own copy of the table.
     auto profiled = std::make_shared<JobOptions>(*js.options);
@@ -285,6 +285,13 @@ void Engine::Sample(double now) {
 }
 
 Status Engine::Invoke(double now, bool& acted) {
+  // Waiting jobs start from what their class showed since their last run (running ones are
+  // brought up to date at their reports), as the daemon does at every pass.
+  if (use_runtime_) {
+    for (JobView* v : active_) {
+      if (!v->running) v->speed_factor = speed_.Factors(v->key, view_.types.size());
+    }
+  }
   const Snapshot s = SnapshotAt(now);
   double t0 = opt_.wall_now_s ? opt_.wall_now_s() : 0.0;
   Decisions d = policy_.Schedule(s);

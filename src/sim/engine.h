@@ -54,9 +54,11 @@ struct SimOptions {
   uint64_t seed = 1;
   std::optional<double> memory_error_pct;  // std. deviation, %; unset: measured distribution
   // The throughput model's error (std. deviation, %): a job runs at its prediction times a truth
-  // drawn per (job, GPU type); unset: drawn from the model's measured errors on held-out
-  // published runs; 0: the prediction is the truth.
+  // drawn per (model, GPU type) — or per (job, GPU type) without perf_error_per_model
+  // (WorldOptions says why per model is the default); unset: drawn from the model's measured
+  // errors on held-out published runs; 0: the prediction is the truth.
   std::optional<double> perf_error_pct;
+  bool perf_error_per_model = true;
   // Policies that profile (Policy::uses_profiled_memory: Gavel, Sia) see every job's true speeds
   // after profiling it: its first start pays this per GPU type of the cluster, without progress.
   double profile_s_per_type = 60;

@@ -136,6 +136,7 @@ bool Engine::OnArrival(const Event& e, double now) {
   if (policy_.uses_profiled_memory()) v.memory_factor = js.truth.factor;
   if (use_runtime_) {
     monitor_.Track(e.job, js.record.model);  // the class: the workload's model
+    speed_.Track(e.job, js.record.model);
     v.memory_factor = monitor_.Factor(e.job);
   }
   v.requested_option = requested_[static_cast<size_t>(e.job)];

@@ -62,6 +62,7 @@ inline WorldOptions WorldOf(const SimOptions& o) {
   w.seed = o.seed;
   w.memory_error_pct = o.memory_error_pct;
   w.perf_error_pct = o.perf_error_pct;
+  w.perf_error_per_model = o.perf_error_per_model;
   w.memory_bias_pct = o.memory_bias_pct;
   w.memory_drift_pct = o.memory_drift_pct;
   w.straggler_fraction = o.straggler_fraction;

@@ -61,13 +61,21 @@ World::World(const WorldOptions& o)
       pick_(0, std::size(kMeasuredMarpErrors) - 1),
       perf_pick_(0, std::size(kMeasuredPerfErrors) - 1) {}
 
-JobTruth World::DrawJob(size_t types) {
+JobTruth World::DrawJob(size_t types, const std::string& model) {
   JobTruth t;
   double err = o_.memory_error_pct ? normal_(rng_) : kMeasuredMarpErrors[pick_(rng_)];
   t.factor = o_.memory_error_pct ? std::max(0.5, 1.0 + err) : 1.0 / (1.0 + err);
   t.factor *= 1.0 + o_.memory_bias_pct / 100.0;
   if (o_.memory_drift_pct > 0) {
     t.drift = std::uniform_real_distribution<double>(0.0, o_.memory_drift_pct / 100.0)(rng_drift_);
+  }
+  const bool per_model = o_.perf_error_per_model && !model.empty();
+  if (per_model) {
+    auto it = model_speed_.find(model);
+    if (it != model_speed_.end() && it->second.size() == types) {
+      t.speed = it->second;
+      return t;
+    }
   }
   if (!(o_.perf_error_pct && *o_.perf_error_pct == 0)) {
     t.speed.resize(types);
@@ -78,6 +86,7 @@ JobTruth World::DrawJob(size_t types) {
           o_.perf_error_pct ? perf_normal_(rng_perf_) : kMeasuredPerfErrors[perf_pick_(rng_perf_)];
       s = 1.0 / std::clamp(1.0 + err, 0.2, 5.0);
     }
+    if (per_model) model_speed_[model] = t.speed;
   }
   return t;
 }

@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace frenzy {
@@ -25,6 +27,12 @@ struct WorldOptions {
   // The throughput model's error: std. deviation, %; unset: its measured errors on held-out
   // published runs; 0: the prediction is the truth.
   std::optional<double> perf_error_pct;
+  // Whose draw a speed truth is. Per model (the default): every job of one model runs at the same
+  // real speed over the prediction on a GPU type, drawn when the model's first job arrives: the
+  // throughput model's error is how that model's kernels, shapes and communication run on that
+  // GPU, the same for every job that trains it (jobs of a model differ in tokens, not in what a
+  // step computes). Per job: each job its own draw, as if every job trained a model of its own.
+  bool perf_error_per_model = true;
   double memory_bias_pct = 0;              // every job's real peak is this much higher (%)
   double memory_drift_pct = 0;             // a job's peak grows by up to this much by its end
   double straggler_fraction = 0;           // of nodes, running at straggler_speed
@@ -79,7 +87,9 @@ class World {
   explicit World(const WorldOptions& o);
   // The next job's memory and speed truth on a cluster of `types` GPU types (call once per job,
   // in arrival order).
-  JobTruth DrawJob(size_t types = 0);
+  // `model` names the job's model, whose speed truth its jobs share (perf_error_per_model);
+  // empty: a draw of the job's own.
+  JobTruth DrawJob(size_t types = 0, const std::string& model = {});
   // Per node: 1, or straggler_speed for a straggler (call once, after the jobs).
   std::vector<double> DrawNodeSpeeds(size_t nodes);
   // Seconds until a node's next failure. REQUIRES: node_mtbf_s > 0.
@@ -93,6 +103,7 @@ class World {
   std::normal_distribution<double> normal_;  // keeps its second draw: one object for the run
   std::normal_distribution<double> perf_normal_;
   std::uniform_int_distribution<size_t> pick_, perf_pick_;
+  std::map<std::string, std::vector<double>> model_speed_;  // per model: its speed truth
 };
 
 }  // namespace frenzy

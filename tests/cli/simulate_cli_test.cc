@@ -112,6 +112,24 @@ TEST(SimulateCli, BadInputIsAClearErrorWithExitCode2) {
 
   r = Frenzy("simulate -c lab -w lab-synthetic -p fifo-static --memory-error -3");
   EXPECT_EQ(r.exit_code, 2);
+
+  r = Frenzy("simulate -c lab -w lab-synthetic -p fifo-static --perf-error-per team");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("perf-error-per"), std::string::npos) << r.out;
+}
+
+// The speed truth per model (the default) or per job: the same seed, another world (the lab
+// workload has 60 jobs of 11 models, so per job most jobs draw another speed), and per model
+// is what no flag gives.
+TEST(SimulateCli, SpeedTruthPerModelByDefaultOrPerJob) {
+  auto avg = [](const std::string& flags) {
+    CliRun r = Frenzy("simulate -c lab -w lab-synthetic -p tiresias --json " + flags, false);
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    return nlohmann::json::parse(r.out)["policies"][0]["avg_jct_s"].get<double>();
+  };
+  const double plain = avg("");
+  EXPECT_EQ(avg("--perf-error-per model"), plain);
+  EXPECT_NE(avg("--perf-error-per job"), plain);
 }
 
 }  // namespace

@@ -46,5 +46,49 @@ TEST(SpeedLearner, KeepsTheBestRunAndComparesARunWithTheEarlierOnes) {
   EXPECT_DOUBLE_EQ(l.Factor(7, 0), 1.0);
 }
 
+// Across jobs: what jobs of one class (the model) showed on a type is what a job of the class
+// that never ran there starts from. Job 7 ("a") runs type 0 at 0.6 of its prediction; job 8
+// ("a") has not run: it gets 0.6 on type 0 and nothing on type 1; job 9 ("b") learns nothing
+// from "a". Job 10 ("a") shows 0.8 on type 0: the class's factor is their mean, 0.7. Job 8's own
+// run (0.5) then wins over the class's; a finished job's evidence stays with its class.
+TEST(SpeedLearner, AJobStartsFromWhatItsClassShowedOnAType) {
+  SpeedLearner l;
+  l.Track(7, "a");
+  l.Track(8, "a");
+  l.Track(9, "b");
+  l.Track(10, "a");
+  EXPECT_TRUE(l.Factors(8, 2).empty());
+  l.Report(7, 0, 1, 100, 0, 100);
+  l.Report(7, 0, 1, 200, 6000, 100);  // 60 tokens/s of 100
+  EXPECT_EQ(l.Factors(8, 2), (std::vector<double>{0.6, 0}));
+  EXPECT_DOUBLE_EQ(l.Factor(8, 0), 0.6);
+  EXPECT_DOUBLE_EQ(l.Factor(8, 1), 1.0);
+  EXPECT_TRUE(l.Factors(9, 2).empty());
+  EXPECT_DOUBLE_EQ(l.PriorFactor(8, 0), 0);  // the straggler check reads the job's own runs
+  l.Report(10, 0, 1, 100, 0, 50);
+  l.Report(10, 0, 1, 300, 8000, 50);  // 40 tokens/s of 50
+  EXPECT_DOUBLE_EQ(l.Factor(8, 0), 0.7);
+  l.Report(8, 0, 1, 100, 0, 100);
+  l.Report(8, 0, 1, 200, 5000, 100);
+  EXPECT_DOUBLE_EQ(l.Factor(8, 0), 0.5);
+  l.Forget(7);
+  l.Forget(8);
+  l.Forget(10);
+  l.Track(11, "a");
+  EXPECT_NEAR(l.Factor(11, 0), (0.6 + 0.8 + 0.5) / 3, 1e-12);
+}
+
+// A later report of a run replaces that run's evidence in the class (its best so far), rather
+// than adding a second sample of the same job.
+TEST(SpeedLearner, AJobCountsOnceInItsClass) {
+  SpeedLearner l;
+  l.Track(1, "a");
+  l.Track(2, "a");
+  l.Report(1, 0, 1, 0, 0, 100);
+  l.Report(1, 0, 1, 100, 5000, 100);   // 0.5
+  l.Report(1, 0, 1, 200, 15000, 100);  // 0.75 since the run's first report
+  EXPECT_DOUBLE_EQ(l.Factor(2, 0), 0.75);
+}
+
 }  // namespace
 }  // namespace frenzy::runtime

@@ -1,5 +1,5 @@
-// The simulated world's speed truth: drawn per (job, GPU type) from the throughput model's
-// measured errors, or a normal error, or none; on its own random stream.
+// The simulated world's speed truth: drawn per (model, GPU type) or per (job, GPU type) from the
+// throughput model's measured errors, or a normal error, or none; on its own random stream.
 #include "sim/world.h"
 
 #include <gtest/gtest.h>
@@ -69,6 +69,27 @@ TEST(World, WideNormalErrorsStayWithinBoundsOnTheRightSide) {
   EXPECT_DOUBLE_EQ(hi, 5.0);  // P(error < -0.8) is about 19% per draw at a 90% spread
   EXPECT_GE(lo, 0.2);
   EXPECT_LT(lo, 0.6);         // errors over +67% (P about 23%) run under 0.6x
+}
+
+// Per model (the default): every job of a model gets the speed truth its model's first job drew
+// (the same kernels on the same GPU), another model its own; the memory truth stays per job.
+// Per job: two jobs of one model draw apart.
+TEST(World, SpeedTruthIsTheModelsUnlessDrawnPerJob) {
+  World w(WorldOptions{});
+  JobTruth a = w.DrawJob(3, "llama-2-7b");
+  JobTruth b = w.DrawJob(3, "gpt2");
+  JobTruth c = w.DrawJob(3, "llama-2-7b");
+  ASSERT_EQ(a.speed.size(), 3u);
+  EXPECT_EQ(c.speed, a.speed);
+  EXPECT_NE(b.speed, a.speed);
+  EXPECT_NE(c.factor, a.factor);
+  WorldOptions per_job;
+  per_job.perf_error_per_model = false;
+  World v(per_job);
+  JobTruth x = v.DrawJob(3, "llama-2-7b");
+  JobTruth y = v.DrawJob(3, "llama-2-7b");
+  EXPECT_EQ(x.speed, a.speed);  // the first draw of a stream is the same either way
+  EXPECT_NE(y.speed, x.speed);
 }
 
 }  // namespace

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Quick comparison of frenzy (or a variant of it) with the baselines, reusing the baselines' runs.
+
+bench/sched_eval.py runs every policy on every workload and seed (~19 minutes, most of it Sia's
+ILP). A change to frenzy leaves the baselines' runs unchanged (each policy runs in its own
+simulated world from the same seed), so this script runs the baselines once per (workload, seed)
+into a cache folder, with their per-job outcomes (`frenzy simulate --out`), and then only the
+policies under test. The figures are sched_eval.py's verdict, computed from the per-job rows:
+average and p99 JCT over the jobs every policy (baselines and the policy under test) finished,
+against the best baseline; GPU-hours on those jobs against Sia's; jobs finished; OOM crashes.
+
+usage: bench/sched_variant.py FRENZY_BIN SHARED_TRACES_DIR --cache DIR [--policy P ...]
+       [--seeds N] [--only WORKLOAD ...] [--jobs N]
+"""
+import argparse
+import concurrent.futures
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sched_eval  # noqa: E402  (workload conversion and the baseline list)
+
+
+def percentile(v, p):
+    """Linear interpolation between closest ranks (the simulator's rule)."""
+    if not v:
+        return 0.0
+    v = sorted(v)
+    idx = p * (len(v) - 1)
+    lo = int(idx)
+    hi = min(len(v) - 1, lo + 1)
+    return v[lo] + (v[hi] - v[lo]) * (idx - lo)
+
+
+def simulate(frenzy, cluster, workload, policies, seed, out, extra=()):
+    os.makedirs(out, exist_ok=True)
+    p = subprocess.run([frenzy, "simulate", "-c", cluster, "-w", workload, "-p",
+                        ",".join(policies), "--seed", str(seed), "--no-progress", "--json",
+                        "--out", out, *extra], capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"failed: {policies} on {workload} seed {seed}\n{p.stderr}")
+    doc = json.loads(p.stdout)
+    with open(os.path.join(out, "jobs.csv")) as f:
+        rows = list(csv.DictReader(f))
+    return {"summary": {m["policy"]: m for m in doc["policies"]}, "rows": rows}
+
+
+def load_or_run_baselines(frenzy, cluster, workload, seed, folder, extra):
+    done = os.path.join(folder, "baselines.json")
+    if os.path.exists(done):
+        with open(done) as f:
+            return json.load(f)
+    r = simulate(frenzy, cluster, workload, sched_eval.BASELINES, seed, folder, extra)
+    with open(done, "w") as f:
+        json.dump(r, f)
+    return r
+
+
+def verdict(base, test, policy):
+    """Ratios of `policy` to the best baseline on the jobs every policy finished."""
+    rows = base["rows"] + test["rows"]
+    policies = sched_eval.BASELINES + [policy]
+    by = {p: {} for p in policies}
+    for r in rows:
+        if r["policy"] in by:
+            by[r["policy"]][r["job_id"]] = r
+    ids = set.intersection(*[{i for i, r in by[p].items() if r["outcome"] == "finished"}
+                             for p in policies])
+    fig = {}
+    for p in policies:
+        jct = [float(by[p][i]["jct_s"]) for i in ids]
+        fig[p] = {"avg": sum(jct) / len(jct) if jct else 0, "p99": percentile(jct, 0.99),
+                  "gpuh": sum(float(by[p][i]["gpu_hours"]) for i in ids),
+                  "finished": sum(1 for r in by[p].values() if r["outcome"] == "finished")}
+    f = fig[policy]
+    best = min((fig[b] for b in sched_eval.BASELINES), key=lambda x: x["avg"])
+    summ = test["summary"][policy]
+    return {"avg": f["avg"] / best["avg"],
+            "p99": f["p99"] / min(fig[b]["p99"] for b in sched_eval.BASELINES),
+            "gpuh": f["gpuh"] / fig["sia"]["gpuh"],
+            "finishes": f["finished"] >= max(fig[b]["finished"] for b in sched_eval.BASELINES),
+            "ooms": summ["oom_events"], "avg_h": f["avg"] / 3600, "common": len(ids)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("frenzy")
+    ap.add_argument("traces")
+    ap.add_argument("--cache", required=True, help="folder of the baselines' runs (reused)")
+    ap.add_argument("--policy", action="append", help="policies under test [frenzy]")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--only", action="append", help="workload labels to run [all]")
+    ap.add_argument("--jobs", type=int, default=2, help="simulations run at once")
+    ap.add_argument("--sim-args", default="",
+                    help="more `frenzy simulate` flags for every run, e.g. '--perf-error 0' "
+                         "(use a cache folder of its own)")
+    a = ap.parse_args()
+    extra = a.sim_args.split()
+    policies = a.policy or ["frenzy"]
+    os.makedirs(a.cache, exist_ok=True)
+    ws = [w for w in sched_eval.workloads(a.frenzy, a.traces, a.cache)
+          if not a.only or w[0] in a.only]
+    seeds = list(range(1, a.seeds + 1))
+    todo = [(label, cluster, path, s) for label, cluster, path in ws for s in seeds]
+
+    def one(label, cluster, path, seed):
+        folder = os.path.join(a.cache, f"{label}-{seed}")
+        base = load_or_run_baselines(a.frenzy, cluster, path, seed, folder, extra)
+        test = simulate(a.frenzy, cluster, path, policies, seed,
+                        os.path.join(folder, "test-" + str(os.getpid())), extra)
+        return {p: verdict(base, test, p) for p in policies}
+
+    results = {}
+    with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
+        futs = {pool.submit(one, *t): (t[0], t[3]) for t in todo}
+        for fut in concurrent.futures.as_completed(futs):
+            results[futs[fut]] = fut.result()
+    for p in policies:
+        print(f"\n{p}: against the best baseline on the jobs every policy finished\n")
+        print("| workload | avg JCT ratio (mean) | (worst) | p99 ratio (mean) | (worst) | "
+              "GPU-h vs sia | finishes as many | OOMs | per seed avg/p99 |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for label, _, _ in ws:
+            v = [results[(label, s)][p] for s in seeds]
+            mean = lambda k: sum(x[k] for x in v) / len(v)  # noqa: E731
+            per = " ".join(f"{x['avg']:.2f}/{x['p99']:.2f}" for x in v)
+            print(f"| {label} | {mean('avg'):.2f} | {max(x['avg'] for x in v):.2f} | "
+                  f"{mean('p99'):.2f} | {max(x['p99'] for x in v):.2f} | {mean('gpuh'):.2f} | "
+                  f"{'yes' if all(x['finishes'] for x in v) else 'no'} | "
+                  f"{sum(x['ooms'] for x in v)} | {per} |")
+
+
+if __name__ == "__main__":
+    main()
