@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <map>
-#include <tuple>
 #include <vector>
 
 #include "sched/placement.h"
@@ -72,7 +71,7 @@ class FrenzyPolicy final : public Policy {
       // Jobs of one option table with the same memory factor and the same learned speeds (e.g.
       // waiting jobs of one model, which start from their class's factors) have the same speeds:
       // the row is computed once per decision and copied.
-      const RowKey key{j.options, j.memory_factor.value_or(0), j.speed_factor};
+      const RowKey key{j.options, j.memory_factor.value_or(0), &j.speed_factor};
       // (A running job's row is changed below: it neither shares a class nor is copied from.)
       const bool plain = j.failed_options.empty() && !j.running;
       if (auto it = rows_.find(key); it != rows_.end()) {
@@ -191,8 +190,17 @@ class FrenzyPolicy final : public Policy {
   std::vector<CoreJob> core_;
   std::vector<size_t> of_;
   std::vector<double> speed_;                           // the core jobs' speeds, one row per option
-  // (table, memory factor or 0, learned speed factors)
-  using RowKey = std::tuple<const JobOptions*, double, std::vector<double>>;
+  // (table, memory factor or 0, learned speed factors: the job view's, compared by value)
+  struct RowKey {
+    const JobOptions* options;
+    double memory_factor;
+    const std::vector<double>* speed_factor;
+    bool operator<(const RowKey& o) const {
+      if (options != o.options) return options < o.options;
+      if (memory_factor != o.memory_factor) return memory_factor < o.memory_factor;
+      return *speed_factor < *o.speed_factor;
+    }
+  };
   std::map<RowKey, size_t> rows_;  // where in speed_ the first row of each key is
   AllocationCore core_engine_;
 };
