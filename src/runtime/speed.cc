@@ -86,4 +86,60 @@ double SpeedLearner::Factor(int64_t key, int type) const {
   return !f.empty() && f[static_cast<size_t>(type)] > 0 ? f[static_cast<size_t>(type)] : 1.0;
 }
 
+void SpeedLearner::Forget(int64_t key) {
+  auto it = jobs_.find(key);
+  if (it == jobs_.end()) return;
+  // Its samples stay in their classes' sums; only the per-job handles (which let a later report
+  // replace a sample) go.
+  if (auto c = classes_.find(it->second.cls); c != classes_.end()) {
+    for (ClassType& ct : c->second) ct.of.erase(key);
+  }
+  jobs_.erase(it);
+}
+
+std::vector<double> SpeedLearner::Own(int64_t key) const {
+  auto it = jobs_.find(key);
+  if (it == jobs_.end()) return {};
+  const Job& j = it->second;
+  std::vector<double> out = j.best;
+  if (j.type >= 0 && j.run_best > 0) {
+    if (out.size() <= static_cast<size_t>(j.type)) out.resize(static_cast<size_t>(j.type) + 1);
+    out[static_cast<size_t>(j.type)] = std::max(out[static_cast<size_t>(j.type)], j.run_best);
+  }
+  if (std::none_of(out.begin(), out.end(), [](double f) { return f > 0; })) out.clear();
+  return out;
+}
+
+void SpeedLearner::Restore(int64_t key, const std::vector<double>& own) {
+  Job& j = jobs_[key];
+  j.best = own;
+  for (size_t t = 0; t < own.size(); ++t) {
+    if (own[t] > 0) Learn(j, key, static_cast<int>(t), own[t]);
+  }
+}
+
+std::map<std::string, SpeedLearner::ClassEvidence> SpeedLearner::Settled() const {
+  std::map<std::string, ClassEvidence> out;
+  for (const auto& [name, types] : classes_) {
+    ClassEvidence e;
+    for (const ClassType& ct : types) {
+      double held = 0;
+      for (const auto& [job, f] : ct.of) held += f;
+      e.sum.push_back(ct.sum - held);
+      e.n.push_back(ct.n - static_cast<int64_t>(ct.of.size()));
+    }
+    out.emplace(name, std::move(e));
+  }
+  return out;
+}
+
+void SpeedLearner::RestoreSettled(const std::string& job_class, const ClassEvidence& e) {
+  auto& v = classes_[job_class];
+  if (v.size() < e.sum.size()) v.resize(e.sum.size());
+  for (size_t t = 0; t < e.sum.size() && t < e.n.size(); ++t) {
+    v[t].sum += e.sum[t];
+    v[t].n += e.n[t];
+  }
+}
+
 }  // namespace frenzy::runtime

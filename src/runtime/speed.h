@@ -22,6 +22,7 @@
 #define FRENZY_RUNTIME_SPEED_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -60,7 +61,21 @@ class SpeedLearner {
   // The job's class, for learning across jobs (the model's name); jobs without one learn alone.
   void Track(int64_t key, std::string job_class) { jobs_[key].cls = std::move(job_class); }
   // The job ended: its own record goes; what it added to its class stays.
-  void Forget(int64_t key) { jobs_.erase(key); }
+  void Forget(int64_t key);
+
+  // What the learner knows, for a store (the daemon keeps it across its own restarts): a job's
+  // own factors per type (Own), and per class the samples of the jobs it has forgotten (Settled);
+  // a restored job adds its own samples to its class again.
+  struct ClassEvidence {
+    std::vector<double> sum;  // per type: the samples' sum
+    std::vector<int64_t> n;   // per type: how many (the same size as sum)
+  };
+  // The job's own factors per type (0: not run there); empty when it has run nowhere.
+  std::vector<double> Own(int64_t key) const;
+  // REQUIRES: Track(key, ...) first, so that its samples go to its class.
+  void Restore(int64_t key, const std::vector<double>& own);
+  std::map<std::string, ClassEvidence> Settled() const;
+  void RestoreSettled(const std::string& job_class, const ClassEvidence& e);
 
  private:
   struct Job {

@@ -185,7 +185,7 @@ class Daemon {
   OptionCache cache_;
   std::unique_ptr<Policy> policy_;
   runtime::MemoryMonitor monitor_;
-  runtime::SpeedLearner speed_;  // learned again after a restart of the daemon
+  runtime::SpeedLearner speed_;  // stored with the runtime's state (runtime_state.h)
   bool use_runtime_ = false;  // the policy runs with the runtime (Policy::uses_runtime)
   // Per job: the runtime's state beside the monitor's (as the engine keeps it per job).
   struct JobRuntime {

@@ -58,6 +58,9 @@ Status Daemon::Save(JobRow& row, const std::string& kind, const std::string& det
     RETURN_IF_ERROR(store_->DeleteRuntimeState(row.id));
     if (use_runtime_) {
       RETURN_IF_ERROR(store_->PutRuntimeState("classes", DumpJson(ClassesToJson(monitor_.classes()))));
+      speed_.Forget(key);  // its speed samples stay in its class
+      RETURN_IF_ERROR(
+          store_->PutRuntimeState("speed_classes", DumpJson(SpeedClassesToJson(speed_.Settled()))));
     }
   } else {
     active_[key] = row;
@@ -210,6 +213,7 @@ Status Daemon::SaveRuntime(int64_t key, const std::string& id) {
     s.memory = *m;
     s.has_memory = true;
   }
+  s.speed = speed_.Own(key);
   return store_->PutRuntimeState(id, DumpJson(RuntimeToJson(s)));
 }
 
@@ -225,6 +229,16 @@ Status Daemon::LoadRuntime() {
         continue;
       }
       for (const auto& [name, c] : *classes) monitor_.RestoreClass(name, c);
+      continue;
+    }
+    if (id == "speed_classes") {
+      auto classes = SpeedClassesFromJson(j);
+      if (!classes.ok()) {
+        quarantine_notes_.push_back("the runtime's speed classes: " + classes.status().ToString());
+        ++quarantined_;
+        continue;
+      }
+      for (const auto& [name, e] : *classes) speed_.RestoreSettled(name, e);
       continue;
     }
     const int64_t key = KeyOf(id);
@@ -247,6 +261,7 @@ Status Daemon::LoadRuntime() {
     rt.ooms = stored->ooms;
     rt.retry_at_s = stored->retry_at_s;
     if (stored->has_memory) monitor_.Restore(key, stored->memory);
+    if (!stored->speed.empty()) speed_.Restore(key, stored->speed);
   }
   return Status::Ok();
 }

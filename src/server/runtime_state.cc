@@ -21,6 +21,23 @@ Result<int64_t> Integer(const json& j, const char* key) {
   return j[key].get<int64_t>();
 }
 
+// Speed factors per GPU type: at most 256 types, each finite and in [0, 100] (0: not known;
+// the throughput model is never off by 100x).
+Result<std::vector<double>> Factors(const json& j, const std::string& field) {
+  if (!j.is_array() || j.size() > 256) {
+    return InvalidArgument("must be an array of at most 256 speed factors", {}, field);
+  }
+  std::vector<double> out;
+  for (const json& f : j) {
+    if (!f.is_number() || !std::isfinite(f.get<double>()) || f.get<double>() < 0 ||
+        f.get<double>() > 100) {
+      return InvalidArgument("must hold numbers in [0, 100]", {}, field);
+    }
+    out.push_back(f.get<double>());
+  }
+  return out;
+}
+
 json MemoryToJson(const runtime::JobMemory& m) {
   json samples = json::array();
   for (const auto& [p, r] : m.samples) samples.push_back({p, r});
@@ -79,6 +96,7 @@ json RuntimeToJson(const StoredRuntime& r) {
             {"ooms", r.ooms},
             {"retry_at_s", r.retry_at_s}};
   if (r.has_memory) j["memory"] = MemoryToJson(r.memory);
+  if (!r.speed.empty()) j["speed"] = r.speed;
   return j;
 }
 
@@ -114,6 +132,9 @@ Result<StoredRuntime> RuntimeFromJson(const json& j) {
     ASSIGN_OR_RETURN(r.memory, MemoryFromJson(j["memory"]));
     r.has_memory = true;
   }
+  if (j.contains("speed")) {
+    ASSIGN_OR_RETURN(r.speed, Factors(j["speed"], "speed"));
+  }
   return r;
 }
 
@@ -139,6 +160,44 @@ Result<std::map<std::string, runtime::ClassCorrection>> ClassesFromJson(const js
     k.jobs = static_cast<int>(jobs);
     ASSIGN_OR_RETURN(k.m2, Number(c, "m2", 0));
     out[name] = k;
+  }
+  return out;
+}
+
+json SpeedClassesToJson(const std::map<std::string, runtime::SpeedLearner::ClassEvidence>& c) {
+  json out = json::object();
+  for (const auto& [name, e] : c) out[name] = {{"sum", e.sum}, {"n", e.n}};
+  return out;
+}
+
+Result<std::map<std::string, runtime::SpeedLearner::ClassEvidence>> SpeedClassesFromJson(
+    const json& j) {
+  if (!j.is_object()) return InvalidArgument("must be a JSON object", {}, "speed_classes");
+  std::map<std::string, runtime::SpeedLearner::ClassEvidence> out;
+  for (const auto& [name, c] : j.items()) {
+    const std::string where = "speed_classes." + name;
+    if (!c.is_object() || !c.contains("sum") || !c.contains("n") || !c["n"].is_array() ||
+        !c["sum"].is_array() ||
+        c["n"].size() != c["sum"].size()) {
+      return InvalidArgument("must be {\"sum\": [...], \"n\": [...]} of one length", {}, where);
+    }
+    if (c["n"].size() > 256) return InvalidArgument("at most 256 GPU types", {}, where);
+    runtime::SpeedLearner::ClassEvidence e;
+    for (size_t t = 0; t < c["n"].size(); ++t) {
+      const json& n = c["n"][t];
+      const json& sum = c["sum"][t];
+      if (!n.is_number_integer() || n.get<int64_t>() < 0 || n.get<int64_t>() > (1 << 30)) {
+        return InvalidArgument("must hold sample counts", {}, where + ".n");
+      }
+      // Each sample is a factor in [0, 100] (as a job's own).
+      if (!sum.is_number() || !std::isfinite(sum.get<double>()) || sum.get<double>() < 0 ||
+          sum.get<double>() > 100.0 * static_cast<double>(n.get<int64_t>())) {
+        return InvalidArgument("must hold sums of its samples' factors", {}, where + ".sum");
+      }
+      e.n.push_back(n.get<int64_t>());
+      e.sum.push_back(sum.get<double>());
+    }
+    out[name] = std::move(e);
   }
   return out;
 }

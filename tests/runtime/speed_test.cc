@@ -90,5 +90,37 @@ TEST(SpeedLearner, AJobCountsOnceInItsClass) {
   EXPECT_DOUBLE_EQ(l.Factor(2, 0), 0.75);
 }
 
+// What a store keeps: job 1 ("a") showed 0.6 on type 0 and ended; job 2 ("a") shows 0.8 and
+// runs on. A learner rebuilt from the settled evidence and job 2's own factors answers as the
+// first: a new job of "a" starts from (0.6 + 0.8) / 2 = 0.7, and job 2's later report replaces
+// its own sample rather than adding one.
+TEST(SpeedLearner, WhatItLearnedSurvivesAStore) {
+  SpeedLearner l;
+  l.Track(1, "a");
+  l.Track(2, "a");
+  l.Report(1, 0, 1, 0, 0, 100);
+  l.Report(1, 0, 1, 100, 6000, 100);  // 0.6
+  l.Report(2, 0, 1, 0, 0, 100);
+  l.Report(2, 0, 1, 100, 8000, 100);  // 0.8
+  l.Forget(1);
+  EXPECT_TRUE(l.Own(1).empty());
+  EXPECT_EQ(l.Own(2), (std::vector<double>{0.8}));
+  const auto settled = l.Settled();
+  ASSERT_EQ(settled.count("a"), 1u);
+  EXPECT_EQ(settled.at("a").n, (std::vector<int64_t>{1}));
+  EXPECT_DOUBLE_EQ(settled.at("a").sum[0], 0.6);
+
+  SpeedLearner r;
+  r.Track(2, "a");
+  r.Restore(2, l.Own(2));
+  for (const auto& [name, e] : settled) r.RestoreSettled(name, e);
+  r.Track(3, "a");
+  EXPECT_DOUBLE_EQ(r.Factor(3, 0), 0.7);
+  EXPECT_DOUBLE_EQ(r.Factor(2, 0), 0.8);
+  r.Report(2, 0, 2, 1000, 8000, 100);
+  r.Report(2, 0, 2, 1100, 17000, 100);  // 0.9: its sample becomes 0.9, not a third one
+  EXPECT_DOUBLE_EQ(r.Factor(3, 0), 0.75);
+}
+
 }  // namespace
 }  // namespace frenzy::runtime

@@ -19,6 +19,7 @@
 #include "hardware/cluster.h"
 #include "server/api.h"
 #include "server/daemon.h"
+#include "server/runtime_state.h"
 #include "server/sim_backend.h"
 #include "server_test_util.h"
 
@@ -513,6 +514,35 @@ TEST(Hardening, ADeletedDatabaseIsNoticed) {
   Status st = d->CheckStore();
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.ToString().find("database"), std::string::npos);
+}
+
+// What the speed learner stored is read back strictly: factors in [0, 100] (the throughput model
+// is never off by 100x), sums a class's samples could make, one length for sums and counts, at
+// most 256 GPU types; anything else is refused whole, naming the field.
+TEST(Hardening, StoredSpeedStateIsReadBackStrictly) {
+  auto ok = RuntimeFromJson(json{{"ooms", 0}, {"speed", {0.0, 0.8, 1.7}}});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->speed, (std::vector<double>{0.0, 0.8, 1.7}));
+  EXPECT_EQ(RuntimeToJson(*ok)["speed"], json({0.0, 0.8, 1.7}));
+  for (const json& bad : {json{{"speed", {-1}}}, json{{"speed", {1e9}}}, json{{"speed", "fast"}},
+                          json{{"speed", {"x"}}}, json{{"speed", std::vector<double>(300, 1)}}}) {
+    auto r = RuntimeFromJson(bad);
+    ASSERT_FALSE(r.ok()) << bad.dump();
+    EXPECT_NE(r.status().ToString().find("speed"), std::string::npos) << r.status().ToString();
+  }
+  auto classes = SpeedClassesFromJson(json{{"llama-2-7b", {{"sum", {1.5, 0}}, {"n", {2, 0}}}}});
+  ASSERT_TRUE(classes.ok()) << classes.status().ToString();
+  EXPECT_EQ(classes->at("llama-2-7b").n, (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(SpeedClassesToJson(*classes),
+            json({{"llama-2-7b", {{"sum", {1.5, 0}}, {"n", {2, 0}}}}}));
+  for (const json& bad :
+       {json::array(), json{{"m", 3}}, json{{"m", {{"sum", {1}}}}},
+        json{{"m", {{"sum", 2}, {"n", {1}}}}}, json{{"m", {{"sum", {1, 2}}, {"n", {1}}}}},
+        json{{"m", {{"sum", {500}}, {"n", {1}}}}}, json{{"m", {{"sum", {1}}, {"n", {0}}}}},
+        json{{"m", {{"sum", {1}}, {"n", {-1}}}}}, json{{"m", {{"sum", {1}}, {"n", {1.5}}}}}}) {
+    auto r = SpeedClassesFromJson(bad);
+    EXPECT_FALSE(r.ok()) << bad.dump();
+  }
 }
 
 }  // namespace

@@ -273,5 +273,45 @@ TEST(RuntimeParity, ARestartedDaemonKeepsWhatItsRuntimeLearned) {
   EXPECT_EQ(restarted, straight);
 }
 
+// What the speed learner learned of a job that succeeded stays with its model's class in the
+// store (one sample: the job's observed over predicted speed, 1 here as the sim backend runs at
+// the prediction), and a restarted daemon reads it back without quarantining anything.
+TEST(RuntimeParity, WhatTheSpeedLearnerLearnedIsStoredWithTheClass) {
+  const std::string base = Base("speed");
+  double now = 0;
+  auto d = MakeDaemon(base, {}, now, 3);
+  ASSERT_TRUE(d->Submit({{"model", "llama-2-7b"}, {"tokens", 2e8}, {"global_batch", 64}}).ok());
+  std::string state;
+  for (; now < 48 * 3600.0 && state != "succeeded"; now += 30) {
+    ASSERT_TRUE(d->Tick().ok());
+    state = (*d->GetJob("j-000001"))["state"];
+  }
+  ASSERT_EQ(state, "succeeded");
+  d.reset();
+  {
+    auto store = Store::Open(base + "/d.db");
+    ASSERT_TRUE(store.ok());
+    auto states = (*store)->RuntimeStates();
+    ASSERT_TRUE(states.ok());
+    json classes;
+    for (const auto& [key, text] : *states) {
+      if (key == "speed_classes") classes = json::parse(text);
+    }
+    ASSERT_TRUE(classes.contains("llama-2-7b")) << classes.dump();
+    const json& c = classes["llama-2-7b"];
+    int64_t samples = 0;
+    for (size_t t = 0; t < c["n"].size(); ++t) {
+      samples += c["n"][t].get<int64_t>();
+      if (c["n"][t] == 1) {
+        EXPECT_NEAR(c["sum"][t].get<double>(), 1.0, 0.05);
+      }
+    }
+    EXPECT_EQ(samples, 1);
+  }
+  auto again = MakeDaemon(base, {}, now, 3);
+  ASSERT_NE(again, nullptr);
+  EXPECT_TRUE(again->quarantine_notes().empty());
+}
+
 }  // namespace
 }  // namespace frenzy::server
