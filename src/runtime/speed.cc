@@ -125,8 +125,10 @@ std::map<std::string, SpeedLearner::ClassEvidence> SpeedLearner::Settled() const
     for (const ClassType& ct : types) {
       double held = 0;
       for (const auto& [job, f] : ct.of) held += f;
-      e.sum.push_back(ct.sum - held);
-      e.n.push_back(ct.n - static_cast<int64_t>(ct.of.size()));
+      const int64_t n = ct.n - static_cast<int64_t>(ct.of.size());
+      // (Replaced samples leave rounding in the sum: none without samples, never below 0.)
+      e.sum.push_back(n > 0 ? std::max(0.0, ct.sum - held) : 0.0);
+      e.n.push_back(n);
     }
     out.emplace(name, std::move(e));
   }

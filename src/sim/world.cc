@@ -16,7 +16,7 @@ constexpr double kMeasuredMarpErrors[] = {-0.014, 0.025,  -0.001, -0.014, -0.014
 // The throughput model's errors on the held-out published runs (bench/RESULTS.md, "Throughput
 // accuracy", the 134 even rows of data/measurements/throughput.csv: (predicted - measured) /
 // measured, from `tools/compare_throughput.py build/bin/frenzy --rows even --dump F`). A job's
-// real speed on a GPU type is predicted / (1 + error), one draw per (job, type).
+// real speed on a GPU type is predicted / (1 + error), one draw per (model, type) or (job, type).
 constexpr double kMeasuredPerfErrors[] = {
     -0.039, -0.000, -0.039, -0.065, 0.169,  0.079,  0.090,  0.164,  0.050,  0.034,  0.124,  -0.066,
     0.037,  0.110,  -0.579, -0.556, -0.127, 0.261,  -0.067, -0.126, 0.266,  0.147,  0.102,  0.028,

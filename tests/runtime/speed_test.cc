@@ -120,6 +120,18 @@ TEST(SpeedLearner, WhatItLearnedSurvivesAStore) {
   r.Report(2, 0, 2, 1000, 8000, 100);
   r.Report(2, 0, 2, 1100, 17000, 100);  // 0.9: its sample becomes 0.9, not a third one
   EXPECT_DOUBLE_EQ(r.Factor(3, 0), 0.75);
+  // What is settled in "a" is the ended job's sample alone (job 2's is its own to store).
+  EXPECT_EQ(r.Settled().at("a").n, (std::vector<int64_t>{1}));
+  // A class whose only job is running, after replaced samples: nothing settled, exactly (a store
+  // reads a sum without samples as damage).
+  r.Forget(2);
+  r.Track(4, "b");
+  r.Report(4, 1, 1, 0, 0, 30);
+  r.Report(4, 1, 1, 10, 70, 30);  // 7/30
+  r.Report(4, 1, 1, 20, 230, 30);  // 23/60, replacing 7/30
+  const auto b = r.Settled().at("b");
+  EXPECT_EQ(b.n, (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(b.sum, (std::vector<double>{0, 0}));
 }
 
 }  // namespace
