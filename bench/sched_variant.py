@@ -76,6 +76,8 @@ def verdict(base, test, policy):
         fig[p] = {"avg": sum(jct) / len(jct) if jct else 0, "p99": percentile(jct, 0.99),
                   "gpuh": sum(float(by[p][i]["gpu_hours"]) for i in ids),
                   "finished": sum(1 for r in by[p].values() if r["outcome"] == "finished")}
+    if not ids:
+        sys.exit(f"no job finished under every policy ({policy} and the baselines)")
     f = fig[policy]
     best = min((fig[b] for b in sched_eval.BASELINES), key=lambda x: x["avg"])
     summ = test["summary"][policy]

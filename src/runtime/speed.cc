@@ -11,8 +11,12 @@ std::optional<double> SpeedLearner::Report(int64_t key, int type, int64_t run, d
   // Since the run's first report: one long interval, not the luckiest of many short ones.
   if (j.run == run && j.type == type && t_s > j.t_s && done_tokens >= j.done &&
       predicted_tokens_per_s > 0) {
-    ratio = (done_tokens - j.done) / (t_s - j.t_s) / predicted_tokens_per_s;
-    j.run_best = *ratio;
+    const double r = (done_tokens - j.done) / (t_s - j.t_s) / predicted_tokens_per_s;
+    // Outside the plausible range it is the report that is wrong (a counter that jumps, a run
+    // resumed from a checkpoint nobody saw), not the model: it teaches nothing.
+    if (!(r >= kMinSpeedRatio && r <= kMaxSpeedRatio)) return std::nullopt;
+    ratio = r;
+    j.run_best = r;
     Learn(j, key, type, std::max(j.run_best, PriorFactor(key, type)));
     return ratio;
   }
@@ -66,7 +70,7 @@ std::vector<double> SpeedLearner::Factors(int64_t key, size_t types) const {
 // Job `key`'s factor on `type` is now `f` (its best run there): that is its one sample in its
 // class's mean.
 void SpeedLearner::Learn(const Job& j, int64_t key, int type, double f) {
-  if (j.cls.empty() || type < 0 || f <= 0) return;
+  if (j.cls.empty() || type < 0 || !(f >= kMinSpeedRatio && f <= kMaxSpeedRatio)) return;
   auto& v = classes_[j.cls];
   if (v.size() <= static_cast<size_t>(type)) v.resize(static_cast<size_t>(type) + 1);
   ClassType& c = v[static_cast<size_t>(type)];

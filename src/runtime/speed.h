@@ -35,6 +35,11 @@ namespace frenzy::runtime {
 // (bench/RESULTS.md, "Throughput accuracy": an error of +74.6%, so 1 / 1.746 of the prediction).
 // A job's first run on a type is only suspect below this: slower than the model is ever wrong.
 inline constexpr double kSlowestMeasuredSpeedRatio = 0.57;
+// What a report may show at all: a job 100x faster or slower than predicted is a report's error
+// (the measured errors stay within 0.57x-4.3x); such a report is not learned from. The store
+// reads factors back within the same bounds.
+inline constexpr double kMinSpeedRatio = 0.01;
+inline constexpr double kMaxSpeedRatio = 100;
 
 class SpeedLearner {
  public:

@@ -55,10 +55,10 @@ Status Daemon::Save(JobRow& row, const std::string& kind, const std::string& det
     options_of_.erase(key);
     // What the runtime learned of the job is kept in its class (monitor_.Finish), not per job.
     runtime_.erase(key);
+    speed_.Forget(key);  // its speed samples stay in its class (first: the writes may fail)
     RETURN_IF_ERROR(store_->DeleteRuntimeState(row.id));
     if (use_runtime_) {
       RETURN_IF_ERROR(store_->PutRuntimeState("classes", DumpJson(ClassesToJson(monitor_.classes()))));
-      speed_.Forget(key);  // its speed samples stay in its class
       RETURN_IF_ERROR(
           store_->PutRuntimeState("speed_classes", DumpJson(SpeedClassesToJson(speed_.Settled()))));
     }

@@ -21,8 +21,8 @@ Result<int64_t> Integer(const json& j, const char* key) {
   return j[key].get<int64_t>();
 }
 
-// Speed factors per GPU type: at most 256 types, each finite and in [0, 100] (0: not known;
-// the throughput model is never off by 100x).
+// Speed factors per GPU type: at most 256 types, each finite and in [0, kMaxSpeedRatio] (0: not
+// known; the learner never keeps more, runtime/speed.h).
 Result<std::vector<double>> Factors(const json& j, const std::string& field) {
   if (!j.is_array() || j.size() > 256) {
     return InvalidArgument("must be an array of at most 256 speed factors", {}, field);
@@ -30,7 +30,7 @@ Result<std::vector<double>> Factors(const json& j, const std::string& field) {
   std::vector<double> out;
   for (const json& f : j) {
     if (!f.is_number() || !std::isfinite(f.get<double>()) || f.get<double>() < 0 ||
-        f.get<double>() > 100) {
+        f.get<double>() > runtime::kMaxSpeedRatio) {
       return InvalidArgument("must hold numbers in [0, 100]", {}, field);
     }
     out.push_back(f.get<double>());
@@ -191,7 +191,7 @@ Result<std::map<std::string, runtime::SpeedLearner::ClassEvidence>> SpeedClasses
       }
       // Each sample is a factor in [0, 100] (as a job's own).
       if (!sum.is_number() || !std::isfinite(sum.get<double>()) || sum.get<double>() < 0 ||
-          sum.get<double>() > 100.0 * static_cast<double>(n.get<int64_t>())) {
+          sum.get<double>() > runtime::kMaxSpeedRatio * static_cast<double>(n.get<int64_t>())) {
         return InvalidArgument("must hold sums of its samples' factors", {}, where + ".sum");
       }
       e.n.push_back(n.get<int64_t>());

@@ -285,12 +285,9 @@ void Engine::Sample(double now) {
 }
 
 Status Engine::Invoke(double now, bool& acted) {
-  // Waiting jobs start from what their class showed since their last run (running ones are
-  // brought up to date at their reports), as the daemon does at every pass.
+  // Every job sees what it and its class learned up to now, as the daemon's at every pass.
   if (use_runtime_) {
-    for (JobView* v : active_) {
-      if (!v->running) v->speed_factor = speed_.Factors(v->key, view_.types.size());
-    }
+    for (JobView* v : active_) v->speed_factor = speed_.Factors(v->key, view_.types.size());
   }
   const Snapshot s = SnapshotAt(now);
   double t0 = opt_.wall_now_s ? opt_.wall_now_s() : 0.0;

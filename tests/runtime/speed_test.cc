@@ -134,5 +134,20 @@ TEST(SpeedLearner, WhatItLearnedSurvivesAStore) {
   EXPECT_EQ(b.sum, (std::vector<double>{0, 0}));
 }
 
+// A report that implies a job 200x faster than predicted (a counter that jumped) teaches nothing,
+// to the job or to its class; nor does one at a hundredth of a hundredth.
+TEST(SpeedLearner, ImplausibleReportsAreNotLearnedFrom) {
+  SpeedLearner l;
+  l.Track(1, "a");
+  l.Track(2, "a");
+  l.Report(1, 0, 1, 0, 0, 100);
+  EXPECT_FALSE(l.Report(1, 0, 1, 10, 200000, 100).has_value());  // 20,000 tokens/s of 100
+  EXPECT_TRUE(l.Own(1).empty());
+  EXPECT_TRUE(l.Factors(2, 1).empty());
+  l.Report(2, 0, 1, 0, 0, 100);
+  EXPECT_FALSE(l.Report(2, 0, 1, 10000, 1, 100).has_value());  // 1e-4 of the prediction
+  EXPECT_TRUE(l.Own(2).empty());
+}
+
 }  // namespace
 }  // namespace frenzy::runtime
