@@ -17,7 +17,9 @@ std::optional<double> SpeedLearner::Report(int64_t key, int type, int64_t run, d
     if (!(r >= kMinSpeedRatio && r <= kMaxSpeedRatio)) return std::nullopt;
     ratio = r;
     j.run_best = r;
-    Learn(j, key, type, std::max(j.run_best, PriorFactor(key, type)));
+    const double prior =
+        static_cast<size_t>(type) < j.best.size() ? j.best[static_cast<size_t>(type)] : 0;
+    Learn(j, key, type, std::max(r, prior));
     return ratio;
   }
   if (j.run != run) {  // a new run: the one before joins the earlier runs
@@ -45,14 +47,11 @@ double SpeedLearner::PriorFactor(int64_t key, int type) const {
 }
 
 std::vector<double> SpeedLearner::Factors(int64_t key, size_t types) const {
-  std::vector<double> out(types, 0.0);
   auto it = jobs_.find(key);
   if (it == jobs_.end()) return {};
   const Job& j = it->second;
-  for (size_t t = 0; t < types && t < j.best.size(); ++t) out[t] = j.best[t];
-  if (j.type >= 0 && static_cast<size_t>(j.type) < types) {
-    out[static_cast<size_t>(j.type)] = std::max(out[static_cast<size_t>(j.type)], j.run_best);
-  }
+  std::vector<double> out = OwnOf(j);
+  out.resize(types, 0.0);
   // Where the job has not run: what its class showed there.
   if (!j.cls.empty()) {
     auto c = classes_.find(j.cls);
@@ -78,10 +77,13 @@ void SpeedLearner::Learn(const Job& j, int64_t key, int type, double f) {
   if (fresh) {
     c.sum += f;
     ++c.n;
-  } else {
+  } else if (it->second != f) {
     c.sum += f - it->second;
     it->second = f;
+  } else {
+    return;  // the same sample again: nothing learned
   }
+  ++version_;
 }
 
 double SpeedLearner::Factor(int64_t key, int type) const {
@@ -104,13 +106,18 @@ void SpeedLearner::Forget(int64_t key) {
 std::vector<double> SpeedLearner::Own(int64_t key) const {
   auto it = jobs_.find(key);
   if (it == jobs_.end()) return {};
-  const Job& j = it->second;
+  std::vector<double> out = OwnOf(it->second);
+  if (std::none_of(out.begin(), out.end(), [](double f) { return f > 0; })) out.clear();
+  return out;
+}
+
+// Its earlier runs' best per type, with the current run's.
+std::vector<double> SpeedLearner::OwnOf(const Job& j) {
   std::vector<double> out = j.best;
   if (j.type >= 0 && j.run_best > 0) {
     if (out.size() <= static_cast<size_t>(j.type)) out.resize(static_cast<size_t>(j.type) + 1);
     out[static_cast<size_t>(j.type)] = std::max(out[static_cast<size_t>(j.type)], j.run_best);
   }
-  if (std::none_of(out.begin(), out.end(), [](double f) { return f > 0; })) out.clear();
   return out;
 }
 
@@ -141,6 +148,7 @@ std::map<std::string, SpeedLearner::ClassEvidence> SpeedLearner::Settled() const
 
 void SpeedLearner::RestoreSettled(const std::string& job_class, const ClassEvidence& e) {
   auto& v = classes_[job_class];
+  ++version_;
   if (v.size() < e.sum.size()) v.resize(e.sum.size());
   for (size_t t = 0; t < e.sum.size() && t < e.n.size(); ++t) {
     v[t].sum += e.sum[t];

@@ -81,6 +81,9 @@ class SpeedLearner {
   void Restore(int64_t key, const std::vector<double>& own);
   std::map<std::string, ClassEvidence> Settled() const;
   void RestoreSettled(const std::string& job_class, const ClassEvidence& e);
+  // Grows whenever a class learns something: what Factors says of a job that has not reported
+  // since is unchanged while it stays the same.
+  int64_t class_version() const { return version_; }
 
  private:
   struct Job {
@@ -98,6 +101,8 @@ class SpeedLearner {
     std::unordered_map<int64_t, double> of;  // per job: its sample
   };
   void Learn(const Job& j, int64_t key, int type, double f);
+  static std::vector<double> OwnOf(const Job& j);
+  int64_t version_ = 0;
   std::unordered_map<std::string, std::vector<ClassType>> classes_;
   std::unordered_map<int64_t, Job> jobs_;
 };

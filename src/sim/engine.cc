@@ -285,8 +285,10 @@ void Engine::Sample(double now) {
 }
 
 Status Engine::Invoke(double now, bool& acted) {
-  // Every job sees what it and its class learned up to now, as the daemon's at every pass.
-  if (use_runtime_) {
+  // Every job sees what it and its class learned up to now, as the daemon's at every pass (its
+  // own reports update it at once; what its class learned, here).
+  if (use_runtime_ && speed_.class_version() != speed_seen_) {
+    speed_seen_ = speed_.class_version();
     for (JobView* v : active_) v->speed_factor = speed_.Factors(v->key, view_.types.size());
   }
   const Snapshot s = SnapshotAt(now);

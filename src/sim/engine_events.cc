@@ -138,6 +138,7 @@ bool Engine::OnArrival(const Event& e, double now) {
     monitor_.Track(e.job, js.record.model);  // the class: the workload's model
     speed_.Track(e.job, js.record.model);
     v.memory_factor = monitor_.Factor(e.job);
+    v.speed_factor = speed_.Factors(e.job, view_.types.size());  // its class's, so far
   }
   v.requested_option = requested_[static_cast<size_t>(e.job)];
   JobView* slot = &views_[static_cast<size_t>(e.job)];

@@ -161,6 +161,7 @@ class Engine : private DecisionTarget {
   runtime::MemoryMonitor monitor_;
   runtime::StragglerDetector stragglers_;
   runtime::SpeedLearner speed_;
+  int64_t speed_seen_ = -1;  // the class version the views' speed factors were last set at
   std::vector<double> node_speed_;  // 1, or straggler_speed for a straggler
   std::set<int64_t> held_;          // crashed jobs waiting out their back-off (not active)
   std::vector<char> node_failed_;   // by node: down after a failure (not only cordoned)
