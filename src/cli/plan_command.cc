@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "hardware/cluster.h"
 #include "hardware/gpu.h"
+#include "launch/launch.h"
 #include "memory/training.h"
 #include "model/zoo.h"
 #include "planner/explain.h"
@@ -42,9 +43,74 @@ struct PlanOptions {
   double deadline_hours = 0;
   double budget = 0;
   double margin = 0.10;
+  std::string launch;  // torchtitan|megatron|accelerate|deepspeed: add each plan's launch
+  LaunchInput entry;
   bool json = false;
 };
 
+// The framework of --launch, checked against --framework; sets the job's memory model to it.
+Result<std::optional<Launcher>> LauncherOf(const PlanOptions& o, JobSpec* job) {
+  if (o.launch.empty()) return std::optional<Launcher>();
+  auto launcher = ParseLauncher(o.launch);
+  if (!launcher) {
+    return InvalidArgument(
+        "unknown framework '" + o.launch + "' (torchtitan, megatron, accelerate or deepspeed)",
+        {}, "--launch");
+  }
+  if (!o.framework.empty() && job->framework != ModelledAs(*launcher)) {
+    return InvalidArgument(fmt::format("--framework {} is not how {} runs ({})", o.framework,
+                                       o.launch, FrameworkName(ModelledAs(*launcher))),
+                           {}, "--framework");
+  }
+  job->framework = ModelledAs(*launcher);
+  return launcher;
+}
+
+// A plan's launch under its row of the table: the command line, then each file.
+void PrintLaunch(Launcher which, const LaunchOutcome& lo) {
+  const auto* l = std::get_if<Launch>(&lo);
+  if (l == nullptr) {
+    fmt::print("      launch refused by {}: {}\n", LauncherName(which),
+               std::get<Refused>(lo).reason);
+    return;
+  }
+  fmt::print("      launch ({}, {} node{}): {}\n", l->version, l->nodes, l->nodes > 1 ? "s" : "",
+             CommandLine(*l));
+  for (const auto& [name, text] : l->files) {
+    fmt::print("      file {}:\n", name);
+    for (size_t a = 0, b; a < text.size(); a = b + 1) {
+      b = text.find('\n', a);
+      if (b == std::string::npos) b = text.size();
+      fmt::print("        {}\n", text.substr(a, b - a));
+    }
+  }
+}
+
+// The plans as one JSON document, each with its launch when --launch is given.
+void PrintPlanJson(const PlanOptions& o, const JobSpec& job, const Cluster& cluster,
+                 const PlanResult& res, const PlannerOptions& popt,
+                 std::optional<Launcher> launcher) {
+  nlohmann::json j;
+  j["model"] = job.model.name;
+  j["cluster"] = cluster.name;
+  j["framework"] = FrameworkName(job.framework);
+  j["finetune"] = FineTuneName(job.finetune);
+  j["plans"] = nlohmann::json::array();
+  for (const auto& p : res.plans) {
+    j["plans"].push_back(PlanToJson(p));
+    if (launcher) {
+      j["plans"].back()["launch"] =
+          LaunchToJson(*launcher, MakeLaunch(*launcher, job, p, cluster, o.entry));
+    }
+  }
+  j["pareto"] = nlohmann::json::array();
+  for (const auto& p : res.pareto) j["pareto"].push_back(PlanToJson(p));
+  j["layouts_considered"] = res.layouts_considered;
+  j["layouts_fitting"] = res.layouts_fitting;
+  j["explanation"] = ExplainPlan(res, popt);
+  j["infeasible"] = InfeasibleOrNull(res);  // the typed reasons behind the explanation
+  PrintJson(j);
+}
 
 void RunPlan(const PlanOptions& o) {
   auto spec = ResolveModel(o.model);
@@ -68,6 +134,8 @@ void RunPlan(const PlanOptions& o) {
   job.precision = *precision;
   job.framework = *framework;
   job.optimizer = *optimizer;
+  auto launcher = LauncherOf(o, &job);
+  if (!launcher.ok()) return Fail(launcher.status());
   job.fp8_param_gather = o.fp8_param_gather;
   if (Status s = ResolveFp8Recipe(o.fp8_recipe, job.precision, &job.fp8_recipe); !s.ok()) {
     return Fail(s);
@@ -90,6 +158,9 @@ void RunPlan(const PlanOptions& o) {
   if (o.zero >= 0) job.zero = o.zero;
   if (o.deadline_hours > 0) job.deadline_s = o.deadline_hours * 3600;
   if (o.budget > 0) job.budget = o.budget;
+  if (*launcher) {
+    if (Status s = PrepareJob(**launcher, &job); !s.ok()) return Fail(s);
+  }
   PlannerOptions popt;
   popt.top = o.top;
   popt.memory_margin = o.margin;
@@ -105,20 +176,7 @@ void RunPlan(const PlanOptions& o) {
   auto r = PlanJob(job, *cluster, GpuCatalog::Default(), popt);
   if (!r.ok()) return Fail(r.status());
   if (o.json) {
-    nlohmann::json j;
-    j["model"] = spec->name;
-    j["cluster"] = cluster->name;
-    j["framework"] = FrameworkName(job.framework);
-    j["finetune"] = FineTuneName(job.finetune);
-    j["plans"] = nlohmann::json::array();
-    for (const auto& p : r->plans) j["plans"].push_back(PlanToJson(p));
-    j["pareto"] = nlohmann::json::array();
-    for (const auto& p : r->pareto) j["pareto"].push_back(PlanToJson(p));
-    j["layouts_considered"] = r->layouts_considered;
-    j["layouts_fitting"] = r->layouts_fitting;
-    j["explanation"] = ExplainPlan(*r, popt);
-    j["infeasible"] = InfeasibleOrNull(*r);  // the typed reasons behind the explanation
-    PrintJson(j);
+    PrintPlanJson(o, job, *cluster, *r, popt, *launcher);
   } else {
     fmt::print("{} on {} ({}): {} layouts considered, {} fit\n", spec->name, cluster->name,
                FrameworkName(job.framework), r->layouts_considered, r->layouts_fitting);
@@ -149,6 +207,7 @@ void RunPlan(const PlanOptions& o) {
             fmt::print("      {}: this GPU has no FP8 tensor cores\n", PrecisionName(p.precision));
           }
         }
+        if (*launcher) PrintLaunch(**launcher, MakeLaunch(**launcher, job, p, *cluster, o.entry));
         if (p.offload_activations) {
           fmt::print("      activations offloaded (torchtune): {} GiB of host memory per node\n",
                      Gib(p.host_bytes_per_node));
@@ -209,6 +268,17 @@ void RegisterPlanCommand(CLI::App& app) {
   cmd->add_option("--budget", o->budget, "Spend at most this many USD");
   cmd->add_option("--margin", o->margin, "Memory safety margin (fraction)")
       ->capture_default_str();
+  cmd->add_option("--launch", o->launch,
+                  "torchtitan|megatron|accelerate|deepspeed: plan what that framework can run "
+                  "and add each plan's launch (argv, environment, config files)");
+  cmd->add_option("--entry", o->entry.entry,
+                  "The training script or module the launch runs (default: the framework's)");
+  cmd->add_option("--entry-arg", o->entry.args,
+                  "One of the entry point's own arguments (model, data, optimizer; repeat it); "
+                  "those that set parallelism, batch, recomputation or precision are Frenzy's")
+      ->allow_extra_args(false);
+  cmd->add_option("--config-file", o->entry.config_file,
+                  "torchtitan: the user's TOML job config (Frenzy's layout overrides it)");
   cmd->add_flag("--json", o->json, "Machine-readable output");
   cmd->callback([o] { RunPlan(*o); });
 }

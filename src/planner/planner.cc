@@ -14,6 +14,15 @@
 // remains, Diagnose says why, and WhatWouldFit plans the job on a bigger hypothetical cluster.
 
 namespace frenzy {
+
+bool LayoutLimits::Allows(int64_t zero) const {
+  return zeros.empty() || std::find(zeros.begin(), zeros.end(), zero) != zeros.end();
+}
+
+bool LayoutLimits::Allows(Offload o) const {
+  if (o == Offload::kNone) return true;
+  return offloads.empty() || std::find(offloads.begin(), offloads.end(), o) != offloads.end();
+}
 namespace {
 
 using TypeInfo = ClusterGpuType;
@@ -81,6 +90,30 @@ bool OffloadFits(Framework f, int64_t zero, Offload o) {
   return false;
 }
 
+// Whether `gpus` run as the same number of processes on each of the fewest nodes that hold them.
+bool EvenOverNodes(int64_t gpus, int64_t per_node) {
+  if (per_node <= 0) return true;
+  const int64_t nodes = (gpus + per_node - 1) / per_node;
+  return gpus % nodes == 0;
+}
+
+// Drops what the job's framework cannot run (JobSpec::limits). A pin outside the limits leaves
+// its dimension empty: no layout, and the planner says the pins allow none.
+void ApplyLimits(const JobSpec& job, Candidates* c) {
+  const LayoutLimits& l = job.limits;
+  auto only_one = [](std::vector<int64_t>& v) { std::erase_if(v, [](int64_t x) { return x != 1; }); };
+  if (!l.tp) only_one(c->tps);
+  if (!l.pp) only_one(c->pps);
+  if (!l.cp) only_one(c->cps);
+  if (!l.ep) only_one(c->eps);
+  std::erase_if(c->zeros, [&](int64_t z) { return !l.Allows(z); });
+  std::erase_if(c->rcs, [&](const RecomputeChoice& r) {
+    if (r.kind == Recompute::kNone) return false;
+    return !l.recompute || (r.every > 1 && !l.recompute_every);
+  });
+  std::erase_if(c->offloads, [&](Offload o) { return !l.Allows(o); });
+}
+
 Candidates CandidatesFor(const JobSpec& job, const TypeInfo& ti) {
   Candidates c;
   // Adapter fine-tuning runs data parallel (PEFT): TP, PP and CP are tried only when pinned
@@ -117,6 +150,7 @@ Candidates CandidatesFor(const JobSpec& job, const TypeInfo& ti) {
   }
   if (job.recompute) c.rcs = {{*job.recompute, 1}};
   if (job.offload) c.offloads = {*job.offload};
+  ApplyLimits(job, &c);
   return c;
 }
 
@@ -124,9 +158,11 @@ Candidates CandidatesFor(const JobSpec& job, const TypeInfo& ti) {
 // framework, on full training; none when the job pins offload (its first search tried it).
 std::vector<Offload> OffloadsToTry(const JobSpec& job) {
   if (job.offload || job.finetune != FineTune::kFull) return {};
-  if (job.framework == Framework::kDeepSpeed) return {Offload::kOptimizer, Offload::kParams};
-  if (job.framework == Framework::kFsdp) return {Offload::kParams};
-  return {};
+  std::vector<Offload> modes;
+  if (job.framework == Framework::kDeepSpeed) modes = {Offload::kOptimizer, Offload::kParams};
+  if (job.framework == Framework::kFsdp) modes = {Offload::kParams};
+  std::erase_if(modes, [&](Offload o) { return !job.limits.Allows(o); });
+  return modes;
 }
 
 // One layout short of its recomputation: the parallel plan, micro-batch and GPU count.
@@ -175,6 +211,7 @@ void EnumerateLayouts(const JobSpec& job, const TypeInfo& ti, const Candidates& 
         for (int64_t dp : PinnedOr(job.dp, Divisors(job.global_batch, max_dp))) {
           int64_t n = tp * pp * cp * dp;
           if (n > ti.count || (job.gpus && n != *job.gpus)) continue;
+          if (job.limits.even_nodes && !EvenOverNodes(n, ti.gpus_per_node)) continue;
           ParallelPlan p;
           p.tp = tp;
           p.pp = pp;
@@ -483,7 +520,9 @@ TrainingSpec TrainingFor(const JobSpec& job, const GpuType& g) {
     t.fp8_param_gather = false;
   }
   if ((t.precision == Precision::kBf16 || t.precision == Precision::kBf16Pure) && !g.bf16_tflops) {
-    t.precision = Precision::kFp16;  // no bf16 tensor cores (V100, T4): fp16 mixed precision
+    // No bf16 tensor cores (V100, T4): fp16 mixed precision, or fp32 where the framework has
+    // no fp16 mode (torchtitan).
+    t.precision = job.limits.fp16 ? Precision::kFp16 : Precision::kFp32;
   }
   return t;
 }
@@ -539,6 +578,7 @@ Result<PlanResult> PlanJob(const JobSpec& job, const Cluster& cluster, const Gpu
   // Still nothing: the saved activations in host memory too, where the framework can (torchtune
   // under hf or fsdp, no pipeline).
   const bool act_offload = !job.offload_activations && (!job.pp || *job.pp == 1) &&
+                           job.limits.offload_activations &&
                            (job.framework == Framework::kHf || job.framework == Framework::kFsdp);
   if (s.fitting == 0 && (!offloaded || offloaded->meeting_goals.empty()) && act_offload) {
     JobSpec act = job;

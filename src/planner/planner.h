@@ -29,6 +29,23 @@ namespace frenzy {
 
 enum class Objective { kTime, kCost, kMix };
 
+// The layouts the job's framework can run (launch/launch.h fills it for each framework Frenzy
+// launches): the planner searches only those, so that every plan it returns is runnable. The
+// default allows everything the memory and speed models know.
+struct LayoutLimits {
+  bool tp = true, pp = true, cp = true, ep = true;
+  std::vector<int64_t> zeros;  // ZeRO stages / FSDP sharding it has; empty: all
+  bool recompute = true;       // whole-layer recomputation
+  bool recompute_every = true; // of every Nth layer only (torchtitan's selective_ac_option N)
+  std::vector<Offload> offloads;  // state offload modes it has; empty: all the memory model has
+  bool offload_activations = true;
+  bool fp16 = true;  // fp16 mixed precision where the GPU lacks bf16 (else fp32)
+  // The GPUs run as the same number of processes on each node (torchrun's rule).
+  bool even_nodes = false;
+  bool Allows(int64_t zero) const;
+  bool Allows(Offload o) const;
+};
+
 // What a user submits. Every optional field is a pin the planner respects.
 struct JobSpec {
   ModelSpec model;
@@ -60,6 +77,7 @@ struct JobSpec {
   // Activation offload (torchtune's, frameworks hf and fsdp) pinned; unset: tried only when
   // nothing fits without it, as state offload is.
   std::optional<bool> offload_activations;
+  LayoutLimits limits;
   std::optional<double> deadline_s;  // finish within this many seconds
   std::optional<double> budget;      // spend at most this (USD)
 };

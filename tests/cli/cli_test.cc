@@ -75,6 +75,40 @@ TEST(Cli, BadInputExitsTwoNamingFileAndField) {
   EXPECT_EQ(usage.exit_code, 2);
 }
 
+TEST(Cli, PlanWithLaunchAddsEachPlansLaunchOrSaysWhyNot) {
+  CliRun r = Frenzy("plan --model llama-2-7b --tokens 2e9 --global-batch 64 --top 3 "
+                    "--launch deepspeed --entry train.py --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_FALSE(j["plans"].empty());
+  EXPECT_EQ(j["framework"], "deepspeed");
+  for (const auto& p : j["plans"]) {
+    const auto& l = p["launch"];
+    EXPECT_EQ(l["framework"], "deepspeed");
+    ASSERT_TRUE(l.contains("argv")) << l.dump();
+    EXPECT_EQ(l["argv"][0], "torchrun");
+    // The config the argv names is among the files, and splits the plan's batch.
+    const auto ds = nlohmann::json::parse(l["files"]["ds_config.json"].get<std::string>());
+    EXPECT_EQ(ds["train_batch_size"].get<int64_t>(),
+              ds["train_micro_batch_size_per_gpu"].get<int64_t>() * p["dp"].get<int64_t>() *
+                  ds["gradient_accumulation_steps"].get<int64_t>());
+  }
+  // Without the user's script there is nothing to run: every launch is refused, with why.
+  CliRun no_entry = Frenzy("plan --model llama-2-7b --tokens 2e9 --global-batch 64 --top 1 "
+                           "--launch deepspeed --json");
+  ASSERT_EQ(no_entry.exit_code, 0) << no_entry.out;
+  auto n = nlohmann::json::parse(no_entry.out);
+  EXPECT_NE(n["plans"][0]["launch"]["refused"].get<std::string>().find("entry point"),
+            std::string::npos);
+  CliRun bad = Frenzy("plan --model llama-2-7b --tokens 2e9 --global-batch 64 --launch slurm");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("--launch"), std::string::npos) << bad.out;
+  CliRun lora = Frenzy("plan --model llama-2-7b --tokens 2e9 --global-batch 64 --launch megatron "
+                       "--finetune lora");
+  EXPECT_EQ(lora.exit_code, 2);
+  EXPECT_NE(lora.out.find("finetune"), std::string::npos) << lora.out;
+}
+
 TEST(Cli, ModelsListsTheZoo) {
   CliRun r = Frenzy("models --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
