@@ -2,7 +2,7 @@
 """Frenzy's reference training entry point: a small GPT/LLaMA-style decoder trained with
 data parallelism (PyTorch DDP), driven by a plan that frenzy's planner chose.
 
-One process runs one rank. frenzyd's backends (src/server/backend.h) start `plan.gpus` copies
+One process runs one rank. frenzyd's backends (src/backend/backend.h) start `plan.gpus` copies
 of this script with the usual launcher environment:
 
     RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,

@@ -60,7 +60,7 @@
 #include "model/zoo.h"
 #include "server/api.h"
 #include "server/daemon.h"
-#include "server/sim_backend.h"
+#include "backend/sim_backend.h"
 #include "server/store.h"
 
 namespace {

@@ -15,7 +15,7 @@
 
 #include "common/strings.h"
 #include "hardware/gpu.h"
-#include "server/process.h"
+#include "backend/process.h"
 
 namespace frenzy::server {
 namespace {

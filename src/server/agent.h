@@ -24,7 +24,7 @@
 
 namespace frenzy::server {
 
-class ProcessRunner;  // server/process.h
+class ProcessRunner;  // backend/process.h
 
 struct GpuReading {
   int64_t index = 0;

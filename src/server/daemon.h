@@ -30,7 +30,7 @@
 #include "runtime/speed.h"
 #include "sched/job_options.h"
 #include "sched/policy.h"
-#include "server/backend.h"
+#include "backend/backend.h"
 #include "server/store.h"
 
 namespace frenzy::server {

@@ -14,10 +14,10 @@
 #include "hardware/cluster.h"
 #include "server/agent.h"
 #include "server/api.h"
-#include "server/k8s_backend.h"
-#include "server/local_backend.h"
-#include "server/sim_backend.h"
-#include "server/slurm_backend.h"
+#include "backend/k8s_backend.h"
+#include "backend/local_backend.h"
+#include "backend/sim_backend.h"
+#include "backend/slurm_backend.h"
 #include "server/store.h"
 
 namespace frenzy::server {

@@ -21,7 +21,7 @@
 
 #include "common/status.h"
 #include "hardware/gpu.h"
-#include "server/backend.h"
+#include "backend/backend.h"
 #include "server/daemon.h"
 
 namespace frenzy::server {

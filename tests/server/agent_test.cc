@@ -22,7 +22,7 @@
 
 #include "fake_runner.h"
 #include "hardware/gpu.h"
-#include "server/process.h"
+#include "backend/process.h"
 #include "server_test_util.h"
 
 namespace frenzy::server {

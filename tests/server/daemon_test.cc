@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "server/api.h"
-#include "server/sim_backend.h"
+#include "backend/sim_backend.h"
 
 namespace frenzy::server {
 namespace {

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "server/process.h"
+#include "backend/process.h"
 
 namespace frenzy::server::test_util {
 

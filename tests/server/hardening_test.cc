@@ -20,7 +20,7 @@
 #include "server/api.h"
 #include "server/daemon.h"
 #include "server/runtime_state.h"
-#include "server/sim_backend.h"
+#include "backend/sim_backend.h"
 #include "server_test_util.h"
 
 namespace frenzy::server {

@@ -1,7 +1,7 @@
 // The k8s backend: manifests validated against excerpts of the published Kubernetes OpenAPI
 // schema (tests/data/k8s), the pure parsers of kubectl's JSON, and the backend itself without a
 // cluster (manifests only) and with a stand-in kubectl script.
-#include "server/k8s_backend.h"
+#include "backend/k8s_backend.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -19,7 +19,7 @@
 
 #include "fake_runner.h"
 #include "hardware/gpu.h"
-#include "server/process.h"
+#include "backend/process.h"
 #include "server_test_util.h"
 
 namespace frenzy::server {

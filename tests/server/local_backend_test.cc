@@ -1,4 +1,4 @@
-#include "server/local_backend.h"
+#include "backend/local_backend.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "server/process.h"
+#include "backend/process.h"
 #include "server_test_util.h"
 
 namespace frenzy::server {

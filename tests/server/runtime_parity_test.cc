@@ -17,7 +17,7 @@
 #include "sched/job_options.h"
 #include "sched/policy.h"
 #include "server/daemon.h"
-#include "server/sim_backend.h"
+#include "backend/sim_backend.h"
 #include "sim/engine.h"
 #include "sim/workload.h"
 

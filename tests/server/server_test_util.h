@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "server/backend.h"
+#include "backend/backend.h"
 
 namespace frenzy::server::test_util {
 

@@ -1,4 +1,4 @@
-#include "server/slurm_backend.h"
+#include "backend/slurm_backend.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -14,7 +14,7 @@
 
 #include "fake_runner.h"
 #include "hardware/gpu.h"
-#include "server/process.h"
+#include "backend/process.h"
 #include "server_test_util.h"
 
 namespace frenzy::server {

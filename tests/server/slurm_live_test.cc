@@ -17,7 +17,7 @@
 #include <string>
 #include <thread>
 
-#include "server/slurm_backend.h"
+#include "backend/slurm_backend.h"
 #include "server_test_util.h"
 
 namespace frenzy::server {

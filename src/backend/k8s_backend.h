@@ -22,8 +22,8 @@
 //
 // Handles are "k8s:<namespace>/<job name>". Thread safety: the backend holds its options and
 // references to the catalog and the runner (both safe to share); each call is independent.
-#ifndef FRENZY_SERVER_K8S_BACKEND_H_
-#define FRENZY_SERVER_K8S_BACKEND_H_
+#ifndef FRENZY_BACKEND_K8S_BACKEND_H_
+#define FRENZY_BACKEND_K8S_BACKEND_H_
 
 #include <cstdint>
 #include <map>
@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "server/backend.h"
-#include "server/process.h"
+#include "backend/backend.h"
+#include "backend/process.h"
 
 namespace frenzy {
 class GpuCatalog;
@@ -162,4 +162,4 @@ class K8sBackend : public Backend {
 
 }  // namespace frenzy::server
 
-#endif  // FRENZY_SERVER_K8S_BACKEND_H_
+#endif  // FRENZY_BACKEND_K8S_BACKEND_H_

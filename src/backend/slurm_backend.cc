@@ -1,4 +1,4 @@
-#include "server/slurm_backend.h"
+#include "backend/slurm_backend.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

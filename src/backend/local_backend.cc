@@ -1,4 +1,4 @@
-#include "server/local_backend.h"
+#include "backend/local_backend.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "common/strings.h"
-#include "server/process.h"
+#include "backend/process.h"
 
 namespace frenzy::server {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/sim_backend.h"
+#include "backend/sim_backend.h"
 
 #include <cmath>
 

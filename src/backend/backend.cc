@@ -1,4 +1,4 @@
-#include "server/backend.h"
+#include "backend/backend.h"
 
 namespace frenzy::server {
 

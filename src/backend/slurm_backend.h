@@ -22,16 +22,16 @@
 //
 // Thread safety: SlurmBackend holds only its options and references to the catalog and the
 // runner (both safe to share); the functions below are pure.
-#ifndef FRENZY_SERVER_SLURM_BACKEND_H_
-#define FRENZY_SERVER_SLURM_BACKEND_H_
+#ifndef FRENZY_BACKEND_SLURM_BACKEND_H_
+#define FRENZY_BACKEND_SLURM_BACKEND_H_
 
 #include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "server/backend.h"
-#include "server/process.h"
+#include "backend/backend.h"
+#include "backend/process.h"
 
 namespace frenzy {
 class GpuCatalog;
@@ -148,4 +148,4 @@ class SlurmBackend : public Backend {
 
 }  // namespace frenzy::server
 
-#endif  // FRENZY_SERVER_SLURM_BACKEND_H_
+#endif  // FRENZY_BACKEND_SLURM_BACKEND_H_

@@ -1,4 +1,4 @@
-#include "server/process.h"
+#include "backend/process.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -26,8 +26,8 @@
 // indices rather than refusing.
 //
 // Thread safety: all methods may be called concurrently (one mutex guards the GPU indices).
-#ifndef FRENZY_SERVER_LOCAL_BACKEND_H_
-#define FRENZY_SERVER_LOCAL_BACKEND_H_
+#ifndef FRENZY_BACKEND_LOCAL_BACKEND_H_
+#define FRENZY_BACKEND_LOCAL_BACKEND_H_
 
 #include <cstdint>
 #include <map>
@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "server/agent.h"
-#include "server/backend.h"
+#include "backend/backend.h"
 
 namespace frenzy::server {
 
@@ -118,4 +118,4 @@ class LocalBackend : public Backend {
 
 }  // namespace frenzy::server
 
-#endif  // FRENZY_SERVER_LOCAL_BACKEND_H_
+#endif  // FRENZY_BACKEND_LOCAL_BACKEND_H_

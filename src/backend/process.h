@@ -10,8 +10,8 @@
 //
 // Thread safety: the functions may be called from several threads at once. They never change
 // process-wide state: SIGPIPE is blocked only in the calling thread while it writes to a child.
-#ifndef FRENZY_SERVER_PROCESS_H_
-#define FRENZY_SERVER_PROCESS_H_
+#ifndef FRENZY_BACKEND_PROCESS_H_
+#define FRENZY_BACKEND_PROCESS_H_
 
 #include <cstdint>
 #include <map>
@@ -125,4 +125,4 @@ std::optional<std::string> OutOfMemoryLine(const std::vector<std::string>& lines
 
 }  // namespace frenzy::server
 
-#endif  // FRENZY_SERVER_PROCESS_H_
+#endif  // FRENZY_BACKEND_PROCESS_H_

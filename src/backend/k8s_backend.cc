@@ -1,4 +1,4 @@
-#include "server/k8s_backend.h"
+#include "backend/k8s_backend.h"
 
 // size: manifests, the parsers of kubectl's JSON (jobs, nodes, pods) and the backend that joins
 // them, each short; the parsers would move to a file of their own with a change to the build.
@@ -17,8 +17,8 @@
 #include <utility>
 
 #include "hardware/gpu.h"
-#include "server/process.h"
-#include "server/slurm_backend.h"  // WritePrivateFile
+#include "backend/process.h"
+#include "backend/slurm_backend.h"  // WritePrivateFile
 
 namespace frenzy::server {
 namespace {

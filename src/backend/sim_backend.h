@@ -7,8 +7,8 @@
 // engine and through the daemon alike. Everything about a run
 // is in its handle (start time, speed, the job's progress at launch), so a restarted daemon
 // re-attaches to its runs as it would to a real cluster's.
-#ifndef FRENZY_SERVER_SIM_BACKEND_H_
-#define FRENZY_SERVER_SIM_BACKEND_H_
+#ifndef FRENZY_BACKEND_SIM_BACKEND_H_
+#define FRENZY_BACKEND_SIM_BACKEND_H_
 
 #include <functional>
 #include <memory>
@@ -20,7 +20,7 @@
 
 #include "hardware/cluster.h"
 #include "sim/world.h"
-#include "server/backend.h"
+#include "backend/backend.h"
 
 namespace frenzy::server {
 
@@ -55,4 +55,4 @@ class SimBackend : public Backend {
 
 }  // namespace frenzy::server
 
-#endif  // FRENZY_SERVER_SIM_BACKEND_H_
+#endif  // FRENZY_BACKEND_SIM_BACKEND_H_

@@ -1,15 +1,15 @@
 // Backend: how frenzyd launches, watches and cancels the training runs it decided on, on an
 // existing cluster manager. One interface, four implementations:
 //   sim   — a simulated heterogeneous cluster inside the daemon (the embedded default);
-//   local — local processes, one per planned rank (src/server/local_backend.h);
-//   slurm — sbatch/squeue/scontrol/scancel/sinfo (src/server/slurm_backend.h);
+//   local — local processes, one per planned rank (src/backend/local_backend.h);
+//   slurm — sbatch/squeue/scontrol/scancel/sinfo (src/backend/slurm_backend.h);
 //   k8s   — Kubernetes Job manifests, applied with kubectl or written to a folder
-//           (src/server/k8s_backend.h).
+//           (src/backend/k8s_backend.h).
 // A backend holds no state the daemon needs after a restart: every run is named by its handle
 // (stored in the daemon's database), and Status(handle) asks the cluster manager (or the run's
 // folder) what really happened.
-#ifndef FRENZY_SERVER_BACKEND_H_
-#define FRENZY_SERVER_BACKEND_H_
+#ifndef FRENZY_BACKEND_BACKEND_H_
+#define FRENZY_BACKEND_BACKEND_H_
 
 #include <cstdint>
 #include <map>
@@ -96,4 +96,4 @@ class Backend {
 
 }  // namespace frenzy::server
 
-#endif  // FRENZY_SERVER_BACKEND_H_
+#endif  // FRENZY_BACKEND_BACKEND_H_
