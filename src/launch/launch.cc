@@ -76,8 +76,10 @@ LayoutLimits LimitsOf(Launcher l) {
       // (its TP/CP go through a parallelism_config that needs FSDP2 and transformers' TP plans,
       // not modelled); SHARD_GRAD_OP = ZeRO-2, FULL_SHARD = ZeRO-3; no ZeRO-1; activation
       // checkpointing of whole layers (fsdp_activation_checkpointing), no interval.
+      // DDP is not planned: it has no activation checkpointing Accelerate can switch on, and
+      // FSDP's ZeRO-2/3 never needs more memory than it.
       x.tp = x.pp = x.cp = x.ep = false;
-      x.zeros = {0, 2, 3};
+      x.zeros = {2, 3};
       x.recompute_every = false;
       x.offloads = {Offload::kParams};
       break;
@@ -239,6 +241,10 @@ std::variant<Shape, Refused> ShapeOf(const Plan& plan, const Cluster& cluster) {
                                plan.gpus, s.nodes, per_node)};
   }
   s.per_node = plan.gpus / s.nodes;
+  if (s.per_node % std::max<int64_t>(1, plan.tp) != 0) {
+    return Refused{fmt::format("{} processes per node do not hold whole TP groups of {}",
+                               s.per_node, plan.tp)};
+  }
   return s;
 }
 
@@ -274,7 +280,8 @@ std::vector<std::string> WithoutOwned(const std::vector<std::string>& args,
     const std::string flag = a.substr(0, a.find('='));
     if (owned_switches.count(a)) continue;
     if (owned.count(flag)) {
-      if (flag == a && i + 1 < args.size()) ++i;  // `--f v`: the value goes too
+      // `--f v`: the value goes too; a switch (`--f` followed by a flag, or last) has none.
+      if (flag == a && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) ++i;
       continue;
     }
     out.push_back(a);

@@ -19,7 +19,7 @@ const std::set<std::string>& OwnedWithValue() {
       "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
       "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--micro-batch-size",
       "--global-batch-size", "--seq-length", "--recompute-granularity", "--recompute-method",
-      "--recompute-num-layers", "--fp8-format", "--fp8-recipe", "--moe-expert-capacity-factor",
+      "--recompute-num-layers", "--fp8-format", "--fp8-recipe", "--moe-expert-capacity-factor", "--moe-token-dispatcher-type",
       "--num-layers-per-virtual-pipeline-stage"};
   return s;
 }
@@ -54,8 +54,11 @@ LaunchOutcome Megatron(const JobSpec& job, const Plan& p, const Shape& s, const 
     set("--expert-model-parallel-size", p.ep);
     set("--expert-tensor-parallel-size", p.etp);
     if (job.moe_capacity_factor > 0) {
+      // Megatron's capacity factor works with the all-to-all dispatcher only (its MoE config
+      // refuses it beside the default allgather one).
       l.argv.push_back("--moe-expert-capacity-factor");
       l.argv.push_back(fmt::format("{}", job.moe_capacity_factor));
+      l.argv.insert(l.argv.end(), {"--moe-token-dispatcher-type", "alltoall"});
     }
   }
   // The planner runs TP with sequence parallelism under Megatron (ParallelPlan). Megatron's

@@ -38,6 +38,10 @@ std::variant<std::vector<std::string>, Refused> Recomputation(const Plan& p) {
 }  // namespace
 
 LaunchOutcome Torchtitan(const JobSpec& job, const Plan& p, const Shape& s, const LaunchInput& in) {
+  if (in.config_file.empty()) {
+    return Refused{"torchtitan reads the model, data and optimizer from the user's TOML job "
+                   "config: give it (--config-file)"};
+  }
   if (job.model.moe.enabled() && p.ep > 1 && p.tp > 1 && p.etp != p.tp) {
     return Refused{"torchtitan at this version runs experts with the dense layers' TP (it has no "
                    "expert_tensor_parallel_degree)"};
@@ -50,12 +54,13 @@ LaunchOutcome Torchtitan(const JobSpec& job, const Plan& p, const Shape& s, cons
   l.argv.push_back("-m");
   l.argv.push_back(in.entry.empty() ? "torchtitan.train" : in.entry);
   l.argv.push_back("--job.config_file");
-  l.argv.push_back(in.config_file.empty() ? "$FRENZY_CONFIG" : in.config_file);
+  l.argv.push_back(in.config_file);
   // The user's own overrides, less those Frenzy sets (whole sections, and the batch, sequence
   // and precision keys of [training]); each Frenzy key takes one value.
   std::set<std::string> owned = {"--training.local_batch_size", "--training.global_batch_size",
                                  "--training.seq_len", "--training.mixed_precision_param",
-                                 "--training.enable_cpu_offload", "--model.converters"};
+                                 "--training.enable_cpu_offload",
+                                 "--training.no_enable_cpu_offload", "--model.converters"};
   for (const std::string& a : in.args) {
     const std::string key = a.substr(0, a.find('='));
     for (const char* section : {"--parallelism.", "--activation_checkpoint.", "--float8."}) {
@@ -97,7 +102,9 @@ LaunchOutcome Torchtitan(const JobSpec& job, const Plan& p, const Shape& s, cons
   if (p.precision == Precision::kFp8) {
     const Fp8Recipe r = job.fp8_recipe_or_default();
     set("model.converters", "float8");
-    set("float8.recipe_name", r == Fp8Recipe::kRowwise ? "rowwise" : "tensorwise");
+    // Tensorwise is torchao's default and the only recipe its FP8 all-gather runs with
+    // (torchtitan's float8 converter refuses a recipe_name beside the all-gather).
+    if (r == Fp8Recipe::kRowwise) set("float8.recipe_name", "rowwise");
     if (job.fp8_param_gather) {
       if (r != Fp8Recipe::kTensorwise) {
         return Refused{"torchao's FP8 all-gather under FSDP is for tensorwise scaling only"};

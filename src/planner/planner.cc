@@ -90,11 +90,12 @@ bool OffloadFits(Framework f, int64_t zero, Offload o) {
   return false;
 }
 
-// Whether `gpus` run as the same number of processes on each of the fewest nodes that hold them.
-bool EvenOverNodes(int64_t gpus, int64_t per_node) {
+// Whether `gpus` run as the same number of processes on each of the fewest nodes that hold them,
+// each node holding whole TP groups (ranks of a TP group are consecutive).
+bool EvenOverNodes(int64_t gpus, int64_t per_node, int64_t tp) {
   if (per_node <= 0) return true;
   const int64_t nodes = (gpus + per_node - 1) / per_node;
-  return gpus % nodes == 0;
+  return gpus % nodes == 0 && (gpus / nodes) % tp == 0;
 }
 
 // Drops what the job's framework cannot run (JobSpec::limits). A pin outside the limits leaves
@@ -211,7 +212,7 @@ void EnumerateLayouts(const JobSpec& job, const TypeInfo& ti, const Candidates& 
         for (int64_t dp : PinnedOr(job.dp, Divisors(job.global_batch, max_dp))) {
           int64_t n = tp * pp * cp * dp;
           if (n > ti.count || (job.gpus && n != *job.gpus)) continue;
-          if (job.limits.even_nodes && !EvenOverNodes(n, ti.gpus_per_node)) continue;
+          if (job.limits.even_nodes && !EvenOverNodes(n, ti.gpus_per_node, tp)) continue;
           ParallelPlan p;
           p.tp = tp;
           p.pp = pp;

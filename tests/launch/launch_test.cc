@@ -35,6 +35,13 @@ Plan A100(int64_t gpus, int64_t tp, int64_t pp, int64_t dp, int64_t mb) {
   return p;
 }
 
+// The user's torchtitan job config (model, data, optimizer).
+LaunchInput Toml() {
+  LaunchInput in;
+  in.config_file = "job.toml";
+  return in;
+}
+
 Launch Expect(const LaunchOutcome& o) {
   if (const auto* r = std::get_if<Refused>(&o)) ADD_FAILURE() << "refused: " << r->reason;
   return std::holds_alternative<Launch>(o) ? std::get<Launch>(o) : Launch{};
@@ -116,11 +123,16 @@ TEST(Launch, TorchtitanOverridesTheUsersConfigWithTheLayout) {
   p.recompute_every = 2;
   LaunchInput in;
   in.config_file = "llama3_8b.toml";
-  in.args = {"--parallelism.tensor_parallel_degree", "8", "--training.steps", "1000"};
+  in.args = {"--parallelism.tensor_parallel_degree", "8", "--parallelism.disable_loss_parallel",
+             "--training.steps", "1000"};
   const Launch l = Expect(MakeLaunch(Launcher::kTorchtitan, job, p, Bundled("cluster64"), in));
   EXPECT_TRUE(Has(l.argv, {"-m", "torchtitan.train", "--job.config_file", "llama3_8b.toml"}));
   EXPECT_TRUE(Has(l.argv, {"--training.steps", "1000"}));
   EXPECT_FALSE(Has(l.argv, {"--parallelism.tensor_parallel_degree", "8"}));
+  // A switch of a section Frenzy sets goes, without taking the next argument with it.
+  EXPECT_FALSE(Has(l.argv, {"--parallelism.disable_loss_parallel"}));
+  EXPECT_TRUE(std::holds_alternative<Refused>(  // no job config: no model to train
+      MakeLaunch(Launcher::kTorchtitan, job, p, Bundled("cluster64"), {})));
   EXPECT_TRUE(Has(l.argv, {"--parallelism.data_parallel_shard_degree", "4"}));
   // ZeRO-2: the gathered weights stay until backward.
   EXPECT_TRUE(Has(l.argv, {"--parallelism.fsdp_reshard_after_forward", "never"}));
@@ -136,7 +148,8 @@ TEST(Launch, TorchtitanOverridesTheUsersConfigWithTheLayout) {
   // Without PP the micro-batch is the local batch and accumulation reaches the global one.
   p = A100(8, 1, 1, 8, 2);
   p.zero = 3;
-  const Launch flat = Expect(MakeLaunch(Launcher::kTorchtitan, job, p, Bundled("cluster64"), {}));
+  const Launch flat =
+      Expect(MakeLaunch(Launcher::kTorchtitan, job, p, Bundled("cluster64"), Toml()));
   EXPECT_TRUE(Has(flat.argv, {"--training.local_batch_size", "2"}));
   EXPECT_TRUE(Has(flat.argv, {"--parallelism.fsdp_reshard_after_forward", "always"}));
   EXPECT_TRUE(Has(flat.argv, {"--activation_checkpoint.mode", "none"}));
@@ -150,9 +163,10 @@ TEST(Launch, TorchtitanRunsTorchaoFp8Only) {
   Plan p = A100(8, 1, 1, 8, 1);
   p.zero = 3;
   p.precision = Precision::kFp8;
-  const Launch l = Expect(MakeLaunch(Launcher::kTorchtitan, job, p, Bundled("cluster64"), {}));
-  EXPECT_TRUE(Has(l.argv, {"--model.converters", "float8", "--float8.recipe_name", "tensorwise",
-                           "--float8.enable_fsdp_float8_all_gather"}));
+  const Launch l = Expect(MakeLaunch(Launcher::kTorchtitan, job, p, Bundled("cluster64"), Toml()));
+  // Tensorwise is torchao's default, and its FP8 all-gather refuses a recipe_name beside it.
+  EXPECT_TRUE(Has(l.argv, {"--model.converters", "float8", "--float8.enable_fsdp_float8_all_gather"}));
+  EXPECT_FALSE(Has(l.argv, {"--float8.recipe_name"}));
   Conforms(l);
   JobSpec te = Job("llama-3.1-8b", 256);
   te.precision = Precision::kFp8;
@@ -212,7 +226,7 @@ TEST(Launch, AccelerateWritesFsdpConfigAndSplitsNodesEvenly) {
   EXPECT_NE(y.find("  fsdp_sharding_strategy: SHARD_GRAD_OP\n"), std::string::npos);
   EXPECT_NE(y.find("  fsdp_activation_checkpointing: true\n"), std::string::npos);
   EXPECT_NE(y.find("num_processes: 12\n"), std::string::npos);
-  EXPECT_TRUE(Has(l.argv, {"--gradient_accumulation_steps=4"}));  // 96 / (2 x 12)
+  EXPECT_EQ(l.env.at("FRENZY_GRAD_ACCUM"), "4");  // 96 / (2 x 12)
   EXPECT_EQ(l.env.at("FRENZY_MICRO_BATCH"), "2");
   Conforms(l);
   // 15 GPUs cannot run as the same number of processes on each of two nodes.
@@ -271,7 +285,7 @@ TEST(Launch, TorchtitanRunsFp32WhereTheGpuHasNoBf16) {
     ASSERT_FALSE(r->plans.empty());
     EXPECT_EQ(r->plans[0].precision,
               l == Launcher::kTorchtitan ? Precision::kFp32 : Precision::kFp16);
-    const Launch x = Expect(MakeLaunch(l, job, r->plans[0], c, {}));
+    const Launch x = Expect(MakeLaunch(l, job, r->plans[0], c, Toml()));
     if (l == Launcher::kTorchtitan) {
       EXPECT_TRUE(Has(x.argv, {"--training.mixed_precision_param", "float32"}));
     } else {

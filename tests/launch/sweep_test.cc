@@ -19,6 +19,7 @@ TEST(LaunchSweep, EveryZooModelOnEveryClusterIsLaunchedOrRefusedWithAReason) {
     const testing::Schema schema = testing::LoadSchema(LauncherName(l));
     LaunchInput in;
     if (l == Launcher::kAccelerate || l == Launcher::kDeepSpeed) in.entry = "train.py";
+    if (l == Launcher::kTorchtitan) in.config_file = "job.toml";
     for (const std::string& cname : BundledClusterNames()) {
       const Cluster c = *ResolveCluster(cname, GpuCatalog::Default());
       for (const ZooEntry& z : *zoo) {
