@@ -1,9 +1,10 @@
 // HF Accelerate: `accelerate launch --config_file accelerate.yaml` with the user's script (an HF
 // Trainer or Accelerate loop: model, data and optimizer are theirs) on FSDP (FSDP1 sharding
 // strategies). The user's arguments pass unchanged: Accelerate has no flag names of its own in
-// the script's command line to recognise. Pinned to huggingface/accelerate 6891c57072295eec14d9866ca34472d59708db9c
-// (commands/launch.py; the config keys of commands/config/config_args.py;
-// tests/data/launch/accelerate.schema lists every flag and key with its source).
+// the script's command line to recognise. Pinned to huggingface/accelerate
+// 6891c57072295eec14d9866ca34472d59708db9c (commands/launch.py; the config keys of
+// commands/config/config_args.py; tests/data/launch/accelerate.schema lists every flag and key
+// with its source).
 #include <fmt/core.h>
 
 #include "launch/adapters.h"
@@ -29,8 +30,9 @@ LaunchOutcome Accelerate(const JobSpec& job, const Plan& p, const Shape& s, cons
                       : p.precision == Precision::kFp16 ? "fp16"
                                                         : "no";
   const int64_t accumulation = Accumulation(job, p);
-  // The YAML `accelerate config` writes. ZeRO-2 and -3 are FSDP1's SHARD_GRAD_OP and FULL_SHARD, named explicitly (launch.py passes a strategy, FULL_SHARD by default, which
-  // wins over fsdp_reshard_after_forward under FSDP1). Transformer blocks are the wrapping unit.
+  // The YAML `accelerate config` writes. ZeRO-2 and -3 are FSDP1's SHARD_GRAD_OP and FULL_SHARD,
+  // named explicitly (launch.py passes a strategy, FULL_SHARD by default, which wins over
+  // fsdp_reshard_after_forward under FSDP1). Transformer blocks are the wrapping unit.
   std::string yaml = "compute_environment: LOCAL_MACHINE\n";
   yaml += "distributed_type: FSDP\n";
   yaml += fmt::format("mixed_precision: {}\n", mixed);

@@ -72,12 +72,12 @@ LayoutLimits LimitsOf(Launcher l) {
       x.offloads = {Offload::kNone};
       break;
     case Launcher::kAccelerate:
-      // Accelerate's FSDP plugin (FSDP1 sharding strategies) or DDP: data parallel only here
-      // (its TP/CP go through a parallelism_config that needs FSDP2 and transformers' TP plans,
-      // not modelled); SHARD_GRAD_OP = ZeRO-2, FULL_SHARD = ZeRO-3; no ZeRO-1; activation
-      // checkpointing of whole layers (fsdp_activation_checkpointing), no interval.
-      // DDP is not planned: it has no activation checkpointing Accelerate can switch on, and
-      // FSDP's ZeRO-2/3 never needs more memory than it.
+      // Accelerate's FSDP plugin (FSDP1 sharding strategies), data parallel only (its TP/CP go
+      // through a parallelism_config that needs FSDP2 and transformers' TP plans, not
+      // modelled): SHARD_GRAD_OP = ZeRO-2, FULL_SHARD = ZeRO-3, no ZeRO-1; activation
+      // checkpointing of whole layers (fsdp_activation_checkpointing), no interval. DDP is not
+      // planned: Accelerate cannot switch activation checkpointing on there, and FSDP's ZeRO-2/3
+      // never needs more memory than it.
       x.tp = x.pp = x.cp = x.ep = false;
       x.zeros = {2, 3};
       x.recompute_every = false;
@@ -235,16 +235,12 @@ std::variant<Shape, Refused> ShapeOf(const Plan& plan, const Cluster& cluster) {
   if (per_node <= 0) return Refused{fmt::format("the cluster has no {} nodes", plan.gpu)};
   Shape s;
   s.nodes = (plan.gpus + per_node - 1) / per_node;
-  if (plan.gpus % s.nodes != 0) {
-    return Refused{fmt::format("{} GPUs do not split evenly over {} nodes of {}: torchrun starts "
-                               "the same number of processes on every node",
-                               plan.gpus, s.nodes, per_node)};
+  if (!EvenOverNodes(plan.gpus, per_node, plan.tp)) {
+    return Refused{fmt::format("{} GPUs at TP {} do not split into whole TP groups over {} nodes "
+                               "of {}: torchrun starts the same number of processes on every node",
+                               plan.gpus, plan.tp, s.nodes, per_node)};
   }
   s.per_node = plan.gpus / s.nodes;
-  if (s.per_node % std::max<int64_t>(1, plan.tp) != 0) {
-    return Refused{fmt::format("{} processes per node do not hold whole TP groups of {}",
-                               s.per_node, plan.tp)};
-  }
   return s;
 }
 
@@ -262,7 +258,7 @@ Launch Start(Launcher l, const char* version, const Shape& s) {
 }
 
 std::vector<std::string> Torchrun(const Shape& s) {
-  // torch.distributed.run's flags (tests/data/launch/megatron.schema, launcher section).
+  // torch.distributed.run's flags (tests/data/launch/torchrun.schema).
   return {"torchrun",
           fmt::format("--nnodes={}", s.nodes),
           fmt::format("--nproc-per-node={}", s.per_node),

@@ -19,6 +19,12 @@ bool LayoutLimits::Allows(int64_t zero) const {
   return zeros.empty() || std::find(zeros.begin(), zeros.end(), zero) != zeros.end();
 }
 
+bool EvenOverNodes(int64_t gpus, int64_t per_node, int64_t tp) {
+  if (per_node <= 0) return true;
+  const int64_t nodes = (gpus + per_node - 1) / per_node;
+  return gpus % nodes == 0 && (gpus / nodes) % std::max<int64_t>(1, tp) == 0;
+}
+
 bool LayoutLimits::Allows(Offload o) const {
   if (o == Offload::kNone) return true;
   return offloads.empty() || std::find(offloads.begin(), offloads.end(), o) != offloads.end();
@@ -88,14 +94,6 @@ bool OffloadFits(Framework f, int64_t zero, Offload o) {
       return (f == Framework::kDeepSpeed || f == Framework::kFsdp) && zero == 3;
   }
   return false;
-}
-
-// Whether `gpus` run as the same number of processes on each of the fewest nodes that hold them,
-// each node holding whole TP groups (ranks of a TP group are consecutive).
-bool EvenOverNodes(int64_t gpus, int64_t per_node, int64_t tp) {
-  if (per_node <= 0) return true;
-  const int64_t nodes = (gpus + per_node - 1) / per_node;
-  return gpus % nodes == 0 && (gpus / nodes) % tp == 0;
 }
 
 // Drops what the job's framework cannot run (JobSpec::limits). A pin outside the limits leaves

@@ -40,11 +40,16 @@ struct LayoutLimits {
   std::vector<Offload> offloads;  // state offload modes it has; empty: all the memory model has
   bool offload_activations = true;
   bool fp16 = true;  // fp16 mixed precision where the GPU lacks bf16 (else fp32)
-  // The GPUs run as the same number of processes on each node (torchrun's rule).
+  // The GPUs run as the same number of processes on each node (torchrun's rule): EvenOverNodes.
   bool even_nodes = false;
   bool Allows(int64_t zero) const;
   bool Allows(Offload o) const;
 };
+
+// Whether `gpus` GPUs run as the same number of processes on each of the fewest nodes of
+// `per_node` GPUs that hold them, each node holding whole TP groups (a TP group's ranks are
+// consecutive).
+bool EvenOverNodes(int64_t gpus, int64_t per_node, int64_t tp);
 
 // What a user submits. Every optional field is a pin the planner respects.
 struct JobSpec {
