@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Frenzy's reference training entry point: a small GPT/LLaMA-style decoder trained with
-data parallelism (PyTorch DDP), driven by a plan that frenzy's planner chose.
+data parallelism (PyTorch DDP, or sharded: ZeRO-2/3 with full or hybrid shard, sharding.py),
+driven by a plan that frenzy's planner chose.
 
 One process runs one rank. frenzyd's backends (src/backend/backend.h) start `plan.gpus` copies
 of this script with the usual launcher environment:
@@ -32,10 +33,16 @@ The plan is one JSON object whose fields are named as frenzy's planner names the
                                       Megatron (refused, exit 2)
     dp            WORLD_SIZE          data-parallel ranks; must equal WORLD_SIZE
     micro_batch   4                   sequences per rank per forward/backward
-    zero          0                   0: plain AdamW; >= 1: optimizer state sharded across the
-                                      data-parallel ranks (ZeroRedundancyOptimizer). Stages 2
-                                      and 3 also run as stage 1 (printed note): gradients and
-                                      weights stay replicated.
+    zero          0                   0: DDP, plain AdamW; 1: DDP with the optimizer state
+                                      sharded (ZeroRedundancyOptimizer); 2: gradients and
+                                      optimizer state sharded (FSDP's SHARD_GRAD_OP); 3: weights
+                                      too (FULL_SHARD), each block's gathered only while it
+                                      runs. Stages 2 and 3 run sharding.py (FSDP itself cannot
+                                      be imported on Debian 12's torch 1.13 + Python 3.11).
+    shard_group   dp                  zero 2/3: ranks that share one copy of the sharded state;
+                                      fewer than dp is hybrid sharding (HYBRID_SHARD: a copy
+                                      per group of consecutive ranks, i.e. per node, gradients
+                                      all-reduced across the copies); must divide dp
     distributed_optimizer  false      Megatron's name for stage-1 sharding; true acts as zero 1
     recompute     "none"              "none", "selective" (the attention core of each layer is
                                       recomputed in backward), "full" (whole layers are;
@@ -73,7 +80,8 @@ Outputs
   last checkpoint holds (what the run resumed from, before its first): a crash resumes there.
 * `checkpoint.pt` in the work folder, every `--checkpoint-every` steps and at the end, written
   by rank 0 to a temporary file and renamed into place. It holds the model, the optimizer
-  (consolidated when sharded), the loss scaler, the step, the tokens consumed and every rank's
+  (consolidated when sharded: always the layout of an unsharded run's model state_dict and
+  torch AdamW state_dict, so any layout resumes from any other's), the loss scaler, the step, the tokens consumed and every rank's
   random-number state. A run that finds it resumes from it ("resumed from step N"); the
   learning-rate schedule depends only on the step, so a resumed run continues the same curve.
 
@@ -112,11 +120,14 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint
 
+import sharding  # examples/sharding.py: ZeRO-2/3, full and hybrid shard
+
 EXIT_REFUSED = 2
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_FORMAT = "frenzy-train/1"
 DEFAULT_CORPUS = pathlib.Path(__file__).resolve().parent / "data" / "corpus.txt"
 BYTE_VOCAB = 256
+ADAM_BETAS = (0.9, 0.95)
 
 
 class Refused(Exception):
@@ -149,6 +160,8 @@ class Plan:
     vocab: int
     arch: str           # "gpt" | "llama"
     recompute_every: int = 1  # with "full": every Nth block (1-based) is checkpointed
+    shard_group: int = 1      # zero >= 2: ranks one copy of the sharded state spans (dp: full
+                              # shard; fewer: hybrid shard, replicated over dp / shard_group)
 
     @property
     def accumulation(self) -> int:
@@ -240,9 +253,15 @@ def parse_plan(raw: dict[str, Any], world_size: int, arch_override: Optional[str
     if distributed_optimizer and zero == 0:
         notes.append("distributed_optimizer runs as ZeRO stage 1 (sharded optimizer state)")
         zero = 1
-    if zero >= 2:
-        notes.append(f"ZeRO stage {zero} runs as stage 1 here: optimizer state is sharded, "
-                     "gradients and weights stay replicated (expect more memory than planned)")
+    # FSDP's words for the same: FULL_SHARD is stage 3, SHARD_GRAD_OP stage 2, HYBRID_SHARD
+    # stage 3 within a shard group (a node) replicated across groups.
+    shard_group = integer("shard_group", dp)
+    if zero < 2 and shard_group != dp:
+        raise Refused(f"plan field 'shard_group' ({shard_group}) needs zero 2 or 3: only "
+                      "sharded weights and gradients have a shard group")
+    if dp % shard_group != 0:
+        raise Refused(f"shard_group {shard_group} does not divide dp {dp}: hybrid sharding "
+                      "replicates whole shard groups")
 
     recompute = choice("recompute", "none", ("none", "selective", "op", "full"))
     if recompute == "op":
@@ -272,7 +291,8 @@ def parse_plan(raw: dict[str, Any], world_size: int, arch_override: Optional[str
     return Plan(gpu=str(gpu), gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=micro_batch,
                 zero=zero, recompute=recompute, precision=precision, tokens=tokens,
                 global_batch=global_batch, seq_len=seq_len, layers=layers, hidden=hidden,
-                heads=heads, vocab=vocab, arch=arch, recompute_every=recompute_every)
+                heads=heads, vocab=vocab, arch=arch, recompute_every=recompute_every,
+                shard_group=shard_group)
 
 
 # --------------------------------------------------------------------------------------------
@@ -418,6 +438,7 @@ class Decoder(nn.Module):
                 nn.init.normal_(p, std=0.02 / math.sqrt(2 * cfg.layers))
         if cfg.tie_embeddings:
             self.head.weight = self.embed.weight
+        self.sharding = None  # a sharding.ShardedModel once the weights are sharded (ZeRO-2/3)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -428,6 +449,9 @@ class Decoder(nn.Module):
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         seq = tokens.shape[1]
+        sharding = self.sharding
+        if sharding is not None:
+            sharding.before_root()  # the embeddings, final norm and head, for the whole step
         x = self.embed(tokens)
         rope = None
         if self.positions is not None:
@@ -435,11 +459,15 @@ class Decoder(nn.Module):
         else:
             rope = rotary_tables(seq, self.cfg.head_dim, tokens.device)
         for i, block in enumerate(self.blocks):
+            if sharding is not None:
+                sharding.before_block(i)
             if (self.full_recompute and self.training and
                     (i + 1) % self.recompute_every == 0):
                 x = checkpoint(block, x, rope, use_reentrant=False)
             else:
                 x = block(x, rope)
+            if sharding is not None:
+                x = sharding.after_block(i, x)
         logits = self.head(self.norm(x))
         return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
                                targets.reshape(-1))
@@ -455,8 +483,8 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, zero: int,
     if zero >= 1 and distributed:
         from torch.distributed.optim import ZeroRedundancyOptimizer
         return ZeroRedundancyOptimizer(groups, optimizer_class=torch.optim.AdamW, lr=lr,
-                                       betas=(0.9, 0.95))
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
+                                       betas=ADAM_BETAS)
+    return torch.optim.AdamW(groups, lr=lr, betas=ADAM_BETAS)
 
 
 def learning_rate(step: int, total_steps: int, peak: float, warmup: int) -> float:
@@ -726,17 +754,31 @@ def run(args: argparse.Namespace, plan: Plan, precision: str, notes: list[str],
                           f"({state['model_config']}); remove it or match the plan")
         model.load_state_dict(state["model"])
 
-    wrapped = (DistributedDataParallel(model, device_ids=[d.device.index]
-                                       if d.device.type == "cuda" else None)
-               if d.enabled else model)
-    optimizer = make_optimizer(model, args.lr, args.weight_decay, plan.zero, d.enabled)
-    scaler = torch.cuda.amp.GradScaler(enabled=precision == "fp16")
+    n_params = sum(p.numel() for p in model.parameters())
+    sharded = None  # ZeRO-2/3: sharding.ShardedModel; else DDP (with ZeRO-1's sharded AdamW)
+    if plan.zero >= 2 and d.enabled:
+        reference = make_optimizer(model, args.lr, args.weight_decay, 0, False).state_dict()
+        sharded = sharding.ShardedModel(model, plan.zero,
+                                        sharding.Mesh(d.rank, d.world, plan.shard_group),
+                                        d.device)
+        optimizer = sharding.ShardAdamW(sharded.units, args.lr, ADAM_BETAS, args.weight_decay)
+        scaler = sharding.ShardedScaler(enabled=precision == "fp16")
+        wrapped = model
+    else:
+        wrapped = (DistributedDataParallel(model, device_ids=[d.device.index]
+                                           if d.device.type == "cuda" else None)
+                   if d.enabled else model)
+        optimizer = make_optimizer(model, args.lr, args.weight_decay, plan.zero, d.enabled)
+        scaler = torch.cuda.amp.GradScaler(enabled=precision == "fp16")
 
     # Each rank draws its own windows; the stream is seeded by (seed, rank).
     data_rng = torch.Generator().manual_seed(args.seed * 1_000_003 + d.rank)
     step, tokens = 0, 0
     if state is not None:
-        optimizer.load_state_dict(state["optimizer"])
+        if sharded is not None:
+            sharded.load_optimizer_state(optimizer, state["optimizer"])
+        else:
+            optimizer.load_state_dict(state["optimizer"])
         if state["scaler"]:  # empty when saved by a run without loss scaling (not fp16)
             scaler.load_state_dict(state["scaler"])
         step, tokens = state["step"], state["tokens"]
@@ -757,12 +799,14 @@ def run(args: argparse.Namespace, plan: Plan, precision: str, notes: list[str],
 
     total_steps = math.ceil(plan.tokens / plan.tokens_per_step)  # the LR schedule's length
     last_step = total_steps if args.max_steps is None else min(total_steps, args.max_steps)
-    n_params = sum(p.numel() for p in model.parameters())
+    layout = (f"zero {plan.zero}" if sharded is None else
+              f"zero {plan.zero} ({'full' if plan.shard_group == plan.dp else 'hybrid'} shard "
+              f"over {plan.shard_group} of {plan.dp} ranks)")
     log(f"frenzy train: arch {cfg.arch} layers {cfg.layers} hidden {cfg.hidden} heads "
         f"{cfg.heads} vocab {cfg.vocab} params {n_params} | dp {plan.dp} micro_batch "
         f"{plan.micro_batch} accumulation {plan.accumulation} global_batch "
         f"{plan.global_batch} seq_len {plan.seq_len} | precision {precision} recompute "
-        f"{plan.recompute} zero {plan.zero} | device {d.device} | steps {step}->{last_step} "
+        f"{plan.recompute} {layout} | device {d.device} | steps {step}->{last_step} "
         f"of {total_steps} ({plan.tokens} tokens)")
 
     reporter = Reporter(os.environ.get("FRENZY_REPORT_URL"), os.environ.get("FRENZY_TOKEN"))
@@ -774,13 +818,20 @@ def run(args: argparse.Namespace, plan: Plan, precision: str, notes: list[str],
                      "cuda": (torch.cuda.get_rng_state(d.device)
                               if d.device.type == "cuda" else None)}
         rng = d.gather(rng_state)
-        if hasattr(optimizer, "consolidate_state_dict"):
-            optimizer.consolidate_state_dict(to=0)
+        if sharded is not None:
+            # Collective too: the unsharded run's layout, so any run can resume from it.
+            model_state = sharded.state_dict()
+            optimizer_state = sharded.optimizer_state_dict(optimizer, reference)
+        else:
+            if hasattr(optimizer, "consolidate_state_dict"):
+                optimizer.consolidate_state_dict(to=0)
+            model_state = model.state_dict()
+            optimizer_state = optimizer.state_dict() if d.main else None
         if d.main:
             save_checkpoint(checkpoint_path, {
                 "format": CHECKPOINT_FORMAT, "step": step, "tokens": tokens,
                 "model_config": dataclasses.asdict(cfg), "plan": dataclasses.asdict(plan),
-                "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "model": model_state, "optimizer": optimizer_state,
                 "scaler": scaler.state_dict(), "rng": rng})
         saved["tokens"] = tokens
 
@@ -814,17 +865,26 @@ def run(args: argparse.Namespace, plan: Plan, precision: str, notes: list[str],
         for micro in range(plan.accumulation):
             inputs, targets = corpus.batch(plan.micro_batch, data_rng, d.device)
             # Gradients are all-reduced once, on the last micro-batch of the step.
-            sync = micro == plan.accumulation - 1
+            sync = micro == plan.accumulation - 1 or sharded is not None
             with (contextlib.nullcontext() if sync or not d.enabled else wrapped.no_sync()):
                 with autocast_context(precision, d.device):
                     loss = wrapped(inputs, targets) / plan.accumulation
                 scaler.scale(loss).backward()
             step_loss += loss.item()
-        if args.clip_grad > 0:
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad)
-        scaler.step(optimizer)
-        scaler.update()
+        if sharded is not None:
+            # Sharded gradients were reduced by each micro-batch's backward.
+            overflow = scaler.unscale_and_check(optimizer, d.enabled)
+            if not overflow:
+                if args.clip_grad > 0:
+                    sharded.clip_grad_norm(args.clip_grad)
+                optimizer.step()
+            scaler.update(overflow)
+        else:
+            if args.clip_grad > 0:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad)
+            scaler.step(optimizer)
+            scaler.update()
         optimizer.zero_grad(set_to_none=True)
 
         step += 1

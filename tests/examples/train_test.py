@@ -74,6 +74,33 @@ def free_port():
         return s.getsockname()[1]
 
 
+def run_ranks(fields, ranks, workdir, *args, local_world=None, report_url=None):
+    """Runs `ranks` processes of train.py (one per rank, the launcher's environment, ranks of a
+    node numbered together) to completion; returns [(returncode, stdout, stderr)] by rank."""
+    port, procs = free_port(), []
+    local_world = local_world or ranks
+    for rank in range(ranks):
+        env = clean_env(RANK=str(rank), WORLD_SIZE=str(ranks),
+                        LOCAL_RANK=str(rank % local_world), LOCAL_WORLD_SIZE=str(local_world),
+                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), CUDA_VISIBLE_DEVICES="",
+                        FRENZY_PLAN=json.dumps(fields), FRENZY_WORKDIR=str(workdir),
+                        **({"FRENZY_REPORT_URL": report_url} if report_url else {}))
+        procs.append(subprocess.Popen([PYTHON, str(TRAIN), "--dist-timeout", "60", *args],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    outputs = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=TIMEOUT_S)
+            outputs.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return outputs
+
+
 class ReportServer:
     """Collects the JSON bodies and Authorization headers POSTed to it."""
 
@@ -246,6 +273,93 @@ class TrainTest(unittest.TestCase):
         self.assertEqual(len(ckpt["rng"]), 2)
         self.assertFalse(torch.equal(ckpt["rng"][0]["data"], ckpt["rng"][1]["data"]))
 
+    def assertRanksSucceeded(self, outputs):
+        for rank, (code, out, err) in enumerate(outputs):
+            self.assertEqual(code, 0, f"rank {rank} failed\n{out}\n{err}")
+
+    def test_sharded_runs_follow_the_unsharded_run(self):
+        # The same 2-rank job (same data on each rank, fp32, AdamW with clipping) three ways:
+        # DDP with torch's AdamW is the reference; ZeRO-2 and ZeRO-3 (this script's own
+        # sharding, sharding.py) must follow its loss curve and end on the same weights, with
+        # an unsharded checkpoint (the model's state_dict, torch AdamW's state_dict).
+        fields = plan(dp=2, gpus=2, micro_batch=2, global_batch=8, tokens=6 * 8 * 32,
+                      recompute="full")
+        runs = {}
+        for zero in (0, 2, 3):
+            workdir = self.dir / f"zero{zero}"
+            outputs = run_ranks(dict(fields, zero=zero), 2, workdir, "--report-every", "2")
+            self.assertRanksSucceeded(outputs)
+            runs[zero] = (step_lines(outputs[0][1]), load_checkpoint(workdir), outputs[0][1])
+        self.assertIn("zero 3 (full shard over 2 of 2 ranks)", runs[3][2])
+        ref_lines, ref, _ = runs[0]
+        self.assertEqual([s for s, _, _ in ref_lines], [2, 4, 6])
+        for zero in (2, 3):
+            lines, ckpt, _ = runs[zero]
+            self.assertEqual([s for s, _, _ in lines], [2, 4, 6])
+            for (_, _, want), (_, _, got) in zip(ref_lines, lines):
+                self.assertAlmostEqual(got, want, delta=2e-4)
+            self.assertEqual(sorted(ckpt["model"]), sorted(ref["model"]))
+            for name, tensor in ref["model"].items():
+                torch.testing.assert_close(ckpt["model"][name], tensor, atol=1e-5, rtol=1e-4,
+                                           msg=f"zero {zero}: {name}")
+            self.assertEqual(sorted(ckpt["optimizer"]["state"]), sorted(ref["optimizer"]["state"]))
+            for index, want in ref["optimizer"]["state"].items():
+                got = ckpt["optimizer"]["state"][index]
+                self.assertEqual(float(got["step"]), float(want["step"]))
+                torch.testing.assert_close(got["exp_avg"], want["exp_avg"], atol=1e-6, rtol=1e-3)
+
+    def test_hybrid_shard_and_resume_on_another_layout(self):
+        # 4 ranks as 2 nodes of 2: hybrid sharding (a copy per node) against the same job under
+        # DDP; then the hybrid run's checkpoint resumes as a 2-rank full-shard run and as a
+        # single process: every layout reads every other's checkpoint.
+        fields = plan(dp=4, gpus=4, micro_batch=1, global_batch=4, tokens=4 * 4 * 32)
+        ref_dir, hybrid_dir = self.dir / "ddp", self.dir / "hybrid"
+        # Without clipping, which would hide a wrongly scaled gradient (as Adam's update does).
+        ref_out = run_ranks(fields, 4, ref_dir, "--report-every", "2", "--clip-grad", "0",
+                            local_world=2)
+        self.assertRanksSucceeded(ref_out)
+        outputs = run_ranks(dict(fields, zero=3, shard_group=2), 4, hybrid_dir, "--report-every",
+                            "2", "--clip-grad", "0", local_world=2)
+        self.assertRanksSucceeded(outputs)
+        self.assertIn("zero 3 (hybrid shard over 2 of 4 ranks)", outputs[0][1])
+        want_lines, got_lines = step_lines(ref_out[0][1]), step_lines(outputs[0][1])
+        self.assertEqual([s for s, _, _ in got_lines], [2, 4])
+        self.assertEqual([s for s, _, _ in want_lines], [2, 4])
+        for (_, _, want), (_, _, got) in zip(want_lines, got_lines):
+            self.assertAlmostEqual(got, want, delta=2e-4)
+        ref, hybrid = load_checkpoint(ref_dir), load_checkpoint(hybrid_dir)
+        for name, tensor in ref["model"].items():
+            torch.testing.assert_close(hybrid["model"][name], tensor, atol=1e-5, rtol=1e-4,
+                                       msg=name)
+        # Adam's update hides a gradient's scale; its moments do not.
+        for index, want in ref["optimizer"]["state"].items():
+            torch.testing.assert_close(hybrid["optimizer"]["state"][index]["exp_avg"],
+                                       want["exp_avg"], atol=1e-6, rtol=1e-3)
+
+        longer = dict(fields, tokens=6 * 4 * 32)
+        resumed = run_ranks(dict(longer, dp=2, gpus=2, global_batch=4, micro_batch=2, zero=3),
+                            2, hybrid_dir, "--report-every", "2")
+        self.assertRanksSucceeded(resumed)
+        self.assertIn("resumed from step 4", resumed[0][1])
+        self.assertEqual([s for s, _, _ in step_lines(resumed[0][1])], [6])
+        single = train(dict(longer, tokens=8 * 4 * 32, micro_batch=4, dp=1, gpus=1),
+                       hybrid_dir)
+        self.assertSucceeded(single)
+        self.assertIn("resumed from step 6", single.stdout)
+        self.assertEqual(load_checkpoint(hybrid_dir)["step"], 8)
+
+    def test_bad_shard_groups_are_refused(self):
+        for fields, message in (
+                (plan(dp=2, gpus=2, global_batch=4, zero=1, shard_group=1),
+                 "needs zero 2 or 3"),
+                (plan(dp=4, gpus=4, global_batch=8, zero=3, shard_group=3),
+                 "shard_group 3 does not divide dp 4")):
+            outputs = run_ranks(fields, fields["dp"], self.dir)
+            for code, _, err in outputs:
+                self.assertEqual(code, 2, err)
+                self.assertIn(message, err)
+                self.assertNotIn("Traceback", err)
+
     def test_tensor_parallelism_is_refused(self):
         result = train(plan(tp=2, gpus=2, dp=1), self.dir)
         self.assertEqual(result.returncode, 2, result.stderr)
@@ -277,6 +391,59 @@ class TrainTest(unittest.TestCase):
         self.assertLess(losses[-1], 3.9, losses)     # ... and has learned something real
         self.assertLess(losses[-1], losses[0] - 1.0, losses)
         self.assertLess(losses[-1], min(losses[:3]), losses)
+
+
+sys.path.insert(0, str(REPO / "examples"))
+import sharding  # noqa: E402  (examples/sharding.py, beside train.py)
+
+
+class ShardedScalerTest(unittest.TestCase):
+    """fp16 loss scaling over shards; on one rank (no process group), as its logic is the same."""
+
+    def setUp(self):
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+        model.blocks = []  # no decoder blocks: one root unit holds both layers
+        self.sharded = sharding.ShardedModel(model, 3, sharding.Mesh(0, 1, 1),
+                                             torch.device("cpu"))
+        self.unit = self.sharded.root
+        self.optimizer = sharding.ShardAdamW(self.sharded.units, 0.1, (0.9, 0.95), 0.0)
+
+    def test_overflow_skips_the_step_and_halves_the_scale(self):
+        scaler = sharding.ShardedScaler(True, init_scale=1024.0, growth_interval=3)
+        before = self.unit.shard.detach().clone()
+        grad = torch.ones_like(self.unit.shard) * 1024.0
+        grad[0] = float("inf")
+        self.unit.shard.grad = grad
+        self.assertTrue(scaler.unscale_and_check(self.optimizer, distributed=False))
+        scaler.update(True)
+        self.assertEqual(scaler.scale_value, 512.0)
+        self.assertTrue(torch.equal(self.unit.shard.detach(), before))  # nothing stepped
+
+        # Finite gradients: unscaled (1024 / 512 = 2), the step taken; the scale doubles after
+        # growth_interval good steps in a row.
+        for i in range(3):
+            self.unit.shard.grad = torch.full_like(self.unit.shard, 2.0 * scaler.scale_value)
+            self.assertFalse(scaler.unscale_and_check(self.optimizer, distributed=False))
+            self.assertTrue(torch.equal(self.unit.shard.grad,
+                                        torch.full_like(self.unit.shard, 2.0)))
+            self.optimizer.step()
+            scaler.update(False)
+        self.assertEqual(scaler.scale_value, 1024.0)
+        self.assertFalse(torch.equal(self.unit.shard.detach(), before))
+        # torch.cuda.amp.GradScaler's state_dict keys (its documented state).
+        self.assertEqual(sorted(scaler.state_dict()), sorted(
+            ["scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"]))
+        other = sharding.ShardedScaler(True)
+        other.load_state_dict(scaler.state_dict())
+        self.assertEqual(other.scale_value, 1024.0)
+
+    def test_disabled_scaler_changes_nothing(self):
+        scaler = sharding.ShardedScaler(False)
+        loss = torch.tensor(3.0)
+        self.assertIs(scaler.scale(loss), loss)
+        self.unit.shard.grad = torch.full_like(self.unit.shard, float("nan"))
+        self.assertFalse(scaler.unscale_and_check(self.optimizer, distributed=False))
+        self.assertEqual(scaler.state_dict(), {})
 
 
 if __name__ == "__main__":
