@@ -14,12 +14,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "common/status.h"
+#include "launch/launch.h"
 #include "planner/planner.h"
 
 namespace frenzy::server {
@@ -28,6 +30,12 @@ namespace frenzy::server {
 // (argv); the backend starts `plan.gpus` ranks of it (one per GPU; on CPU-only machines one
 // process per rank all the same) with the environment a launcher expects: RANK, WORLD_SIZE,
 // LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, CUDA_VISIBLE_DEVICES, plus `env`.
+//
+// A framework's launch (`framework`, from a launch adapter, src/launch) runs instead of
+// `command`: its argv once per node (torchrun or `accelerate launch` there starts the node's
+// ranks), in the run folder where its files are written, with its env and `env`, and with its
+// placeholders $MASTER_ADDR, $MASTER_PORT, $NODE_RANK and $FRENZY_JOB_ID filled in for the node
+// (never through a shell's evaluation of the user's words: see NodeAgentArgv).
 struct LaunchSpec {
   std::string job_id;   // the daemon's job id, e.g. "j-000042"
   std::string name;     // a human name (the model), for the cluster manager's listings
@@ -41,7 +49,22 @@ struct LaunchSpec {
   std::map<std::string, std::string> env;   // extra environment (FRENZY_PLAN, FRENZY_REPORT_URL...)
   std::string workdir;                      // the run's folder: logs, checkpoints, exit code
   int64_t attempt = 0;                      // 0 for the first run of the job, then 1, 2, ...
+  std::optional<frenzy::Launch> framework;  // set: run this per node instead of `command`
 };
+
+// The placeholders a framework launch's argv may hold, which backends fill per node.
+const std::vector<std::string>& LaunchPlaceholders();  // "MASTER_ADDR", "MASTER_PORT", ...
+// The argv of one node's agent for `launch`: a bash wrapper that replaces each $PLACEHOLDER in
+// every word of launch.argv with the variable's value (NODE_RANK defaults to Slurm's
+// SLURM_NODEID, else 0) and execs the result. Words are only substituted, never evaluated, so
+// a user argument holding "$(...)" or ";" reaches the framework as written.
+std::vector<std::string> NodeAgentArgv(const frenzy::Launch& launch);
+// Checks a framework launch before any backend writes or runs it: file names that are plain
+// names (no '/', not "." or "..", not hidden, at most 128 characters of [A-Za-z0-9._-]),
+// variable names, a non-empty argv.
+::frenzy::Status ValidateFrameworkLaunch(const frenzy::Launch& launch);
+// Writes the launch's files into `workdir` (owner-only, replaced whole).
+::frenzy::Status WriteLaunchFiles(const frenzy::Launch& launch, const std::string& workdir);
 
 enum class RunState { kPending, kRunning, kSucceeded, kFailed, kCancelled, kLost };
 const char* RunStateName(RunState s);

@@ -126,8 +126,37 @@ json Metadata(const LaunchSpec& spec, const std::string& name, const K8sOptions&
           {"annotations", annotations}};
 }
 
+// Where a framework launch's files are mounted (from the run's ConfigMap), read-only.
+constexpr const char* kLaunchFilesDir = "/etc/frenzy/launch";
+constexpr const char* kLaunchFilesVolume = "launch-files";
+
+// A framework launch's argv for the container: the user's "$(" escaped, the placeholders as
+// Kubernetes' own $(VAR) references (the Job sets each variable), and an argument that names
+// one of the launch's files pointed at its mount.
+std::vector<std::string> FrameworkCommand(const frenzy::Launch& launch) {
+  std::vector<std::string> cmd;
+  for (const std::string& word : launch.argv) {
+    if (launch.files.count(word)) {
+      cmd.push_back(std::string(kLaunchFilesDir) + "/" + word);
+      continue;
+    }
+    std::string w = EscapeExpansion(word);
+    for (const std::string& name : LaunchPlaceholders()) {
+      const std::string from = "$" + name, to = "$(" + name + ")";
+      size_t at = w.find(from);
+      while (at != std::string::npos) {
+        w.replace(at, from.size(), to);
+        at = w.find(from, at + to.size());
+      }
+    }
+    cmd.push_back(w);
+  }
+  return cmd;
+}
+
 // torchrun runs a Python script itself; anything else needs --no_python.
 std::vector<std::string> LaunchCommand(const LaunchSpec& spec) {
+  if (spec.framework) return FrameworkCommand(*spec.framework);
   std::vector<std::string> cmd = {
       "torchrun",
       fmt::format("--nnodes={}", spec.nodes),
@@ -169,7 +198,9 @@ json Env(const LaunchSpec& spec, const std::string& name, const K8sOptions& o) {
   add("WORLD_SIZE", std::to_string(spec.nodes * ProcsPerNode(spec)));
   add("MASTER_ADDR", spec.nodes > 1 ? name + "-0." + name : "127.0.0.1");
   add("MASTER_PORT", std::to_string(o.master_port));
-  for (const auto& [key, value] : spec.env) {
+  std::map<std::string, std::string> extra = spec.env;
+  if (spec.framework) extra.insert(spec.framework->env.begin(), spec.framework->env.end());
+  for (const auto& [key, value] : extra) {
     // The launcher's variables above win: they describe the layout this manifest runs.
     if (std::find(set.begin(), set.end(), key) != set.end()) continue;
     if (IsSecretEnv(key)) {
@@ -466,7 +497,16 @@ json JobManifest(const LaunchSpec& spec, const K8sOptions& options, const GpuCat
         {{{"name", "rendezvous"}, {"containerPort", options.master_port}, {"protocol", "TCP"}}});
   }
 
+  const bool files = spec.framework && !spec.framework->files.empty();
+  if (files) {
+    container["volumeMounts"] = json::array(
+        {{{"name", kLaunchFilesVolume}, {"mountPath", kLaunchFilesDir}, {"readOnly", true}}});
+  }
   json pod = {{"restartPolicy", "Never"}, {"containers", json::array({container})}};
+  if (files) {
+    pod["volumes"] =
+        json::array({{{"name", kLaunchFilesVolume}, {"configMap", {{"name", name}}}}});
+  }
   std::string product = GpuProductLabel(spec.plan.gpu, options, catalog);
   if (!product.empty()) pod["nodeSelector"] = {{options.gpu_label_key, product}};
   // Pod i of an Indexed Job is hostnamed <name>-i; under the headless Service's subdomain it
@@ -497,6 +537,18 @@ json SecretManifest(const LaunchSpec& spec, const K8sOptions& options) {
           {"metadata", Metadata(spec, name, options)},
           {"type", "Opaque"},
           {"stringData", data}};
+}
+
+// A framework launch's config files (accelerate.yaml, ds_config.json), mounted read-only into
+// every pod of the run; null when it has none.
+json ConfigMapManifest(const LaunchSpec& spec, const K8sOptions& options) {
+  if (!spec.framework || spec.framework->files.empty()) return nullptr;
+  json data = json::object();
+  for (const auto& [file, text] : spec.framework->files) data[file] = text;
+  return {{"apiVersion", "v1"},
+          {"kind", "ConfigMap"},
+          {"metadata", Metadata(spec, K8sJobName(spec), options)},
+          {"data", data}};
 }
 
 json ServiceManifest(const LaunchSpec& spec, const K8sOptions& options) {
@@ -727,9 +779,10 @@ Result<std::vector<BackendNode>> K8sBackend::Nodes() {
 }
 
 Result<std::string> K8sBackend::Launch(const LaunchSpec& spec) {
-  if (spec.command.empty()) {
+  if (spec.command.empty() && !spec.framework) {
     return InvalidArgument("k8s backend: the run has no command", {}, "command");
   }
+  if (spec.framework) RETURN_IF_ERROR(ValidateFrameworkLaunch(*spec.framework));
   if (spec.nodes < 1 || spec.gpus_per_node < 0) {
     return InvalidArgument(fmt::format("k8s backend: bad layout: {} node(s) x {} GPU(s)",
                                        spec.nodes, spec.gpus_per_node),
@@ -747,12 +800,12 @@ Result<std::string> K8sBackend::Launch(const LaunchSpec& spec) {
   }
   const std::string name = K8sJobName(spec);
   json job = JobManifest(spec, opt_, catalog_);
-  json doc = job;
-  if (spec.nodes > 1) {
-    doc = {{"apiVersion", "v1"},
-           {"kind", "List"},
-           {"items", json::array({ServiceManifest(spec, opt_), job})}};
-  }
+  json items = json::array();
+  if (json files = ConfigMapManifest(spec, opt_); !files.is_null()) items.push_back(files);
+  if (spec.nodes > 1) items.push_back(ServiceManifest(spec, opt_));
+  items.push_back(job);
+  json doc = items.size() == 1 ? job : json{{"apiVersion", "v1"}, {"kind", "List"},
+                                            {"items", items}};
   const std::string path = ManifestPath(name);
   const std::string secret_path = SecretManifestPath(name);
   const json secret = SecretManifest(spec, opt_);
@@ -844,11 +897,11 @@ Result<RunStatus> K8sBackend::Status(const std::string& handle) {
     }
     return {};
   }
-  // The Service exists only for multi-node runs, the Secret only for runs with a token;
-  // --ignore-not-found covers the others.
+  // The Service exists only for multi-node runs, the Secret only for runs with a token, the
+  // ConfigMap only for framework launches with files; --ignore-not-found covers the others.
   auto argv = Kubectl(h.ns);
-  argv.insert(argv.end(),
-              {"delete", "job,service,secret", h.name, "--ignore-not-found", "--wait=false"});
+  argv.insert(argv.end(), {"delete", "job,service,secret,configmap", h.name, "--ignore-not-found",
+                           "--wait=false"});
   ASSIGN_OR_RETURN(CommandResult r, RunKubectl(argv));
   if (!r.ok()) return KubectlFailed("kubectl delete job " + h.name, r);
   return {};

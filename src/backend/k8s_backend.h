@@ -87,13 +87,21 @@ std::string GpuProductLabel(const std::string& gpu, const K8sOptions& options,
 // values), and the command `torchrun --nnodes ... --node_rank=$(NODE_RANK) ... <spec.command>`.
 // The container's terminationMessagePolicy is FallbackToLogsOnError, so a failed container's
 // status carries the tail of its log, where ClassifyPodFailure looks for out-of-memory errors.
-// REQUIRES: spec.command is not empty (Launch checks).
+// A framework launch (spec.framework) runs its own argv instead, once per pod, with its
+// placeholders as $(VAR) references to that environment, its env added, and its files mounted
+// read-only from ConfigMapManifest's ConfigMap at /etc/frenzy/launch (arguments naming a file
+// point there).
+// REQUIRES: spec.command or spec.framework is set (Launch checks).
 nlohmann::json JobManifest(const LaunchSpec& spec, const K8sOptions& options,
                            const GpuCatalog& catalog);
 
 // The v1 Secret (type Opaque, the Job's name) holding the credentials of spec.env as stringData,
 // one key per variable (FRENZY_TOKEN); null when spec.env holds none.
 nlohmann::json SecretManifest(const LaunchSpec& spec, const K8sOptions& options);
+
+// The v1 ConfigMap (the Job's name) holding a framework launch's files, one key per file; null
+// when the run has none.
+nlohmann::json ConfigMapManifest(const LaunchSpec& spec, const K8sOptions& options);
 
 // The headless Service (clusterIP None) that gives the pods of a multi-node run DNS names.
 nlohmann::json ServiceManifest(const LaunchSpec& spec, const K8sOptions& options);

@@ -287,8 +287,44 @@ Result<std::vector<LocalBackend::Rank>> LocalBackend::ReadPids(const std::string
   return ranks;
 }
 
+Status LocalBackend::PrepareRunFolder(const std::string& workdir) const {
+  std::error_code ec;
+  fs::create_directories(workdir, ec);
+  if (ec) return InternalError("cannot create " + workdir + ": " + ec.message());
+  // An earlier run in this folder must be over: its files would be taken for this run's.
+  if (auto old = ReadPids(workdir); old.ok()) {
+    for (const Rank& r : *old) {
+      if (ProcessAlive(r.pid) && ProcessStartTicks(r.pid) == r.start_ticks) {
+        return ::frenzy::Status(StatusCode::kFailedPrecondition,
+                                "rank " + std::to_string(r.rank) + " (pid " +
+                                    std::to_string(r.pid) + ") of an earlier run in " + workdir +
+                                    " is still running",
+                                workdir);
+      }
+    }
+  }
+  for (const auto& entry : fs::directory_iterator(workdir, ec)) {
+    std::string f = entry.path().filename().string();
+    if (f.rfind("exit_code.", 0) == 0 || f == "pids" || f == "cancelled" || f == "oom_kills") {
+      fs::remove(entry.path(), ec);
+    } else if (f.rfind("rank-", 0) == 0 && f.size() > 4 &&
+               f.compare(f.size() - 4, 4, ".log") == 0) {
+      // Keep one earlier attempt's log beside the new one.
+      fs::rename(entry.path(), fs::path(workdir) / (f.substr(0, f.size() - 4) + ".prev.log"), ec);
+    }
+  }
+
+  return ::frenzy::Status::Ok();
+}
+
 Result<std::string> LocalBackend::Launch(const LaunchSpec& spec) {
-  if (spec.command.empty()) return InvalidArgument("no command to run", {}, "command");
+  if (spec.command.empty() && !spec.framework) {
+    return InvalidArgument("no command to run", {}, "command");
+  }
+  if (spec.framework) RETURN_IF_ERROR(ValidateFrameworkLaunch(*spec.framework));
+  // A framework's launch runs one agent per node (torchrun starts the node's ranks).
+  const std::vector<std::string>& command =
+      spec.framework ? spec.framework->argv : spec.command;
   if (spec.workdir.empty()) return InvalidArgument("no run folder", {}, "workdir");
   std::error_code ec;
   const std::string workdir = fs::absolute(spec.workdir, ec).lexically_normal().string();
@@ -320,35 +356,12 @@ Result<std::string> LocalBackend::Launch(const LaunchSpec& spec) {
 
   // A missing program is an error now, not a rank exiting 127 later (a relative path is left
   // to the ranks: they start in the workdir).
-  const std::string& program = spec.command[0];
+  const std::string& program = command[0];
   if (program.find('/') == std::string::npos || program[0] == '/') {
     RETURN_IF_ERROR(FindProgram(program, spec.env).status());
   }
 
-  fs::create_directories(workdir, ec);
-  if (ec) return InternalError("cannot create " + workdir + ": " + ec.message());
-  // An earlier run in this folder must be over: its files would be taken for this run's.
-  if (auto old = ReadPids(workdir); old.ok()) {
-    for (const Rank& r : *old) {
-      if (ProcessAlive(r.pid) && ProcessStartTicks(r.pid) == r.start_ticks) {
-        return ::frenzy::Status(StatusCode::kFailedPrecondition,
-                                "rank " + std::to_string(r.rank) + " (pid " +
-                                    std::to_string(r.pid) + ") of an earlier run in " + workdir +
-                                    " is still running",
-                                workdir);
-      }
-    }
-  }
-  for (const auto& entry : fs::directory_iterator(workdir, ec)) {
-    std::string f = entry.path().filename().string();
-    if (f.rfind("exit_code.", 0) == 0 || f == "pids" || f == "cancelled" || f == "oom_kills") {
-      fs::remove(entry.path(), ec);
-    } else if (f.rfind("rank-", 0) == 0 && f.size() > 4 &&
-               f.compare(f.size() - 4, 4, ".log") == 0) {
-      // Keep one earlier attempt's log beside the new one.
-      fs::rename(entry.path(), fs::path(workdir) / (f.substr(0, f.size() - 4) + ".prev.log"), ec);
-    }
-  }
+  RETURN_IF_ERROR(PrepareRunFolder(workdir));
 
   // The OOM killer's count before any rank starts, so Status can tell whether it killed one.
   RETURN_IF_ERROR(RecordOomKills(options_.oom_kill_file, workdir));
@@ -356,7 +369,13 @@ Result<std::string> LocalBackend::Launch(const LaunchSpec& spec) {
   const std::string handle = std::string(kHandlePrefix) + workdir;
   ReleaseGpus(handle);
   std::vector<std::string> argv = {"/bin/sh", "-c", kRankWrapper, "frenzy-rank"};
-  argv.insert(argv.end(), spec.command.begin(), spec.command.end());
+  if (spec.framework) {
+    RETURN_IF_ERROR(WriteLaunchFiles(*spec.framework, workdir));
+    std::vector<std::string> agent = NodeAgentArgv(*spec.framework);
+    argv.insert(argv.end(), agent.begin(), agent.end());
+  } else {
+    argv.insert(argv.end(), spec.command.begin(), spec.command.end());
+  }
 
   std::vector<Rank> started;
   std::string pids_text;
@@ -371,12 +390,22 @@ Result<std::string> LocalBackend::Launch(const LaunchSpec& spec) {
     std::vector<std::string> gpu_strings;
     for (int g : gpus) gpu_strings.push_back(std::to_string(g));
     const std::string visible = Join(gpu_strings, ",");
-    for (int64_t local = 0; local < count; ++local, ++rank) {
+    const int64_t processes = spec.framework ? 1 : count;
+    const int node_rank = rank;
+    for (int64_t local = 0; local < processes; ++local, ++rank) {
       std::map<std::string, std::string> env = spec.env;
-      env["RANK"] = std::to_string(rank);
-      env["WORLD_SIZE"] = std::to_string(world);
-      env["LOCAL_RANK"] = std::to_string(local);
-      env["LOCAL_WORLD_SIZE"] = std::to_string(count);
+      if (spec.framework) {
+        // The node's agent: "rank" here numbers the agents (its exit code file and its log).
+        for (const auto& [key, value] : spec.framework->env) env.emplace(key, value);
+        env["NODE_RANK"] = std::to_string(node_rank);
+        env["RANK"] = std::to_string(rank);
+        env["WORLD_SIZE"] = std::to_string(groups.size());
+      } else {
+        env["RANK"] = std::to_string(rank);
+        env["WORLD_SIZE"] = std::to_string(world);
+        env["LOCAL_RANK"] = std::to_string(local);
+        env["LOCAL_WORLD_SIZE"] = std::to_string(count);
+      }
       env["MASTER_ADDR"] = "127.0.0.1";
       env["MASTER_PORT"] = std::to_string(port);
       env["CUDA_VISIBLE_DEVICES"] = visible;

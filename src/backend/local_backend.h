@@ -101,6 +101,9 @@ class LocalBackend : public Backend {
   };
 
   Result<std::vector<Rank>> ReadPids(const std::string& workdir) const;
+  // Creates the run folder, or clears an earlier run's files from it (keeping one earlier
+  // attempt's logs); an earlier run still running there is an error.
+  ::frenzy::Status PrepareRunFolder(const std::string& workdir) const;
   // The status of a run whose ranks `failed` (with their exit codes, lowest rank first) exited
   // non-zero: the rank that tells most (an out-of-memory one, else the first) and its kind.
   RunStatus FailedStatus(const std::string& workdir,

@@ -261,13 +261,16 @@ std::string ShellQuote(std::string_view s) {
 std::string SbatchScript(const LaunchSpec& spec, const SlurmOptions& options) {
   const int64_t nodes = std::max<int64_t>(1, spec.nodes);
   const int64_t gpus = std::max<int64_t>(0, spec.gpus_per_node);
-  const int64_t tasks = std::max<int64_t>(1, gpus);
+  // A framework's launch: one task per node, its agent (torchrun) starts the node's ranks.
+  const int64_t tasks = spec.framework ? 1 : std::max<int64_t>(1, gpus);
   const std::string workdir = spec.workdir;
   std::ostringstream s;
   s << "#!/bin/bash\n";
   s << "# Frenzy run of job " << OneLine(spec.job_id);
   if (!spec.name.empty()) s << " (" << OneLine(spec.name) << ")";
-  s << ", attempt " << spec.attempt << ": " << nodes << " node(s) x " << tasks << " rank(s)";
+  s << ", attempt " << spec.attempt << ": " << nodes << " node(s) x " << tasks
+    << (spec.framework ? " launcher (" + std::string(LauncherName(spec.framework->framework)) + ")"
+                       : std::string(" rank(s)"));
   if (!spec.plan.gpu.empty()) s << " on " << OneLine(spec.plan.gpu);
   s << "\n";
   s << "#SBATCH --job-name=frenzy-" << spec.job_id << "\n";
@@ -285,6 +288,12 @@ std::string SbatchScript(const LaunchSpec& spec, const SlurmOptions& options) {
     if (!IsEnvName(key)) continue;
     s << "export " << key << "=" << ShellQuote(value) << "\n";
   }
+  if (spec.framework) {
+    for (const auto& [key, value] : spec.framework->env) {
+      if (!IsEnvName(key) || spec.env.count(key)) continue;
+      s << "export " << key << "=" << ShellQuote(value) << "\n";
+    }
+  }
   s << "export FRENZY_WORKDIR=" << ShellQuote(workdir) << "\n";
   s << "# The rendezvous: the address of the job's first node.\n";
   s << "first_node=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n";
@@ -297,8 +306,15 @@ std::string SbatchScript(const LaunchSpec& spec, const SlurmOptions& options) {
     s << "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))\n";
   }
   s << "rm -f \"$FRENZY_WORKDIR/exit_code\"\n";
-  s << "srun --kill-on-bad-exit=1 /bin/sh -c " << ShellQuote(kTaskWrapper) << " frenzy-rank";
-  for (const std::string& arg : spec.command) s << " " << ShellQuote(arg);
+  if (spec.framework) {
+    s << "# " << LauncherName(spec.framework->framework) << " " << spec.framework->version
+      << ": the same command on every node; NODE_RANK is the node's SLURM_NODEID.\n";
+    s << "srun --kill-on-bad-exit=1 --ntasks-per-node=1";
+    for (const std::string& arg : NodeAgentArgv(*spec.framework)) s << " " << ShellQuote(arg);
+  } else {
+    s << "srun --kill-on-bad-exit=1 /bin/sh -c " << ShellQuote(kTaskWrapper) << " frenzy-rank";
+    for (const std::string& arg : spec.command) s << " " << ShellQuote(arg);
+  }
   s << "\n";
   s << "rc=$?\n";
   s << "printf '%s\\n' \"$rc\" > \"$FRENZY_WORKDIR/exit_code.tmp\" && "
@@ -519,7 +535,10 @@ Result<std::vector<BackendNode>> SlurmBackend::Nodes() {
 }
 
 Result<std::string> SlurmBackend::Launch(const LaunchSpec& spec) {
-  if (spec.command.empty()) return InvalidArgument("no command to run", {}, "command");
+  if (spec.command.empty() && !spec.framework) {
+    return InvalidArgument("no command to run", {}, "command");
+  }
+  if (spec.framework) RETURN_IF_ERROR(ValidateFrameworkLaunch(*spec.framework));
   if (spec.job_id.empty() || !std::all_of(spec.job_id.begin(), spec.job_id.end(), [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
       })) {
@@ -574,6 +593,8 @@ Result<std::string> SlurmBackend::Launch(const LaunchSpec& spec) {
   }
   fs::remove(fs::path(spec.workdir) / "exit_code", ec);
   fs::remove(fs::path(spec.workdir) / "cancelled", ec);
+  // The framework's config files, beside the run (the batch script starts in the run folder).
+  if (spec.framework) RETURN_IF_ERROR(WriteLaunchFiles(*spec.framework, spec.workdir));
   const fs::path script = fs::path(spec.workdir) / "job.sbatch";
   // The script exports the run's environment, FRENZY_TOKEN among it: owner-only. sbatch reads
   // the file and hands its text to slurmctld, so it needs neither the execute bit nor others'

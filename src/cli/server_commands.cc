@@ -365,6 +365,9 @@ void RegisterSubmit(CLI::App& app) {
   auto precision = std::make_shared<std::string>();
   auto finetune = std::make_shared<std::string>();
   auto framework = std::make_shared<std::string>();
+  auto entry = std::make_shared<std::string>();
+  auto config_file = std::make_shared<std::string>();
+  auto entry_args = std::make_shared<std::vector<std::string>>();
   auto tokens = std::make_shared<double>(0);
   auto batch = std::make_shared<int64_t>(0);
   auto seq = std::make_shared<int64_t>(0);
@@ -378,7 +381,19 @@ void RegisterSubmit(CLI::App& app) {
   cmd->add_option("--precision", *precision, "bf16 | fp16 | fp32 | bf16-pure");
   cmd->add_option("--finetune", *finetune,
                   "full | lora | qlora (rank and targets: a \"finetune\" object in --file)");
-  cmd->add_option("--framework", *framework, "megatron | deepspeed | fsdp | hf");
+  cmd->add_option("--framework", *framework,
+                  "torchtitan | megatron | accelerate | deepspeed (launched with Frenzy's layout, "
+                  "where the daemon allows it), or fsdp | hf (how the daemon's own training "
+                  "command is modelled)");
+  cmd->add_option("--entry", *entry,
+                  "The framework's entry point: script or module (default: its own, e.g. "
+                  "pretrain_gpt.py)");
+  cmd->add_option("--entry-arg", *entry_args,
+                  "An argument of the entry point (model, data, optimizer), repeatable; one "
+                  "starting with '-' as --entry-arg=--flag")
+      ->allow_extra_args(false);
+  cmd->add_option("--config-file", *config_file,
+                  "torchtitan: the job's TOML config on the cluster");
   cmd->add_option("--name", *name, "A name for listings");
   cmd->callback(ClientCallback(c, [=] {
     json spec = json::object();
@@ -396,6 +411,9 @@ void RegisterSubmit(CLI::App& app) {
     if (!precision->empty()) spec["precision"] = *precision;
     if (!finetune->empty()) spec["finetune"] = *finetune;
     if (!framework->empty()) spec["framework"] = *framework;
+    if (!entry->empty()) spec["entry"] = *entry;
+    if (!config_file->empty()) spec["config_file"] = *config_file;
+    if (!entry_args->empty()) spec["entry_args"] = *entry_args;
     if (!name->empty()) spec["name"] = *name;
     auto r = Call(*c, "POST", "/v1/jobs", &spec);
     if (!r.ok()) return Fail(r.status());
@@ -562,8 +580,11 @@ void RegisterServeOptions(CLI::App* cmd) {
   cmd->add_flag("--k8s-apply", s.k8s_apply, "k8s: apply manifests with kubectl");
   cmd->add_option("--inventory", s.inventory, "local: GPU inventory file when NVML is absent");
   cmd->add_flag("--all-layouts", s.all_layouts,
-                "Plan TP/PP/CP too (the training command supports them; examples/train.py does "
-                "data parallelism only)");
+                "Plan TP/PP/CP too for jobs of the training command (it supports them; "
+                "examples/train.py runs data parallelism: DDP, ZeRO-1/2/3)");
+  cmd->add_option("--frameworks", s.frameworks,
+                  "Frameworks jobs may name, which then run the submitter's entry point: "
+                  "torchtitan,megatron,accelerate,deepspeed or all (default: none; all on sim)");
   cmd->add_option("--report-url", s.report_url, "Base URL runs report to (default: --listen)");
   cmd->callback([o, cmd] { RunServe(*o, *cmd); });
 }

@@ -1,5 +1,7 @@
 #include "sched/job_options.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <limits>
 #include <map>
@@ -166,6 +168,13 @@ Result<std::shared_ptr<const JobOptions>> OptionCache::Get(const std::string& mo
                (job.fp8_param_gather ? "/pg" : "");
   }
   if (job.moe_capacity_factor > 0) variant += "/cf" + std::to_string(job.moe_capacity_factor);
+  // The layouts the job's framework can run (jobs of one model under two frameworks differ).
+  const LayoutLimits& x = job.limits;
+  variant += fmt::format("/L{}{}{}{}{}{}{}{}{}", x.tp, x.pp, x.cp, x.ep, x.recompute,
+                         x.recompute_every, x.offload_activations, x.fp16, x.even_nodes);
+  for (int64_t z : x.zeros) variant += fmt::format("z{}", z);
+  for (Offload o : x.offloads) variant += fmt::format("o{}", static_cast<int>(o));
+  if (job.offload_activations) variant += fmt::format("/a{}", *job.offload_activations);
   if (job.finetune != FineTune::kFull) {
     const LoraSpec& l = job.lora;
     variant += "/r" + std::to_string(l.rank) + "/t" + std::to_string(l.targets) + "/b" +

@@ -72,7 +72,7 @@ Result<JobOptions> BuildJobOptions(const JobSpec& job, const Cluster& cluster,
                                    const GpuCatalog& catalog, OptionKind kind, double margin);
 
 // Caches option tables by (model name, global batch, seq len, precision, kind, and the
-// framework, optimizer and fine-tuning method with its adapter). Thread-safe: a
+// framework with the layouts it can run, optimizer and fine-tuning method with its adapter). Thread-safe: a
 // table is built outside the cache's lock (building one can take seconds for a large model), so
 // a slow build never holds up lookups of tables already built; two threads building the same
 // table both build it and the first to finish is kept.

@@ -91,9 +91,7 @@ Status Daemon::LoadStored() {
     } else if (bad_json(r.plan, true) || bad_json(r.allocation, false)) {
       why = "its plan or allocation is not JSON within the limits";
     } else if (!Terminal(r.state)) {
-      json spec = ParseOr(r.spec, json::object());
-      spec.erase("model_key");
-      if (auto parsed = ParseSpec(spec); !parsed.ok()) {
+      if (auto parsed = ParseStoredSpec(ParseOr(r.spec, json::object())); !parsed.ok()) {
         why = "its spec is no longer accepted: " + parsed.status().ToString();
       }
     }

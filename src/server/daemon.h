@@ -31,9 +31,18 @@
 #include "sched/job_options.h"
 #include "sched/policy.h"
 #include "backend/backend.h"
+#include "launch/launch.h"
 #include "server/store.h"
 
 namespace frenzy::server {
+
+// What examples/train.py runs: data parallelism (DDP, ZeRO-1, and ZeRO-2/3 with its own
+// sharding), recomputation of the attention core or of whole layers (every Nth too), bf16,
+// fp16 or fp32; no tensor, pipeline, context or expert parallelism, no offload.
+LayoutLimits BundledTrainLimits();
+// Every layout but activation offload, which no training command does: for an entry point built
+// on Megatron-LM and the like (frenzyd --all-layouts) and the sim backend.
+LayoutLimits AllTrainLimits();
 
 struct DaemonOptions {
   std::string policy = "frenzy";
@@ -43,10 +52,19 @@ struct DaemonOptions {
   std::string report_base_url;  // "http://127.0.0.1:8470": where runs report progress
   std::string token;            // given to runs (FRENZY_TOKEN) for their reports
   double memory_margin = 0.10;
-  // The training entry point runs data parallelism only (examples/train.py refuses TP, PP and
-  // CP): plan every job with TP = PP = CP = 1. Off for entry points built on Megatron and the
-  // like.
-  bool data_parallel_only = true;
+  // The layouts `train_command` can run, for the jobs that name no framework: the bundled
+  // examples/train.py's by default (BundledTrainLimits); every layout for an entry point built
+  // on Megatron and the like, or for the sim backend, which runs no training code.
+  LayoutLimits train_limits = BundledTrainLimits();
+  // How `train_command`'s full-training runs are modelled (memory and speed): examples/train.py
+  // is PyTorch data parallelism (DDP, ZeRO, FSDP-style sharding), Megatron-LM's entry points
+  // kMegatron. Fine-tuning jobs are modelled as PEFT + Trainer (kHf).
+  Framework train_framework = Framework::kFsdp;
+  // The frameworks a job may name in "framework" (launch adapters, src/launch): its runs then
+  // start the user's entry point through that framework's launcher, planned with the layouts
+  // the framework can run (LimitsOf). None unless the operator allows them: a framework job
+  // runs code its submitter chose on the cluster.
+  std::vector<Launcher> frameworks;
   // The control loop asks the policy again when something changed (a submission, a cancel, a
   // run that ended, a new memory factor) and otherwise every round of a round-based policy
   // (Policy::round_s, as the simulator's engine does), or at least this often for the others
@@ -114,6 +132,9 @@ class Daemon {
   friend class Applier;
   struct Parsed;  // a validated job spec
   Result<Parsed> ParseSpec(const nlohmann::json& spec) const;
+  Status ParseFramework(const nlohmann::json& spec, Parsed* p) const;  // into p->spec
+  // A spec as the store keeps it (ParseSpec's normalized form) parsed again.
+  Result<Parsed> ParseStoredSpec(nlohmann::json spec) const;
   // A model by name: the zoo, then the operator's models folder; never a path.
   Result<ModelSpec> ModelByName(const std::string& name) const;
   // Loads the stored queued and running jobs; quarantines rows that cannot be read.
@@ -168,6 +189,11 @@ class Daemon {
   // The job's row from the active set, or from the store once ended; kNotFound if neither.
   Result<JobRow> FindJob(const std::string& id);
   // `layout` < 0: the layout ChooseLayout picks for the job's memory factor.
+  // A job of a framework Frenzy launches: the framework's launch of `plan` in ls.framework
+  // (and plan_json's "launch"), or the job ended failed with the reason (false). True without
+  // a launch for jobs of the daemon's own training command.
+  Result<bool> FrameworkLaunch(JobRow& row, nlohmann::json spec, const frenzy::Plan& plan,
+                               double now, LaunchSpec& ls, nlohmann::json* plan_json);
   Status Launch(JobRow& row, const JobView& view, const Allocation& alloc, double now,
                 int layout = -1);
   Status Requeue(JobRow& row, double now, const std::string& kind, const std::string& why);

@@ -39,6 +39,8 @@ namespace frenzy::server {
 
 struct Daemon::Parsed {
   JobSpec spec;
+  std::optional<Launcher> launcher;  // "framework" named a launch adapter's framework
+  LaunchInput launch_input;          // its entry point, arguments and config file
   std::string model_key;   // zoo name, or "inline:<hash>"
   std::string model_name;  // for listings
   nlohmann::json normalized;  // what the store keeps

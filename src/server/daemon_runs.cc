@@ -349,6 +349,41 @@ Status Daemon::OnOutOfMemory(JobRow& row, double now) {
   return SaveRuntime(key, row.id);
 }
 
+Result<bool> Daemon::FrameworkLaunch(JobRow& row, json spec, const frenzy::Plan& plan,
+                                     double now, LaunchSpec& ls, json* plan_json) {
+  Result<Parsed> parsed = ParseStoredSpec(std::move(spec));
+  if (!parsed.ok() || !parsed->launcher) return true;  // the daemon's own training command
+  const Launcher l = *parsed->launcher;
+  // The launch over the nodes the run was placed on, as the framework's launcher sees them.
+  Cluster placed = cluster_;
+  placed.nodes.clear();
+  for (const auto& [name, gpus] : ls.placement) placed.nodes.push_back(Node{name, plan.gpu, gpus});
+  LaunchOutcome out = MakeLaunch(l, parsed->spec, plan, placed, parsed->launch_input);
+  std::string why;
+  if (const auto* refused = std::get_if<Refused>(&out)) {
+    why = fmt::format("{} cannot run the plan: {}", LauncherName(l), refused->reason);
+  } else {
+    const frenzy::Launch& launch = std::get<frenzy::Launch>(out);
+    bool even = launch.nodes == static_cast<int64_t>(ls.placement.size());
+    std::vector<std::string> counts;
+    for (const auto& [name, gpus] : ls.placement) {
+      even = even && gpus == launch.procs_per_node;
+      counts.push_back(std::to_string(gpus));
+    }
+    if (!even) {
+      why = fmt::format("the run was placed as {} GPUs over {} node(s); {}'s launcher starts the "
+                        "same number of processes on every node",
+                        Join(counts, " + "), ls.placement.size(), LauncherName(l));
+    } else {
+      ls.framework = launch;
+      (*plan_json)["launch"] = LaunchToJson(l, out);
+      return true;
+    }
+  }
+  RETURN_IF_ERROR(End(row, JobState::kFailed, now, why, "failed", why));
+  return false;
+}
+
 Status Daemon::Launch(JobRow& row, const JobView& v, const Allocation& alloc, double now,
                       int layout) {
   const RunOption& o = v.option(alloc.option);
@@ -385,9 +420,14 @@ Status Daemon::Launch(JobRow& row, const JobView& v, const Allocation& alloc, do
   train["global_batch"] = spec.value("global_batch", int64_t{1});
   train["seq_len"] = spec.value("seq_len", int64_t{2048});
   train["precision"] = spec.value("precision", std::string("bf16"));
-  train["framework"] = spec.value("framework", std::string("megatron"));
+  train["framework"] = spec.value("modelled_as", std::string("megatron"));
   // What is trained, as submitted (validated at submission): "full", "lora", or the adapter.
   train["finetune"] = spec.contains("finetune") ? spec["finetune"] : json("full");
+  if (Result<bool> framework = FrameworkLaunch(row, spec, plan, now, ls, &plan_json); !framework.ok()) {
+    return framework.status();
+  } else if (!*framework) {
+    return Status::Ok();  // ended with the reason
+  }
   ls.env["FRENZY_JOB_ID"] = row.id;
   ls.env["FRENZY_PLAN"] = DumpJson(train);
   ls.env["FRENZY_TOKENS"] = fmt::format("{:.0f}", row.total_tokens);

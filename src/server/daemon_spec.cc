@@ -24,8 +24,47 @@ namespace {
 
 // Fields a job spec may hold. Jobs never name GPUs or layouts: choosing them is Frenzy's job.
 const std::set<std::string> kSpecFields = {
-    "name",     "model", "tokens",    "global_batch", "seq_len",  "precision",
-    "priority", "user",  "framework", "optimizer",    "finetune", "fp8_recipe"};
+    "name",     "model",     "tokens",     "global_batch", "seq_len",    "precision",
+    "priority", "user",      "framework",  "optimizer",    "finetune",   "fp8_recipe",
+    "entry",    "entry_args", "config_file"};
+
+// Text a launch carries to the cluster (an entry point, a config file's path, an argument):
+// bounded, one line, no NUL byte. Never evaluated by a shell (see NodeAgentArgv).
+Status CheckLaunchText(const json& v, const std::string& where, size_t max, bool may_be_empty) {
+  if (!v.is_string()) return InvalidArgument("must be a string", {}, where);
+  const std::string& s = v.get_ref<const std::string&>();
+  if ((s.empty() && !may_be_empty) || s.size() > max) {
+    return InvalidArgument(fmt::format("must be {} to {} characters", may_be_empty ? 0 : 1, max),
+                           {}, where);
+  }
+  if (s.find_first_of(std::string("\0\n\r", 3)) != std::string::npos) {
+    return InvalidArgument("may not hold a NUL byte or a line break", {}, where);
+  }
+  return Status::Ok();
+}
+
+// "framework" naming a framework Frenzy launches: its entry point and arguments, checked.
+Status ParseLaunchInput(const json& spec, LaunchInput* in) {
+  if (spec.contains("entry")) {
+    RETURN_IF_ERROR(CheckLaunchText(spec["entry"], "entry", 1024, false));
+    in->entry = spec["entry"].get<std::string>();
+  }
+  if (spec.contains("config_file")) {
+    RETURN_IF_ERROR(CheckLaunchText(spec["config_file"], "config_file", 1024, false));
+    in->config_file = spec["config_file"].get<std::string>();
+  }
+  if (spec.contains("entry_args")) {
+    const json& a = spec["entry_args"];
+    if (!a.is_array() || a.size() > 256) {
+      return InvalidArgument("must be an array of at most 256 strings", {}, "entry_args");
+    }
+    for (size_t i = 0; i < a.size(); ++i) {
+      RETURN_IF_ERROR(CheckLaunchText(a[i], fmt::format("entry_args[{}]", i), 4096, true));
+      in->args.push_back(a[i].get<std::string>());
+    }
+  }
+  return Status::Ok();
+}
 const std::set<std::string> kFineTuneFields = {"method", "rank",    "alpha",
                                                "dropout", "targets", "dtype", "double_quant"};
 
@@ -97,6 +136,81 @@ const std::set<std::string> kGpuFields = {
     "pp",  "dp",   "cp",       "ep",        "micro_batch",   "zero",           "recompute"};
 
 }  // namespace
+
+LayoutLimits BundledTrainLimits() {
+  LayoutLimits x;
+  x.tp = x.pp = x.cp = x.ep = false;  // train.py refuses them (exit 2)
+  x.zeros = {0, 1, 2, 3};             // DDP, ZeroRedundancyOptimizer, sharding.py
+  x.offloads = {Offload::kNone};
+  x.offload_activations = false;
+  return x;
+}
+
+LayoutLimits AllTrainLimits() {
+  LayoutLimits x;
+  x.offload_activations = false;
+  return x;
+}
+
+// What runs the job: a framework Frenzy launches (its limits, its memory model), or the daemon's
+// own training command (the operator's limits and model, PEFT + Trainer for adapters) unless
+// "framework" says fsdp or hf.
+Status Daemon::ParseFramework(const json& spec, Parsed* p) const {
+  p->spec.framework = p->spec.finetune == FineTune::kFull ? opt_.train_framework : Framework::kHf;
+  p->spec.limits = opt_.train_limits;
+  if (spec.contains("framework")) {
+    const json& f = spec["framework"];
+    const std::string word = f.is_string() ? f.get<std::string>() : "";
+    if (auto l = ParseLauncher(word)) {
+      if (std::find(opt_.frameworks.begin(), opt_.frameworks.end(), *l) == opt_.frameworks.end()) {
+        std::vector<std::string> allowed;
+        for (Launcher a : opt_.frameworks) allowed.push_back(LauncherName(a));
+        return Status(StatusCode::kFailedPrecondition,
+                      fmt::format("this daemon does not launch {} jobs; its operator allows {} "
+                                  "(frenzyd --frameworks); without \"framework\" the job runs "
+                                  "the daemon's own training command",
+                                  word, allowed.empty() ? "none" : Join(allowed, ", ")),
+                      {}, "framework");
+      }
+      p->launcher = *l;
+      Status prepared = PrepareJob(*l, &p->spec);
+      if (!prepared.ok()) {
+        return InvalidArgument(prepared.message(), {},
+                               prepared.field().empty() ? "framework" : prepared.field());
+      }
+      return ParseLaunchInput(spec, &p->launch_input);
+    }
+    auto fw = frenzy::ParseFramework(word);
+    if (!fw || (*fw != Framework::kFsdp && *fw != Framework::kHf)) {
+      return InvalidArgument(
+          "must be torchtitan, megatron, accelerate or deepspeed (a framework Frenzy launches), "
+          "or fsdp or hf (how the daemon's own training command is modelled)",
+          {}, "framework");
+    }
+    p->spec.framework = *fw;
+  }
+  for (const char* key : {"entry", "entry_args", "config_file"}) {
+    if (spec.contains(key)) {
+      return InvalidArgument(
+          "needs \"framework\": torchtitan, megatron, accelerate or deepspeed (the daemon's own "
+          "training command takes no entry point)",
+          {}, key);
+    }
+  }
+  return Status::Ok();
+}
+
+Result<Daemon::Parsed> Daemon::ParseStoredSpec(json spec) const {
+  // Specs stored before frameworks were launched held the memory model's word in "framework"
+  // and no "modelled_as": their "megatron" or "deepspeed" meant the daemon's own training
+  // command, which they keep running (with its default model) instead of being set aside.
+  if (!spec.contains("modelled_as") && spec.contains("framework") &&
+      (spec["framework"] == "megatron" || spec["framework"] == "deepspeed")) {
+    spec.erase("framework");
+  }
+  for (const char* added : {"model_key", "modelled_as"}) spec.erase(added);
+  return ParseSpec(spec);
+}
 
 Result<ModelSpec> Daemon::ModelByName(const std::string& name) const {
   if (name.size() > 256) return InvalidArgument("a model name of over 256 characters", {}, "model");
@@ -186,13 +300,6 @@ Result<Daemon::Parsed> Daemon::ParseSpec(const json& spec) const {
   ASSIGN_OR_RETURN(double batch, number("global_batch", 1, 1e7, std::nullopt, true));
   ASSIGN_OR_RETURN(double seq, number("seq_len", 1, 1e7, 2048.0, true));
   ASSIGN_OR_RETURN(double priority, number("priority", -1e6, 1e6, 0.0, true));
-  if (opt_.data_parallel_only) {
-    p.spec.tp = 1;
-    p.spec.pp = 1;
-    p.spec.cp = 1;
-  }
-  // The bundled entry point (examples/train.py) does not offload activations: never plan it.
-  p.spec.offload_activations = false;
   p.spec.tokens = tokens;
   p.spec.global_batch = static_cast<int64_t>(batch);
   p.spec.seq_len = static_cast<int64_t>(seq);
@@ -216,15 +323,6 @@ Result<Daemon::Parsed> Daemon::ParseSpec(const json& spec) const {
     p.spec.fp8_recipe = *recipe;
   }
   if (spec.contains("finetune")) RETURN_IF_ERROR(ParseFineTuneSpec(spec["finetune"], &p.spec));
-  // The framework the job runs under (its training stack, not a layout): Megatron-LM for full
-  // training, PEFT + Trainer for adapters, unless the spec names one.
-  p.spec.framework = p.spec.finetune == FineTune::kFull ? Framework::kMegatron : Framework::kHf;
-  if (spec.contains("framework")) {
-    const json& f = spec["framework"];
-    auto fw = f.is_string() ? ParseFramework(f.get<std::string>()) : std::nullopt;
-    if (!fw) return InvalidArgument("must be megatron, deepspeed, fsdp or hf", {}, "framework");
-    p.spec.framework = *fw;
-  }
   if (spec.contains("optimizer")) {
     const json& o = spec["optimizer"];
     auto opt = o.is_string() ? ParseOptimizer(o.get<std::string>()) : std::nullopt;
@@ -235,13 +333,16 @@ Result<Daemon::Parsed> Daemon::ParseSpec(const json& spec) const {
     }
     p.spec.optimizer = *opt;
   }
+  RETURN_IF_ERROR(ParseFramework(spec, &p));
   for (const char* key : {"name", "user"}) {
     if (spec.contains(key) && !spec[key].is_string()) {
       return InvalidArgument("must be a string", {}, key);
     }
   }
   p.normalized = spec;
-  p.normalized["framework"] = FrameworkName(p.spec.framework);
+  // "framework" stays as submitted (what runs the job); "modelled_as" is the memory and speed
+  // model that was planned with (dropped again when the stored spec is parsed).
+  p.normalized["modelled_as"] = FrameworkName(p.spec.framework);
   p.normalized["seq_len"] = p.spec.seq_len;
   p.normalized["precision"] = PrecisionName(p.spec.precision);
   p.normalized["priority"] = static_cast<int64_t>(priority);
@@ -253,8 +354,7 @@ Result<std::shared_ptr<const JobOptions>> Daemon::OptionsFor(const JobRow& row) 
   const int64_t key = KeyOf(row.id);
   if (auto it = options_of_.find(key); it != options_of_.end()) return it->second;
   json spec = ParseOr(row.spec, json::object());
-  spec.erase("model_key");
-  ASSIGN_OR_RETURN(Parsed p, ParseSpec(spec));
+  ASSIGN_OR_RETURN(Parsed p, ParseStoredSpec(spec));
   ASSIGN_OR_RETURN(auto options, cache_.Get(p.model_key, p.spec, policy_->options_kind()));
   options_of_[key] = options;
   return options;

@@ -111,8 +111,16 @@ DaemonOptions DaemonOptionsFor(const ServeConfig& config) {
   }
   d.token = config.token;
   d.models_dir = config.models_dir;
-  // The sim backend runs no training code: it can plan every layout.
-  d.data_parallel_only = !config.all_layouts && config.backend != "sim";
+  // The sim backend runs no training code: it can plan every layout, and every framework.
+  const bool sim = config.backend == "sim";
+  if (config.all_layouts || sim) {
+    d.train_limits = AllTrainLimits();
+    d.train_framework = Framework::kMegatron;  // an entry point built on Megatron-LM
+  }
+  if (auto frameworks = ParseFrameworkList(config.frameworks); frameworks.ok()) {
+    d.frameworks = *frameworks;  // (ValidateServeConfig reports a bad list)
+  }
+  if (sim && config.frameworks.empty()) d.frameworks = AllLaunchers();
   return d;
 }
 

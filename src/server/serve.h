@@ -22,6 +22,7 @@
 #include "common/status.h"
 #include "hardware/gpu.h"
 #include "backend/backend.h"
+#include "launch/launch.h"
 #include "server/daemon.h"
 
 namespace frenzy::server {
@@ -47,7 +48,14 @@ struct ServeConfig {
   std::string inventory;               // local: GPU inventory file when NVML is absent
   std::string report_url;              // where runs report; "": the listen address
   bool all_layouts = false;            // plan TP/PP/CP too (the training command supports them)
+  // Frameworks jobs may name (DaemonOptions::frameworks): "torchtitan,megatron,...", "all",
+  // or "" (none; on the sim backend, which runs no code, all).
+  std::string frameworks;
 };
+
+// "torchtitan,deepspeed", "all" or "": the launchers, or an error naming the unknown word
+// (field "frameworks").
+Result<std::vector<Launcher>> ParseFrameworkList(const std::string& list);
 
 // The settings a config file may hold, as it names them ("runs_dir", "tick_s", ...).
 const std::vector<std::string>& ServeConfigKeys();

@@ -39,6 +39,7 @@ constexpr StringSetting kStringSettings[] = {
     {"slurm_conf", &ServeConfig::slurm_conf},
     {"k8s_dir", &ServeConfig::k8s_dir},
     {"inventory", &ServeConfig::inventory},
+    {"frameworks", &ServeConfig::frameworks},
 };
 constexpr NumberSetting kNumberSettings[] = {
     {"time_scale", &ServeConfig::time_scale},
@@ -93,6 +94,27 @@ Result<ServeConfig> ParseServeConfig(const std::string& path, ServeConfig base,
   return base;
 }
 
+Result<std::vector<Launcher>> ParseFrameworkList(const std::string& list) {
+  if (list == "all") return AllLaunchers();
+  std::vector<Launcher> out;
+  std::stringstream words(list);
+  std::string word;
+  while (std::getline(words, word, ',')) {
+    word.erase(0, word.find_first_not_of(' '));
+    word.erase(word.find_last_not_of(' ') + 1);
+    if (word.empty()) continue;
+    auto l = ParseLauncher(word);
+    if (!l) {
+      return InvalidArgument(fmt::format("unknown framework '{}' (torchtitan, megatron, "
+                                         "accelerate, deepspeed, or all)",
+                                         word),
+                             {}, "frameworks");
+    }
+    if (std::find(out.begin(), out.end(), *l) == out.end()) out.push_back(*l);
+  }
+  return out;
+}
+
 Status CheckToken(const std::string& token, const std::string& from) {
   if (token.empty()) return Status::Ok();
   const bool blank = std::all_of(token.begin(), token.end(), [](char ch) {
@@ -137,6 +159,7 @@ Status ValidateServeConfig(const ServeConfig& config) {
   if (!(config.time_scale > 0) || !(config.tick_s > 0)) {
     return InvalidArgument("--time-scale and --tick-s must be > 0", {}, "time-scale");
   }
+  RETURN_IF_ERROR(ParseFrameworkList(config.frameworks).status());
   return Status::Ok();
 }
 

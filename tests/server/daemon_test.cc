@@ -27,7 +27,9 @@ struct Fixture {
   std::string db;
   std::string runs;
   std::string policy = "frenzy";
-  bool data_parallel_only = false;  // plan like a Megatron entry point: TP and PP allowed
+  // Plan like a Megatron entry point (TP and PP allowed), or as examples/train.py runs.
+  bool bundled = false;
+  std::vector<Launcher> frameworks;
   explicit Fixture(const std::string& name) {
     auto base = std::filesystem::temp_directory_path() /
                 ("frenzy-daemon-" + std::to_string(getpid()) + "-" + name);
@@ -45,7 +47,9 @@ struct Fixture {
     DaemonOptions o;
     o.runs_dir = runs;
     o.policy = policy;
-    o.data_parallel_only = data_parallel_only;
+    o.train_limits = bundled ? BundledTrainLimits() : AllTrainLimits();
+    if (!bundled) o.train_framework = Framework::kMegatron;
+    o.frameworks = frameworks;
     auto d =
         Daemon::Create(o, std::move(store).value(), std::move(backend), [this] { return now; });
     EXPECT_TRUE(d.ok()) << d.status().ToString();
@@ -90,20 +94,110 @@ TEST(Daemon, JobsArePlannedOnFittingGpusRunAndFinish) {
   EXPECT_EQ((*d->GetJob("j-000002"))["plan"]["gpu"], "A100-80GB");
 }
 
-TEST(Daemon, DataParallelOnlyEntryPointsGetNoTensorOrPipelineParallelism) {
-  Fixture f("dponly");
-  f.data_parallel_only = true;
+TEST(Daemon, BundledEntryPointJobsGetDataParallelPlansShardedWhereNeeded) {
+  Fixture f("bundled");
+  f.bundled = true;
   auto d = f.Make();
-  auto small = d->Submit(Spec("llama-2-7b", 1e9));
-  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  // llama-2-13b's weights, gradients and Adam states in mixed precision are 13e9 x 16 bytes =
+  // 208 GB: more than any lab GPU holds unless they are sharded over data-parallel ranks (the
+  // bundled entry point's ZeRO-2/3), never split by TP or PP, which it cannot run.
+  auto j = d->Submit(Spec("llama-2-13b", 1e9));
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
   ASSERT_TRUE(d->Tick().ok());
-  auto j = d->GetJob("j-000001");
-  EXPECT_EQ((*j)["plan"]["tp"], 1);
-  EXPECT_EQ((*j)["plan"]["pp"], 1);
-  // opt-30b needs TP or PP to fit any GPU of the lab: refused, with the planner's reason.
-  auto big = d->Submit(Spec("opt-30b", 1e9));
+  auto job = d->GetJob("j-000001");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ((*job)["spec"]["modelled_as"], "fsdp");
+  const json& plan = (*job)["plan"];
+  ASSERT_EQ((*job)["state"], "running") << job->dump();
+  EXPECT_EQ(plan["tp"], 1);
+  EXPECT_EQ(plan["pp"], 1);
+  EXPECT_EQ(plan["cp"], 1);
+  EXPECT_EQ(plan["offload"], "none");
+  EXPECT_GE(plan["zero"].get<int64_t>(), 2);
+  EXPECT_GE(plan["gpus"].get<int64_t>() * plan["gpu_memory_bytes"].get<int64_t>(), 208e9);
+  // llama-2-70b: 70e9 x 16 bytes = 1120 GB of states, 140 GB per GPU even sharded over all 8
+  // A100-80GB of the lab, and nothing else the bundled entry point runs shrinks them: refused.
+  auto big = d->Submit(Spec("llama-2-70b", 1e9));
   ASSERT_FALSE(big.ok());
   EXPECT_EQ(big.status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(Daemon, FrameworkJobsArePlannedWithTheFrameworksLayoutsAndLaunchedThroughIt) {
+  Fixture f("framework");
+  f.bundled = true;
+  f.frameworks = {Launcher::kTorchtitan, Launcher::kMegatron};
+  auto d = f.Make();
+  // opt-30b needs TP or PP on the lab (above): Megatron-LM runs them.
+  json spec = Spec("opt-30b", 1e9);
+  spec["framework"] = "megatron";
+  spec["entry"] = "/opt/megatron/pretrain_gpt.py";
+  spec["entry_args"] = {"--data-path", "/data/corpus", "--tensor-model-parallel-size", "8"};
+  auto j = d->Submit(spec);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  ASSERT_TRUE(d->Tick().ok());
+  auto job = d->GetJob("j-000001");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ((*job)["spec"]["framework"], "megatron");
+  EXPECT_EQ((*job)["spec"]["modelled_as"], "megatron");
+  ASSERT_EQ((*job)["state"], "running") << job->dump();
+  const json& plan = (*job)["plan"];
+  EXPECT_GT(plan["tp"].get<int64_t>() * plan["pp"].get<int64_t>(), 1);
+  // The launch the run got: Megatron's flags with the plan's layout, the user's own TP flag
+  // dropped for Frenzy's, their data path kept.
+  const json& launch = plan["launch"];
+  ASSERT_TRUE(launch.is_object()) << plan.dump();
+  EXPECT_EQ(launch["framework"], "megatron");
+  std::vector<std::string> argv = launch["argv"].get<std::vector<std::string>>();
+  auto value_of = [&](const std::string& flag) -> std::string {
+    auto it = std::find(argv.begin(), argv.end(), flag);
+    return it != argv.end() && it + 1 != argv.end() ? *(it + 1) : "";
+  };
+  EXPECT_EQ(value_of("--tensor-model-parallel-size"), std::to_string(plan["tp"].get<int64_t>()));
+  EXPECT_EQ(value_of("--pipeline-model-parallel-size"),
+            std::to_string(plan["pp"].get<int64_t>()));
+  EXPECT_EQ(value_of("--data-path"), "/data/corpus");
+  EXPECT_EQ(std::count(argv.begin(), argv.end(), "--tensor-model-parallel-size"), 1);
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "/opt/megatron/pretrain_gpt.py"), argv.end());
+
+  // A framework the operator did not allow, and entry fields without a framework: refused.
+  spec["framework"] = "deepspeed";
+  auto refused = d->Submit(spec);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.status().field(), "framework");
+  EXPECT_NE(refused.status().message().find("torchtitan, megatron"), std::string::npos);
+  json bare = Spec("llama-2-7b", 1e9);
+  bare["entry"] = "train.py";
+  auto no_framework = d->Submit(bare);
+  ASSERT_FALSE(no_framework.ok());
+  EXPECT_EQ(no_framework.status().field(), "entry");
+  // What the framework cannot do at all: LoRA under torchtitan.
+  json lora = Spec("llama-2-7b", 1e9);
+  lora["framework"] = "torchtitan";
+  lora["finetune"] = "lora";
+  auto no_lora = d->Submit(lora);
+  ASSERT_FALSE(no_lora.ok());
+  EXPECT_EQ(no_lora.status().field(), "finetune");
+  // Hostile entry fields: named, refused, nothing stored.
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, json>>{{"entry", std::string("a\nb")},
+                                                 {"entry", 7},
+                                                 {"entry", std::string(2000, 'x')},
+                                                 {"entry_args", "--not-an-array"},
+                                                 {"entry_args", json::array({1})},
+                                                 {"entry_args", json(std::vector<std::string>(300, "a"))},
+                                                 {"config_file", std::string("x\0y", 3)}}) {
+    json bad = Spec("llama-2-7b", 1e9);
+    bad["framework"] = "torchtitan";
+    bad[key] = value;
+    auto r = d->Submit(bad);
+    ASSERT_FALSE(r.ok()) << key << " " << value.dump();
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+    EXPECT_EQ(r.status().field().substr(0, key.size()), key) << r.status().ToString();
+  }
+  auto listed = d->ListJobs("", 100);
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ((*listed)["jobs"].size(), 1u);
 }
 
 // A 70B model no lab GPU can train in full is a QLoRA fine-tune one A100-80GB holds (a 4-bit
@@ -127,7 +221,7 @@ TEST(Daemon, QloraJobsArePlannedWhereFullTrainingIsNot) {
   EXPECT_EQ(plan["tp"], 1);
   EXPECT_EQ(plan["pp"], 1);
   EXPECT_LE(plan["device_bytes"].get<int64_t>(), plan["gpu_memory_bytes"].get<int64_t>());
-  EXPECT_EQ((*j)["spec"]["framework"], "hf") << j->dump();
+  EXPECT_EQ((*j)["spec"]["modelled_as"], "hf") << j->dump();
 }
 
 TEST(Daemon, RestartedDaemonReattachesToRunningJobs) {

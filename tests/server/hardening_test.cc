@@ -93,7 +93,8 @@ struct Harness {
     ASSIGN_OR_RETURN(auto store, Store::Open(db));
     DaemonOptions o;
     o.runs_dir = (dir.path() / "runs").string();
-    o.data_parallel_only = false;
+    o.train_limits = AllTrainLimits();
+    o.train_framework = Framework::kMegatron;
     o.models_dir = models_dir;
     return Daemon::Create(o, std::move(store), std::move(backend), [this] { return now; });
   }

@@ -483,6 +483,50 @@ TEST(K8sManifest, TwoNodeRunIsAnIndexedJobWithAHeadlessService) {
   }
 }
 
+// A framework's launch: its argv in the container (placeholders as Kubernetes' own $(VAR)
+// references, the user's "$(" escaped), its env, and its files in a ConfigMap mounted read-only.
+TEST(K8sManifest, AFrameworkLaunchRunsItsArgvWithItsFilesMounted) {
+  K8sOptions o;
+  LaunchSpec spec = Spec("j-8", 2, 4, "H100-80GB");
+  spec.env["FRENZY_JOB_ID"] = "j-8";
+  frenzy::Launch l;
+  l.framework = Launcher::kDeepSpeed;
+  l.nodes = 2;
+  l.procs_per_node = 4;
+  l.argv = {"torchrun", "--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT", "--rdzv-id=$FRENZY_JOB_ID",
+            "train.py", "--deepspeed_config", "ds_config.json", "--note=$(FRENZY_TOKEN)"};
+  l.env = {{"CUDA_DEVICE_MAX_CONNECTIONS", "1"}};
+  l.files = {{"ds_config.json", "{\"train_micro_batch_size_per_gpu\": 1}\n"}};
+  spec.framework = l;
+  const json job = JobManifest(spec, o, Catalog());
+  const json files = ConfigMapManifest(spec, o);
+  for (const json& m : {job, files}) {
+    auto errors = Schemas().ValidateManifest(m);
+    EXPECT_TRUE(errors.empty()) << Joined(errors) << m.dump(2);
+  }
+  EXPECT_EQ(CommandOf(job),
+            (std::vector<std::string>{"torchrun", "--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)",
+                                      "--rdzv-id=$(FRENZY_JOB_ID)", "train.py",
+                                      "--deepspeed_config", "/etc/frenzy/launch/ds_config.json",
+                                      "--note=$$(FRENZY_TOKEN)"}));
+  auto env = EnvOf(job);
+  EXPECT_EQ(env["CUDA_DEVICE_MAX_CONNECTIONS"], "1");
+  EXPECT_EQ(env["FRENZY_JOB_ID"], "j-8");
+  const std::string name = job["metadata"]["name"];
+  EXPECT_EQ(files["metadata"]["name"], name);
+  EXPECT_EQ(files["data"]["ds_config.json"], "{\"train_micro_batch_size_per_gpu\": 1}\n");
+  const json& pod = job["spec"]["template"]["spec"];
+  EXPECT_EQ(pod["volumes"][0]["configMap"]["name"], name);
+  const json& mount = pod["containers"][0]["volumeMounts"][0];
+  EXPECT_EQ(mount["name"], pod["volumes"][0]["name"]);
+  EXPECT_EQ(mount["mountPath"], "/etc/frenzy/launch");
+  EXPECT_TRUE(mount["readOnly"].get<bool>());
+  // No files, no ConfigMap.
+  spec.framework->files.clear();
+  EXPECT_TRUE(ConfigMapManifest(spec, o).is_null());
+  EXPECT_FALSE(JobManifest(spec, o, Catalog())["spec"]["template"]["spec"].contains("volumes"));
+}
+
 TEST(K8sManifest, OddJobIdsGiveValidDistinctNames) {
   K8sOptions o;
   std::vector<std::string> ids = {"J_000042/Retry#2", "", "---", "UPPER", "a.b.c"};
@@ -987,7 +1031,7 @@ TEST_F(K8sClusterTest, AppliesQueriesAndDeletesWithTheExactArguments) {
   EXPECT_EQ(calls[1].argv, Argv(true, {"get", "job", "frenzy-j-9-0", "--output", "json"}));
   EXPECT_EQ(calls[2].argv, calls[1].argv);
   EXPECT_EQ(calls[3].argv, Argv(false, {"get", "nodes", "--output", "json"}));
-  EXPECT_EQ(calls[4].argv, Argv(true, {"delete", "job,service,secret", "frenzy-j-9-0",
+  EXPECT_EQ(calls[4].argv, Argv(true, {"delete", "job,service,secret,configmap", "frenzy-j-9-0",
                                        "--ignore-not-found", "--wait=false"}));
   for (const CommandSpec& c : calls) {
     EXPECT_EQ(c.timeout_s, 9);

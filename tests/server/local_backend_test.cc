@@ -129,6 +129,41 @@ TEST_F(LocalBackendTest, CommandArgumentsAreNotReinterpreted) {
   EXPECT_EQ(ReadFile(fs::path(spec.workdir) / "args"), "a b|it's|$HOME|\"q\"|");
 }
 
+// A framework's launch: one agent per node (torchrun would start the node's ranks), in the run
+// folder with its files, its placeholders filled, the user's words as written.
+TEST_F(LocalBackendTest, AFrameworkLaunchRunsOneAgentPerNode) {
+  LocalBackend b(TwoGpuNode());
+  LaunchSpec spec = Spec("framework", "", 2);
+  spec.command.clear();
+  spec.env["FRENZY_JOB_ID"] = "j-000007";
+  frenzy::Launch l;
+  l.framework = Launcher::kAccelerate;
+  l.argv = {"/bin/sh", "-c",
+            "printf '%s|' \"$@\" > out; echo \"$NODE_RANK $CUDA_VISIBLE_DEVICES $X\" >> out; "
+            "cat accelerate.yaml >> out",
+            "sh", "--main_process_ip=$MASTER_ADDR", "--id=$FRENZY_JOB_ID",
+            "--machine_rank=$NODE_RANK", "$(touch pwned) `x` ; it's"};
+  l.env = {{"X", "from the launch"}};
+  l.files = {{"accelerate.yaml", "distributed_type: FSDP\n"}};
+  l.procs_per_node = 2;
+  spec.framework = l;
+  auto handle = b.Launch(spec);
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  RunStatus st = WaitEnd(b, *handle);
+  EXPECT_EQ(st.state, RunState::kSucceeded) << st.message;
+  fs::path wd = spec.workdir;
+  EXPECT_EQ(ReadFile(wd / "out"),
+            "--main_process_ip=127.0.0.1|--id=j-000007|--machine_rank=0|$(touch pwned) `x` ; "
+            "it's|0 0,1 from the launch\ndistributed_type: FSDP\n");
+  EXPECT_FALSE(fs::exists(wd / "pwned"));
+  // One agent, not one process per GPU.
+  std::istringstream pids(ReadFile(wd / "pids"));
+  std::string line;
+  int lines = 0;
+  while (std::getline(pids, line)) ++lines;
+  EXPECT_EQ(lines, 1);
+}
+
 TEST_F(LocalBackendTest, FailingCommandIsFailedWithItsLastLogLine) {
   LocalBackend b(TwoGpuNode());
   LaunchSpec spec =

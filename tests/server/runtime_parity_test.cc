@@ -123,7 +123,8 @@ TEST(RuntimeParity, EngineAndDaemonTakeTheSameMemoryActions) {
   DaemonOptions o;
   o.runs_dir = base + "/runs";
   o.policy = "frenzy";
-  o.data_parallel_only = false;  // plan every layout, as the engine does
+  o.train_limits = AllTrainLimits();  // plan every layout, as the engine does
+  o.train_framework = Framework::kMegatron;
   o.memory_margin = so.memory_margin;
   o.restart = so.restart;
   o.report_interval_s = so.report_interval_s;
@@ -218,7 +219,8 @@ std::unique_ptr<Daemon> MakeDaemon(const std::string& base, const std::map<std::
   backend->SetTruths(truths, 30, kParityRestartS);
   DaemonOptions o;
   o.runs_dir = base + "/runs";
-  o.data_parallel_only = false;
+  o.train_limits = AllTrainLimits();
+  o.train_framework = Framework::kMegatron;
   o.runtime.max_ooms = max_ooms;
   o.restart.fixed_s = kParityRestartS;  // what the sim backend pays
   auto store = Store::Open(base + "/d.db");

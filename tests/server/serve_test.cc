@@ -150,7 +150,8 @@ TEST(ServeConfig, TheFileHoldsTheDocumentedSettings) {
   // docs/server.md lists these for --config.
   const std::vector<std::string> documented = {
       "backend",       "listen", "db",         "cluster", "token",     "runs_dir",   "models_dir",
-      "train_command", "policy", "slurm_conf", "k8s_dir", "inventory", "time_scale", "tick_s"};
+      "train_command", "policy", "slurm_conf", "k8s_dir", "inventory", "frameworks",
+      "time_scale",    "tick_s"};
   EXPECT_EQ(ServeConfigKeys(), documented);
 }
 
@@ -206,11 +207,29 @@ TEST(ServeChecks, DaemonOptionsFollowTheConfig) {
   // Runs on this machine reach a daemon listening on every address at 127.0.0.1.
   EXPECT_EQ(d.report_base_url, "http://127.0.0.1:9001");
   EXPECT_EQ(d.train_command, (std::vector<std::string>{"torchrun", "--nproc", "2", "train.py"}));
-  EXPECT_FALSE(d.data_parallel_only) << "the sim backend runs no training code";
+  // The sim backend runs no training code: every layout, every framework.
+  EXPECT_TRUE(d.train_limits.tp && d.train_limits.pp && d.train_limits.cp);
+  EXPECT_EQ(d.frameworks.size(), 4u);
   c.backend = "slurm";
-  EXPECT_TRUE(DaemonOptionsFor(c).data_parallel_only);
+  // examples/train.py: data parallel (DDP, ZeRO 1-3), no offload; no framework unless allowed.
+  d = DaemonOptionsFor(c);
+  EXPECT_FALSE(d.train_limits.tp || d.train_limits.pp || d.train_limits.cp || d.train_limits.ep);
+  EXPECT_EQ(d.train_limits.zeros, (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_FALSE(d.train_limits.Allows(Offload::kOptimizer));
+  EXPECT_TRUE(d.frameworks.empty());
+  c.token = "a-token";  // (listening on every address needs one)
+  c.frameworks = "deepspeed, torchtitan,deepspeed";
+  EXPECT_EQ(DaemonOptionsFor(c).frameworks,
+            (std::vector<Launcher>{Launcher::kDeepSpeed, Launcher::kTorchtitan}));
+  EXPECT_TRUE(ValidateServeConfig(c).ok());
+  c.frameworks = "torchtitan,jax";
+  Status bad = ValidateServeConfig(c);
+  EXPECT_EQ(bad.field(), "frameworks");
+  EXPECT_NE(bad.message().find("'jax'"), std::string::npos) << bad.ToString();
+  c.frameworks = "";
   c.all_layouts = true;
-  EXPECT_FALSE(DaemonOptionsFor(c).data_parallel_only);
+  EXPECT_TRUE(DaemonOptionsFor(c).train_limits.tp);
+  EXPECT_FALSE(DaemonOptionsFor(c).train_limits.offload_activations);
   c.report_url = "http://frenzy.internal:80";
   EXPECT_EQ(DaemonOptionsFor(c).report_base_url, "http://frenzy.internal:80");
 }

@@ -170,6 +170,28 @@ TEST(SlurmScript, BodyQuotesEverything) {
   EXPECT_NE(script.find("\"$FRENZY_WORKDIR/exit_code\""), std::string::npos);
 }
 
+// scontrol as the batch script asks it: the job's two nodes, the first one's address.
+void WriteFakeScontrol(const fs::path& bin) {
+  WriteExecutable(bin / "scontrol",
+                  "#!/bin/sh\n"
+                  "case \"$*\" in\n"
+                  "  'show hostnames a100-[0-1]') printf 'a100-0\\na100-1\\n' ;;\n"
+                  "  'show node -o a100-0') echo 'NodeName=a100-0 Arch=x86_64 NodeAddr=10.0.0.7 "
+                  "NodeHostName=gpu7 Version=22.05.8' ;;\n"
+                  "  *) exit 1 ;;\n"
+                  "esac\n");
+}
+
+// The batch script run as Slurm would start it (job 1234 on a100-[0-1]), with `bin` first on
+// PATH.
+Result<CommandResult> RunBatchScript(const fs::path& script, const fs::path& bin) {
+  const char* path = std::getenv("PATH");
+  return RunCommand({"/bin/bash", script.string()}, "", 20,
+                    {{"PATH", bin.string() + ":" + (path ? path : "/usr/bin:/bin")},
+                     {"SLURM_JOB_ID", "1234"},
+                     {"SLURM_JOB_NODELIST", "a100-[0-1]"}});
+}
+
 // Runs the script with stand-ins for srun and scontrol, as one task would see it: the command
 // must get its arguments verbatim and the launcher variables.
 TEST(SlurmScript, RunsWithFakeSlurmCommands) {
@@ -181,14 +203,7 @@ TEST(SlurmScript, RunsWithFakeSlurmCommands) {
                   "[ \"$1\" = --kill-on-bad-exit=1 ] || exit 99\nshift\n"
                   "export SLURM_PROCID=3 SLURM_NTASKS=4 SLURM_LOCALID=1 SLURM_NTASKS_PER_NODE=2\n"
                   "exec \"$@\"\n");
-  WriteExecutable(bin / "scontrol",
-                  "#!/bin/sh\n"
-                  "case \"$*\" in\n"
-                  "  'show hostnames a100-[0-1]') printf 'a100-0\\na100-1\\n' ;;\n"
-                  "  'show node -o a100-0') echo 'NodeName=a100-0 Arch=x86_64 NodeAddr=10.0.0.7 "
-                  "NodeHostName=gpu7 Version=22.05.8' ;;\n"
-                  "  *) exit 1 ;;\n"
-                  "esac\n");
+  WriteFakeScontrol(bin);
   fs::path work = tmp.path() / "run dir";
   fs::create_directories(work);
   LaunchSpec s = TwoByTwo(work.string());
@@ -204,16 +219,76 @@ TEST(SlurmScript, RunsWithFakeSlurmCommands) {
                "$HOME"};
   fs::path script = work / "job.sbatch";
   std::ofstream(script) << SbatchScript(s, SlurmOptions{});
-  const char* path = std::getenv("PATH");
-  auto r = RunCommand({"/bin/bash", script.string()}, "", 20,
-                      {{"PATH", bin.string() + ":" + (path ? path : "/usr/bin:/bin")},
-                       {"SLURM_JOB_ID", "1234"},
-                       {"SLURM_JOB_NODELIST", "a100-[0-1]"}});
+  auto r = RunBatchScript(script, bin);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->exit_code, 4) << r->stderr_text;
   EXPECT_EQ(r->stdout_text, "a b|it's|\"q\"|$HOME|\n3 4 1 2 10.0.0.7 21234 " + work.string() +
                                 "\n{\"tp\": 2, \"note\": \"it's\"}\n");
   EXPECT_EQ(ReadFile(work / "exit_code"), "4\n");
+}
+
+// A framework's launch (src/launch): one task per node running the framework's own launcher,
+// its placeholders filled from the rendezvous and the node's SLURM_NODEID, the user's words
+// passed as written (never evaluated), its env exported and its files beside the run.
+TEST(SlurmScript, AFrameworkLaunchRunsOneAgentPerNodeWithPlaceholdersFilled) {
+  TempDir tmp{"frenzy-slurm-fw"};
+  fs::path bin = tmp.path() / "bin";
+  fs::create_directories(bin);
+  WriteExecutable(bin / "srun",
+                  "#!/bin/sh\n"
+                  "[ \"$1\" = --kill-on-bad-exit=1 ] || exit 99\nshift\n"
+                  "[ \"$1\" = --ntasks-per-node=1 ] || exit 98\nshift\n"
+                  "export SLURM_NODEID=1 SLURM_PROCID=1\n"
+                  "exec \"$@\"\n");
+  WriteFakeScontrol(bin);
+  fs::path work = tmp.path() / "run";
+  fs::create_directories(work);
+  LaunchSpec s = TwoByTwo(work.string());
+  frenzy::Launch l;
+  l.framework = Launcher::kDeepSpeed;
+  l.version = "test";
+  l.nodes = 2;
+  l.procs_per_node = 2;
+  l.argv = {"/bin/sh", "-c",
+            "printf '%s|' \"$@\"; echo; echo \"$NODE_RANK $CUDA_DEVICE_MAX_CONNECTIONS\"; "
+            "cat \"$FRENZY_WORKDIR/ds_config.json\"",
+            "sh", "--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT", "--rdzv-id=$FRENZY_JOB_ID",
+            "--node-rank=$NODE_RANK", "$(touch pwned); it's & \"q\""};
+  l.env = {{"CUDA_DEVICE_MAX_CONNECTIONS", "1"}};
+  l.files = {{"ds_config.json", "{\"zero_optimization\": {\"stage\": 3}}\n"}};
+  s.framework = l;
+  const std::string text = SbatchScript(s, SlurmOptions{});
+  std::vector<std::string> lines = SbatchLines(text);
+  EXPECT_NE(std::find(lines.begin(), lines.end(), "--ntasks-per-node=1"), lines.end()) << text;
+  EXPECT_NE(std::find(lines.begin(), lines.end(), "--gres=gpu:a10080gb:2"), lines.end()) << text;
+  ASSERT_TRUE(WriteLaunchFiles(l, work.string()).ok());
+  fs::path script = work / "job.sbatch";
+  std::ofstream(script) << text;
+  auto r = RunBatchScript(script, bin);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->exit_code, 0) << r->stderr_text << text;
+  EXPECT_EQ(r->stdout_text,
+            "--rdzv-endpoint=10.0.0.7:21234|--rdzv-id=j-000042|--node-rank=1|"
+            "$(touch pwned); it's & \"q\"|\n1 1\n{\"zero_optimization\": {\"stage\": 3}}\n");
+  EXPECT_FALSE(fs::exists("pwned"));
+  EXPECT_FALSE(fs::exists(work / "pwned"));
+  EXPECT_EQ(ReadFile(work / "exit_code"), "0\n");
+}
+
+TEST(SlurmScript, FrameworkLaunchFilesMustBePlainNames) {
+  TempDir tmp{"frenzy-slurm-files"};
+  frenzy::Launch l;
+  l.argv = {"torchrun"};
+  for (const char* bad : {"../escape", "a/b", ".hidden", "", "x y"}) {
+    l.files = {{bad, "text"}};
+    Status st = WriteLaunchFiles(l, tmp.path().string());
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(st.field(), "files") << bad;
+  }
+  EXPECT_FALSE(fs::exists(tmp.path().parent_path() / "escape"));
+  l.files = {{"ds_config.json", "{}"}};
+  l.argv.clear();
+  EXPECT_EQ(ValidateFrameworkLaunch(l).field(), "argv");
 }
 
 TEST(SlurmSinfo, ParsesCapturedIdleCluster) {
