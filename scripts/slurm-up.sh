@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Brings up a throwaway one-host Slurm cluster under DIR for tests: its own munged (own key and
-# socket), one slurmctld and two slurmd (logical nodes on this host), each node with two fake
-# GPUs of a different type:
-#   a100-0: 2 x gpu:a10080gb  (catalog name A100-80GB)
-#   v100-0: 2 x gpu:v10032gb  (catalog name V100-32GB)
+# socket), one slurmctld and three slurmd (logical nodes on this host), each node with two fake
+# GPUs:
+#   a100-0, a100-1: 2 x gpu:a10080gb each  (catalog name A100-80GB)
+#   v100-0:         2 x gpu:v10032gb       (catalog name V100-32GB)
 # in one partition "gpu". Everything the cluster writes stays under DIR; ports are picked free.
-# Waits until both nodes are idle, then prints the path of slurm.conf (use it as SLURM_CONF).
+# Waits until every node is idle, then prints the path of slurm.conf (use it as SLURM_CONF).
 # Messages go to stderr; stdout carries only that path.
 #
 # Usage: scripts/slurm-up.sh DIR        (as root; Slurm 22.05 and munge installed)
@@ -21,8 +21,9 @@ mkdir -p "$1"
 DIR=$(cd "$1" && pwd)
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CONF="$DIR/etc/slurm.conf"
-NODES=(a100-0 v100-0)
-TYPES=(a10080gb v10032gb)
+# Two nodes of one type (for runs spanning nodes, sharded across both) and one of another.
+NODES=(a100-0 a100-1 v100-0)
+TYPES=(a10080gb a10080gb v10032gb)
 GPUS_PER_NODE=2
 
 log() { echo "slurm-up: $*" >&2; }
@@ -71,8 +72,14 @@ wait_idle() {
 }
 
 # Already up?
+all_slurmd_alive() {
+  local n
+  for n in "${NODES[@]}"; do
+    alive "$DIR/run/slurmd-$n.pid" || return 1
+  done
+}
 if [[ -f $CONF ]] && alive "$DIR/run/munged.pid" && alive "$DIR/run/slurmctld.pid" &&
-  alive "$DIR/run/slurmd-${NODES[0]}.pid" && alive "$DIR/run/slurmd-${NODES[1]}.pid"; then
+  all_slurmd_alive; then
   wait_idle || exit 1
   log "already running"
   echo "$CONF"

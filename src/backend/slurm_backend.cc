@@ -283,6 +283,9 @@ std::string SbatchScript(const LaunchSpec& spec, const SlurmOptions& options) {
   if (!options.partition.empty()) s << "#SBATCH --partition=" << options.partition << "\n";
   s << "#SBATCH --output=" << SbatchQuoted(workdir + "/slurm-%j.out") << "\n";
   s << "#SBATCH --chdir=" << SbatchQuoted(workdir) << "\n";
+  // The daemon decides what runs again (a lost node requeues the job from its checkpoint, maybe
+  // elsewhere): Slurm must not requeue the batch job behind its back.
+  s << "#SBATCH --no-requeue\n";
   s << "\n";
   for (const auto& [key, value] : spec.env) {
     if (!IsEnvName(key)) continue;

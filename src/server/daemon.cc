@@ -68,6 +68,8 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options, std::uniqu
   for (size_t i = 0; i < d->cluster_.nodes.size(); ++i) {
     d->node_index_[d->cluster_.nodes[i].name] = static_cast<int>(i);
   }
+  d->ApplyNodes(nodes);
+  d->last_nodes_s_ = d->now_s_();
   RETURN_IF_ERROR(d->LoadStored());
   return d;
 }
@@ -239,9 +241,15 @@ Result<json> Daemon::Report(const std::string& id, const json& body) {
                   fmt::format("job '{}' is {}, not running", id, JobStateName(row.state)), {},
                   "id");
   }
-  // A step trains at least one token: neither passes the job's total.
-  RETURN_IF_ERROR(field("step", true, true, row.total_tokens).status());
-  RETURN_IF_ERROR(field("tokens", true, false, row.total_tokens).status());
+  // A step trains at least one token, and a run trains whole steps: its last step may pass the
+  // job's total by less than one step (global_batch x seq_len tokens), never more.
+  const json spec = ParseOr(row.spec, json::object());
+  auto number = [&](const char* key) {
+    return spec.contains(key) && spec[key].is_number() ? spec[key].get<double>() : 0.0;
+  };
+  const double most = row.total_tokens + number("global_batch") * number("seq_len");
+  RETURN_IF_ERROR(field("step", true, true, most).status());
+  RETURN_IF_ERROR(field("tokens", true, false, most).status());
   if (saved && *saved > *tokens) {
     return InvalidArgument(fmt::format("a checkpoint of {:.0f} tokens is ahead of the run's {:.0f}",
                                        *saved, *tokens),

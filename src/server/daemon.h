@@ -81,6 +81,9 @@ struct DaemonOptions {
   // How often a running job's memory, as the backend reads it, is fed to the runtime's monitor
   // (the simulator's report interval): its trend is fitted over the last few reports.
   double report_interval_s = 300;
+  // How often the backend is asked which nodes are up (sinfo on Slurm), and at once after a run
+  // lost its node: a node that went down takes no new runs, one back up takes them again.
+  double nodes_every_s = 30;
   // A folder of config.json files (or folders holding one) the operator offers by name, beside
   // the zoo. API model names never reach any other file. "" : the zoo only.
   std::string models_dir;
@@ -117,6 +120,9 @@ class Daemon {
   // One pass of the control loop: follow the runs, apply the runtime's memory decisions, ask the
   // policy, launch. Returns the number of state changes it made.
   Result<int> Tick();
+  // Applies the backend's node list (Tick asks for it, without the lock): each known node's
+  // up state; a node missing from the list is down. Returns whether any changed.
+  bool ApplyNodes(const std::vector<BackendNode>& nodes);
   // The store's checkpoint (see Store::Checkpoint), when the last is `checkpoint_every_s` old
   // or the log has grown large. The control loop calls it after each tick, outside the
   // daemon's lock; only one thread may call it.
@@ -238,6 +244,8 @@ class Daemon {
   bool dirty_ = true;        // something the policy should see changed since the last pass
   int64_t change_seq_ = 0;   // Snapshot::change_seq: passes that saw a change
   double last_pass_s_ = -1;  // when the policy was last asked
+  double last_nodes_s_ = -1;  // when the backend was last asked for its nodes
+  bool nodes_stale_ = false;  // a run lost its node since: ask before the next decision
   double last_checkpoint_s_ = -1e300;  // the control loop's alone (see Checkpoint)
   // Per job: the SHA-256 of its current run's token.
   std::unordered_map<int64_t, std::string> run_token_hash_;

@@ -298,7 +298,9 @@ Status Daemon::OnRunFailed(JobRow& row, const RunStatus& st, double now) {
     case FailureKind::kOutOfMemory:
       return OnOutOfMemory(row, now);
     case FailureKind::kNodeLost:
-      // Not the job's fault: it resumes from its checkpoint, and the crash does not count.
+      // Not the job's fault: it resumes from its checkpoint, and the crash does not count. The
+      // backend is asked which nodes are left before the next decision.
+      nodes_stale_ = true;
       return Requeue(row, now, "node_lost",
                      "its node was lost: requeued from its last checkpoint (" + st.message + ")");
     case FailureKind::kNone:

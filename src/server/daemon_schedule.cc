@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include "common/json_limits.h"
@@ -182,6 +183,21 @@ Status Daemon::ApplySchedule(double now, Pass& pass, const Decisions& d, int& ch
   return ApplyDecisions(d, pass.view, policy_->name(), now, applier);
 }
 
+bool Daemon::ApplyNodes(const std::vector<BackendNode>& nodes) {
+  std::vector<bool> up(view_.nodes.size(), false);
+  for (const BackendNode& n : nodes) {
+    if (auto it = node_index_.find(n.name); it != node_index_.end()) {
+      up[static_cast<size_t>(it->second)] = n.up;
+    }
+  }
+  bool changed = false;
+  for (size_t i = 0; i < up.size(); ++i) {
+    changed = changed || view_.nodes[i].up != up[i];
+    view_.nodes[i].up = up[i];
+  }
+  return changed;
+}
+
 Result<int> Daemon::Tick() {
   std::lock_guard<std::mutex> tick_lock(tick_mu_);
   int changes = 0;
@@ -197,6 +213,14 @@ Result<int> Daemon::Tick() {
     handles.reserve(running_.size());
     for (const auto& [key, placement] : running_) handles.emplace_back(key, active_.at(key).handle);
   }
+  bool ask_nodes = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const double t = now_s_();
+    ask_nodes = nodes_stale_ || last_nodes_s_ < 0 || t - last_nodes_s_ >= opt_.nodes_every_s;
+  }
+  std::optional<Result<std::vector<BackendNode>>> nodes;
+  if (ask_nodes) nodes = backend_->Nodes();
   std::unordered_map<int64_t, Polled> polled;
   for (const auto& [key, handle] : handles) {
     polled.emplace(key, Polled{handle, backend_->Status(handle)});
@@ -205,7 +229,19 @@ Result<int> Daemon::Tick() {
     std::lock_guard<std::mutex> lock(mu_);
     now = now_s_();
     ++ticks_;
+    if (nodes) {
+      last_nodes_s_ = now;
+      // A failed answer keeps what was known; the next interval asks again.
+      if (nodes->ok()) {
+        nodes_stale_ = false;
+        if (ApplyNodes(**nodes)) dirty_ = true;
+      }
+    }
     RETURN_IF_ERROR(FollowRuns(now, polled, changes));
+    if (nodes_stale_) {
+      dirty_ = true;  // a run lost its node: decide once the backend says which are left
+      return changes;
+    }
     const double every = policy_->round_s() > 0 ? policy_->round_s() : opt_.idle_pass_s;
     // Memory reports the runtime has not acted on yet count too (the engine acts on them
     // after the batch they arrive in).

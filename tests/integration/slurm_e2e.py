@@ -2,14 +2,17 @@
 """End to end on a real Slurm cluster: frenzyd with the slurm backend runs the real training
 script (examples/train.py, PyTorch on CPU with gloo) through sbatch/srun.
 
-Brings up a one-host Slurm cluster with two logical nodes of different fake GPU types
-(scripts/slurm-up.sh), starts frenzyd on it, and checks over HTTP that:
+Brings up a one-host Slurm cluster with three logical nodes, two of one fake GPU type and one of
+another (scripts/slurm-up.sh), starts frenzyd on it, and checks over HTTP that:
   * the daemon discovered both GPU types from sinfo;
   * a job is planned on a type and count that hold it, runs through Slurm to completion, and
     its training process reported progress and peak memory;
   * a cancelled job is cancelled in Slurm too;
   * frenzyd killed with SIGKILL during a run and restarted still has every job, re-attaches
     to the running one, which then finishes;
+  * a model too big for two GPUs runs sharded (ZeRO-2/3) over four, across the two A100 nodes;
+  * a job whose node goes down mid-run is requeued and resumes from its checkpoint on one GPU
+    instead of two (a resize), the node kept out until it is back;
   * bad and unauthorised requests are refused with 4xx and change nothing.
 Stops every process it started (frenzyd, the Slurm daemons) whatever happens.
 
@@ -139,7 +142,7 @@ def run(frenzyd, work, live_test):
     try:
         status, cluster = api.call("GET", "/v1/cluster", token=None)
         types = {t["gpu"]: t["gpus"] for t in cluster["types"]}
-        check(status == 200 and types == {"A100-80GB": 2, "V100-32GB": 2},
+        check(status == 200 and types == {"A100-80GB": 4, "V100-32GB": 2},
               f"frenzyd discovered both GPU types from sinfo: {types}")
 
         # Bad and unauthorised requests: refused, nothing stored.
@@ -209,10 +212,12 @@ def run(frenzyd, work, live_test):
         details = "; ".join(f"{e['kind']}: {e.get('detail', '')}" for e in c2["events"])
         check(c2["attempt"] == 1 and "lost" not in events,
               f"it was re-attached, not restarted (attempt {c2['attempt']}, events: {details})")
+        sharded_plan_across_nodes(api, work)
+        resize_from_a_checkpoint(api, work, env)
         status, metrics = 0, ""
         with urllib.request.urlopen(api.base + "/metrics", timeout=10) as r:
             metrics = r.read().decode()
-        check('frenzy_jobs{state="succeeded"} 2' in metrics, "metrics count the finished jobs")
+        check('frenzy_jobs{state="succeeded"} 4' in metrics, "metrics count the finished jobs")
     finally:
         if daemon.poll() is None:
             daemon.terminate()
@@ -222,6 +227,83 @@ def run(frenzyd, work, live_test):
                 daemon.kill()
         subprocess.run([os.path.join(ROOT, "scripts", "slurm-down.sh"), os.path.join(work, "slurm")],
                        capture_output=True)
+
+
+def run_logs(work, job_id):
+    """What the job's runs printed (one slurm-<id>.out per attempt), in attempt order."""
+    outs = sorted(glob.glob(os.path.join(work, "runs", job_id, "slurm-*.out")),
+                  key=lambda p: int(p.rsplit("-", 1)[1].split(".")[0]))
+    return [open(p, errors="replace").read() for p in outs]
+
+
+def sharded_plan_across_nodes(api, work):
+    """llama-2-13b's weights, gradients and Adam states are 13e9 x 16 bytes = 208 GB: more than
+    two 80 GB GPUs hold, so the bundled entry point runs it sharded (ZeRO-2/3) over all four
+    A100-80GB, two on each A100 node: four ranks of examples/train.py through one srun."""
+    status, j = api.call("POST", "/v1/jobs", dict(spec(40000, "sharded"), model="llama-2-13b"))
+    check(status == 201, f"submitted {j.get('id')} (llama-2-13b)")
+    j = api.wait(j["id"], {"running", "failed"}, 60, "(sharded)")
+    plan, nodes = j["plan"], sorted(n for n, _ in j["allocation"])
+    check(plan["gpu"] == "A100-80GB" and plan["gpus"] == 4 and plan["zero"] >= 2 and
+          plan["tp"] == plan["pp"] == plan["cp"] == 1 and nodes == ["a100-0", "a100-1"],
+          f"planned sharded across both A100 nodes: {plan['gpus']} x {plan['gpu']}, ZeRO "
+          f"{plan['zero']}, on {nodes}")
+    j = api.wait(j["id"], {"succeeded", "failed"}, 240, "(sharded)")
+    check(j["state"] == "succeeded", f"{j['id']} succeeded: {j['message']}")
+    log = run_logs(work, j["id"])[-1]
+    shard = "full shard over 4 of 4 ranks" if plan["zero"] == 3 else f"zero {plan['zero']}"
+    check(f"dp 4 " in log and shard in log,
+          f"its four ranks trained sharded ({shard})")
+
+
+def resize_from_a_checkpoint(api, work, env):
+    """A node lost mid-run: the job resumes from its checkpoint on the GPU that is left, one
+    instead of two (opt-2.7b's 43 GB of states fit one A100-80GB; a one-sequence job holds the
+    other node's second GPU)."""
+    status, one = api.call("POST", "/v1/jobs", {"model": "opt-2.7b", "tokens": 400000,
+                                                "global_batch": 1, "seq_len": 64,
+                                                "name": "one-gpu"})
+    one = api.wait(one["id"], {"running"}, 60, "(one-gpu)")
+    status, r = api.call("POST", "/v1/jobs", {"model": "opt-2.7b", "tokens": 200000,
+                                              "global_batch": 8, "seq_len": 64,
+                                              "name": "resized"})
+    r = api.wait(r["id"], {"running"}, 60, "(resized)")
+    node = r["allocation"][0][0]
+    check(one["plan"]["gpus"] == 1 and r["plan"]["gpus"] == 2 and len(r["allocation"]) == 1 and
+          node != one["allocation"][0][0],
+          f"{r['id']} runs on 2 GPUs of {node}, {one['id']} on 1 of {one['allocation'][0][0]}")
+    deadline = time.time() + 90
+    while time.time() < deadline and api.job(r["id"])["progress"]["step"] < 8:
+        time.sleep(0.3)  # checkpoints every 4 steps: one is written
+    # DOWN kills the node's jobs (NODE_FAIL); DRAIN keeps it out once slurmd answers again.
+    for state in ("DOWN", "DRAIN"):
+        subprocess.run(["scontrol", "update", f"NodeName={node}", f"State={state}",
+                        "Reason=frenzy-e2e"], env=env, check=True, capture_output=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            r2 = api.job(r["id"])
+            if r2["attempt"] >= 2 and r2["state"] == "running":
+                break
+            time.sleep(0.3)
+        events = [e["kind"] for e in r2["events"]]
+        check(r2["attempt"] == 2 and "node_lost" in events and r2["plan"]["gpus"] == 1 and
+              r2["allocation"][0][0] != node,
+              f"after {node} went down it was requeued and resized: 1 GPU on "
+              f"{r2['allocation'][0][0]} (events: {', '.join(events)})")
+        r3 = api.wait(r["id"], {"succeeded", "failed"}, 240, "(resized)")
+        check(r3["state"] == "succeeded", f"{r['id']} finished on one GPU: {r3['message']}")
+        logs = run_logs(work, r["id"])
+        resumed = [line for line in logs[-1].splitlines() if line.startswith("resumed from step")]
+        check(len(logs) == 2 and resumed and int(resumed[0].split()[3]) >= 4 and
+              "dp 1 " in logs[-1] and "dp 2 " in logs[0],
+              f"the second run ({resumed[0] if resumed else 'no resume'}) read the two-rank run's "
+              "checkpoint as one rank")
+    finally:
+        subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], env=env,
+                       capture_output=True)
+    status, _ = api.call("DELETE", f"/v1/jobs/{one['id']}")
+    check(status == 200, f"{one['id']} cancelled")
 
 
 def main():

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <future>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -42,7 +43,11 @@ class TestBackend : public Backend {
 
   TestBackend(Cluster c, std::function<double()> now) : sim_(std::move(c), 3600.0, now) {}
   std::string_view name() const override { return "sim"; }
-  Result<std::vector<BackendNode>> Nodes() override { return sim_.Nodes(); }
+  Result<std::vector<BackendNode>> Nodes() override {
+    ASSIGN_OR_RETURN(std::vector<BackendNode> nodes, sim_.Nodes());
+    for (BackendNode& n : nodes) n.up = down_->count(n.name) == 0;
+    return nodes;
+  }
   Result<std::string> Launch(const LaunchSpec& spec) override {
     (*env_)[spec.job_id] = spec.env;
     return sim_.Launch(spec);
@@ -53,6 +58,13 @@ class TestBackend : public Backend {
       gate_->waiting = true;
       gate_->cv.notify_all();
       gate_->cv.wait(lock, [&] { return !gate_->closed; });
+    }
+    if (*lost_) {  // every run has lost its node
+      RunStatus st;
+      st.state = RunState::kFailed;
+      st.failure = FailureKind::kNodeLost;
+      st.message = "test: NODE_FAIL";
+      return st;
     }
     if (*crash_) {  // every run has crashed (not out of memory)
       RunStatus st;
@@ -69,6 +81,8 @@ class TestBackend : public Backend {
   std::shared_ptr<Envs> env_ = std::make_shared<Envs>();
   std::shared_ptr<Gate> gate_ = std::make_shared<Gate>();
   std::shared_ptr<bool> crash_ = std::make_shared<bool>(false);
+  std::shared_ptr<bool> lost_ = std::make_shared<bool>(false);
+  std::shared_ptr<std::set<std::string>> down_ = std::make_shared<std::set<std::string>>();
 
  private:
   SimBackend sim_;
@@ -81,6 +95,9 @@ struct Harness {
   std::shared_ptr<TestBackend::Envs> env;
   std::shared_ptr<TestBackend::Gate> gate;
   std::shared_ptr<bool> crash;
+  std::shared_ptr<bool> lost;
+  std::shared_ptr<std::set<std::string>> down;
+  double nodes_every_s = 30;
   std::string models_dir;
 
   Result<std::unique_ptr<Daemon>> Try() {
@@ -90,12 +107,15 @@ struct Harness {
     env = backend->env_;
     gate = backend->gate_;
     crash = backend->crash_;
+    lost = backend->lost_;
+    down = backend->down_;
     ASSIGN_OR_RETURN(auto store, Store::Open(db));
     DaemonOptions o;
     o.runs_dir = (dir.path() / "runs").string();
     o.train_limits = AllTrainLimits();
     o.train_framework = Framework::kMegatron;
     o.models_dir = models_dir;
+    o.nodes_every_s = nodes_every_s;
     return Daemon::Create(o, std::move(store), std::move(backend), [this] { return now; });
   }
   std::unique_ptr<Daemon> Make() {
@@ -194,6 +214,8 @@ TEST(Hardening, ReportsAreBoundedMonotoneAndScopedToTheirRun) {
            // the job has 1e9 tokens: a step or token count past it is a lie
            {R"({"step":1,"tokens":2e9})", "tokens"},
            {R"({"step":1e10,"tokens":10})", "step"},
+           // ... except by less than one step (64 x 1024 = 65536 tokens): runs train whole steps
+           {R"({"step":1,"tokens":1000065537})", "tokens"},
            // a checkpoint cannot hold more than the run has trained
            {R"({"step":1,"tokens":10,"checkpoint_tokens":20})", "checkpoint_tokens"},
            {R"({"step":1,"tokens":10,"checkpoint_tokens":-1})", "checkpoint_tokens"},
@@ -220,6 +242,60 @@ TEST(Hardening, ReportsAreBoundedMonotoneAndScopedToTheirRun) {
   json j = *d->GetJob("j-000001");
   EXPECT_EQ(j["progress"]["step"], 10);
   EXPECT_DOUBLE_EQ(j["progress"]["tokens_done"].get<double>(), 5000);
+  // The last whole step passes the total by less than a step: taken, progress capped at it.
+  EXPECT_EQ(Call(*d, o, "POST", report1, R"({"step":15260,"tokens":1000013824})",
+                 "Bearer " + run1).status,
+            200);
+  j = *d->GetJob("j-000001");
+  EXPECT_DOUBLE_EQ(j["progress"]["tokens_done"].get<double>(), 1e9);
+}
+
+// A run that lost its node is requeued from its checkpoint, and the backend is asked which nodes
+// are left before the job is placed again: never back on the node that went down. A node back
+// up is seen at the next interval.
+TEST(Hardening, ANodeThatWentDownTakesNoNewRunsUntilItIsBack) {
+  Harness h;
+  h.nodes_every_s = 60;
+  auto d = h.Make();
+  ASSERT_TRUE(d->Submit(Spec("llama-2-7b")).ok());
+  ASSERT_TRUE(d->Tick().ok());
+  json j = *d->GetJob("j-000001");
+  ASSERT_EQ(j["state"], "running") << j.dump();
+  std::set<std::string> used;
+  for (const json& p : j["allocation"]) used.insert(p[0].get<std::string>());
+  ASSERT_FALSE(used.empty());
+  *h.down = used;
+  *h.lost = true;
+  h.now += 1;
+  ASSERT_TRUE(d->Tick().ok());
+  j = *d->GetJob("j-000001");
+  EXPECT_EQ(j["state"], "queued") << j.dump();
+  EXPECT_EQ(j["events"].back()["kind"], "node_lost") << j.dump();
+  *h.lost = false;
+  h.now += 1;
+  ASSERT_TRUE(d->Tick().ok());  // asks for the nodes first, then places the job elsewhere
+  j = *d->GetJob("j-000001");
+  ASSERT_EQ(j["state"], "running") << j.dump();
+  for (const json& p : j["allocation"]) {
+    EXPECT_EQ(used.count(p[0].get<std::string>()), 0u) << j["allocation"].dump();
+  }
+  auto up_of = [&](const std::string& node) {
+    const json cluster = d->ClusterJson();
+    for (const json& n : cluster["nodes"]) {
+      if (n["name"] == node) return n["up"].get<bool>();
+    }
+    return true;
+  };
+  const std::string gone = *used.begin();
+  EXPECT_FALSE(up_of(gone)) << gone;
+  // Back up: seen once the interval has passed, not before.
+  h.down->clear();
+  h.now += 10;
+  ASSERT_TRUE(d->Tick().ok());
+  EXPECT_FALSE(up_of(gone));
+  h.now += 60;
+  ASSERT_TRUE(d->Tick().ok());
+  EXPECT_TRUE(up_of(gone));
 }
 
 // A crashed run loses what it trained since its last checkpoint: the job's progress goes back

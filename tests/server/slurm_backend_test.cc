@@ -132,7 +132,7 @@ TEST(SlurmScript, Directives) {
   std::vector<std::string> want = {
       "--job-name=frenzy-j-000042", "--nodes=2",       "--ntasks-per-node=2",
       "--gres=gpu:a10080gb:2",      "--partition=gpu", "--output=\"/runs/j 42/slurm-%j.out\"",
-      "--chdir=\"/runs/j 42\""};
+      "--chdir=\"/runs/j 42\"", "--no-requeue"};
   EXPECT_EQ(lines, want);
 }
 
