@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "common/strings.h"
 #include "server/agent.h"
 #include "server/serve.h"
 
@@ -462,6 +463,18 @@ void RegisterStatus(CLI::App& app) {
     fmt::print("job       {} ({})\nstate     {}  attempt {}  {}\n", Text(j, "id"), Text(j, "model"),
                Text(j, "state"), Integer(j, "attempt"), Text(j, "message"));
     fmt::print("plan      {}\nwhy       {}\n", PlanLine(Field(j, "plan")), Text(j, "why"));
+    // A framework's launch (docs/launch.md): its command, as the backend runs it on every node.
+    const json& launch = Field(Field(j, "plan"), "launch");
+    if (const json& argv = Field(launch, "argv"); argv.is_array()) {
+      std::vector<std::string> words;
+      for (const json& w : argv) words.push_back(w.is_string() ? w.get<std::string>() : "?");
+      std::vector<std::string> files;
+      if (const json& f = Field(launch, "files"); f.is_object()) {
+        for (const auto& [name, text] : f.items()) files.push_back(name);
+      }
+      fmt::print("launch    {} {}: {}{}\n", Text(launch, "framework"), Text(launch, "version"),
+                 Join(words, " "), files.empty() ? "" : " (files: " + Join(files, ", ") + ")");
+    }
     const json& p = Field(j, "progress");
     fmt::print("progress  {:.0f} of {:.0f} tokens ({:.1f}%), step {}\n", Number(p, "tokens_done"),
                Number(p, "tokens_total"), 100 * Number(p, "fraction"), Integer(p, "step"));
