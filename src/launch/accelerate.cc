@@ -40,8 +40,17 @@ LaunchOutcome Accelerate(const JobSpec& job, const Plan& p, const Shape& s, cons
   yaml += "rdzv_backend: c10d\nsame_network: true\nmain_training_function: main\n";
   yaml += "fsdp_config:\n";
   yaml += "  fsdp_version: 1\n";
+  // Hybrid sharding is FSDP1's HYBRID_SHARD (ZeRO-3) or HYBRID_SHARD_ZERO2 (ZeRO-2), which
+  // shard within a node's processes: the plan's shard group must be exactly those.
+  if (p.shard_group > 0 && p.shard_group != s.per_node) {
+    return Refused{fmt::format("FSDP's hybrid sharding shards over a node's {} processes, not a "
+                               "group of {}",
+                               s.per_node, p.shard_group)};
+  }
+  const bool hybrid = p.shard_group > 0;
   yaml += fmt::format("  fsdp_sharding_strategy: {}\n",
-                      p.zero >= 3 ? "FULL_SHARD" : "SHARD_GRAD_OP");
+                      p.zero >= 3 ? (hybrid ? "HYBRID_SHARD" : "FULL_SHARD")
+                                  : (hybrid ? "HYBRID_SHARD_ZERO2" : "SHARD_GRAD_OP"));
   yaml += "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n";
   yaml += "  fsdp_backward_prefetch: BACKWARD_PRE\n";
   yaml += "  fsdp_state_dict_type: SHARDED_STATE_DICT\n";

@@ -70,6 +70,7 @@ LayoutLimits LimitsOf(Launcher l) {
       x.zeros = {0};
       x.recompute_every = false;
       x.offloads = {Offload::kNone};
+      x.hybrid_shard = false;  // the distributed optimizer shards over all data-parallel ranks
       break;
     case Launcher::kAccelerate:
       // Accelerate's FSDP plugin (FSDP1 sharding strategies), data parallel only (its TP/CP go
@@ -91,6 +92,9 @@ LayoutLimits LimitsOf(Launcher l) {
       x.tp = x.pp = x.cp = x.ep = false;
       x.recompute = false;
       x.offloads = {Offload::kOptimizer, Offload::kParams};
+      // ZeRO++'s hpZ keeps a second copy of the weights per node but shards the optimizer over
+      // every rank: not the hybrid sharding of FSDP that the memory model accounts.
+      x.hybrid_shard = false;
       break;
   }
   return x;
@@ -300,6 +304,10 @@ std::optional<Refused> RefuseCommon(Launcher l, const JobSpec& job, const Plan& 
                                name)};
   }
   if (!x.Allows(plan.zero)) return Refused{fmt::format("{} has no ZeRO stage {}", name, plan.zero)};
+  if (plan.shard_group > 0 && !x.hybrid_shard) {
+    return Refused{fmt::format("{} has no hybrid sharding (a shard group of {} ranks)", name,
+                               plan.shard_group)};
+  }
   if (!x.Allows(plan.offload)) {
     return Refused{fmt::format("{} cannot offload {}", name, OffloadName(plan.offload))};
   }

@@ -76,9 +76,11 @@ LaunchOutcome Torchtitan(const JobSpec& job, const Plan& p, const Shape& s, cons
   // turns one off), not `key true`.
   auto on = [&](const std::string& key) { l.argv.push_back("--" + key); };
   auto num = [](int64_t v) { return std::to_string(v); };
-  // FSDP2 over the data-parallel ranks; no replicate dimension (HSDP is not planned).
-  set("parallelism.data_parallel_replicate_degree", "1");
-  set("parallelism.data_parallel_shard_degree", num(p.dp));
+  // FSDP2 over the data-parallel ranks, or HSDP: shards within a group (a node's ranks),
+  // replicated over dp / group groups (torchtitan's dp_replicate x dp_shard mesh).
+  const int64_t shard = p.shard_group > 0 ? p.shard_group : p.dp;
+  set("parallelism.data_parallel_replicate_degree", num(p.dp / shard));
+  set("parallelism.data_parallel_shard_degree", num(shard));
   set("parallelism.fsdp_reshard_after_forward", p.zero >= 3 ? "always" : "never");
   set("parallelism.tensor_parallel_degree", num(p.tp));
   set("parallelism.pipeline_parallel_degree", num(p.pp));

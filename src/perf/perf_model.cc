@@ -357,13 +357,19 @@ double DataParallelS(const ParallelPlan& p, const PerfInputs& in,
   if (n <= 1 && (in.expert_params <= 0 || expert_dp <= 1)) return 0;
   const double gbs = links.GroupGbs(p.tp * p.cp * p.dp);
   // Sharded optimizers reduce-scatter the gradients and all-gather the updated parameters.
+  // Hybrid sharding (HSDP): the shard group's collectives run on its node's links; each rank's
+  // 1 / group of the gradient is then all-reduced over the replicas, across nodes.
+  const int64_t group = p.shard_group > 0 && p.shard_group < n ? p.shard_group : 0;
   auto reduce = [&](double params, double trained, int64_t n) {
     if (n <= 1) return 0.0;
     double grad_bytes = trained * in.grad_bytes;
+    const int64_t s = group > 0 ? group : n;
+    const double sgbs = group > 0 ? links.GroupGbs(p.tp * group) : gbs;
     double c = (p.zero >= 1 || p.distributed_optimizer)
-                   ? AllGatherS(grad_bytes, n, gbs) + AllGatherS(trained * in.gather_e, n, gbs)
+                   ? AllGatherS(grad_bytes, s, sgbs) + AllGatherS(trained * in.gather_e, s, sgbs)
                    : AllReduceS(grad_bytes, n, gbs);
-    if (p.zero >= 3) c += 2.0 * AllGatherS(params * in.gather_e, n, gbs);
+    if (group > 0) c += AllReduceS(grad_bytes / static_cast<double>(group), n / group, gbs);
+    if (p.zero >= 3) c += 2.0 * AllGatherS(params * in.gather_e, s, sgbs);
     return c;
   };
   // The routed experts' gradients are reduced over the expert-data-parallel ranks.

@@ -173,23 +173,42 @@ struct Layout {
 
 // The ZeRO stages, offload modes and micro-batches of one parallel layout (micro-batches
 // smallest first; see EnumerateLayouts).
+// The hybrid shard groups worth trying for a layout: 0 (shard over every data-parallel rank),
+// and under PyTorch FSDP a node's data-parallel ranks when the layout spans nodes (HSDP: the
+// all-gathers stay on the node, only a shard's gradient crosses the network). Data parallel
+// layouts only (no PP, CP or EP), as torchtitan's and Accelerate's HSDP meshes are planned.
+std::vector<int64_t> ShardGroups(const JobSpec& job, const ParallelPlan& base, int64_t zero,
+                                 int64_t per_node) {
+  std::vector<int64_t> groups = {0};
+  const int64_t s = per_node / base.tp;
+  if (zero >= 2 && job.framework == Framework::kFsdp && job.limits.hybrid_shard &&
+      base.pp == 1 && base.cp == 1 && base.ep == 1 && per_node % base.tp == 0 && s >= 1 &&
+      base.dp > s && base.dp % s == 0) {
+    groups.push_back(s);
+  }
+  return groups;
+}
+
 template <typename Visit>
 void EnumerateStates(const JobSpec& job, const Candidates& c, ParallelPlan base, int64_t gpus,
-                     Visit& visit) {
+                     int64_t per_node, Visit& visit) {
   for (int64_t zero : c.zeros) {
     // DeepSpeed-MoE does not run under ZeRO-3 (ValidateLayout's rule): not a layout to count.
     if (job.framework == Framework::kDeepSpeed && zero >= 3 && base.ep > 1 && !job.zero) continue;
-    for (Offload off : c.offloads) {
-      if (!OffloadFits(job.framework, zero, off) && !job.offload) continue;
-      for (int64_t mb : c.mbs) {
-        if (job.global_batch % (mb * base.dp) != 0) continue;
-        Layout l;
-        l.p = base;
-        l.p.offload = off;
-        l.p.zero = static_cast<int>(zero);
-        l.micro_batch = mb;
-        l.gpus = gpus;
-        if (!visit(l) && !job.micro_batch) break;
+    for (int64_t group : ShardGroups(job, base, zero, per_node)) {
+      for (Offload off : c.offloads) {
+        if (!OffloadFits(job.framework, zero, off) && !job.offload) continue;
+        for (int64_t mb : c.mbs) {
+          if (job.global_batch % (mb * base.dp) != 0) continue;
+          Layout l;
+          l.p = base;
+          l.p.offload = off;
+          l.p.zero = static_cast<int>(zero);
+          l.p.shard_group = group;
+          l.micro_batch = mb;
+          l.gpus = gpus;
+          if (!visit(l) && !job.micro_batch) break;
+        }
       }
     }
   }
@@ -227,11 +246,11 @@ void EnumerateLayouts(const JobSpec& job, const TypeInfo& ti, const Candidates& 
             p.ep = ep;
             if ((dp * cp) % ep == 0 || job.ep) {
               p.etp = 0;  // = tp
-              EnumerateStates(job, c, p, n, visit);
+              EnumerateStates(job, c, p, n, ti.gpus_per_node, visit);
             }
             if (etp1 && (tp * dp * cp) % ep == 0) {
               p.etp = 1;
-              EnumerateStates(job, c, p, n, visit);
+              EnumerateStates(job, c, p, n, ti.gpus_per_node, visit);
             }
           }
         }
@@ -255,6 +274,7 @@ Plan MakePlan(const GpuType& g, const TrainingSpec& t, const Layout& l, Recomput
   plan.etp = l.p.expert_tp();
   plan.micro_batch = l.micro_batch;
   plan.zero = l.p.zero;
+  plan.shard_group = l.p.shard_group;
   plan.distributed_optimizer = l.p.distributed_optimizer;
   plan.recompute = rc.kind;
   plan.recompute_every = t.recompute_every;
@@ -648,6 +668,7 @@ nlohmann::json PlanToJson(const Plan& p) {
                       {"total_s", p.total_s},
                       {"pareto", p.pareto}};
   j["cost"] = p.cost ? nlohmann::json(*p.cost) : nlohmann::json(nullptr);
+  if (p.shard_group > 0) j["shard_group"] = p.shard_group;  // hybrid sharding only
   return j;
 }
 

@@ -40,6 +40,9 @@ struct LayoutLimits {
   std::vector<Offload> offloads;  // state offload modes it has; empty: all the memory model has
   bool offload_activations = true;
   bool fp16 = true;  // fp16 mixed precision where the GPU lacks bf16 (else fp32)
+  // Hybrid sharding (FSDP's HYBRID_SHARD, HSDP): ZeRO-2/3 states sharded within a node's ranks,
+  // replicated across nodes. Only PyTorch FSDP's frameworks (Framework::kFsdp) have it.
+  bool hybrid_shard = true;
   // The GPUs run as the same number of processes on each node (torchrun's rule): EvenOverNodes.
   bool even_nodes = false;
   bool Allows(int64_t zero) const;
@@ -104,6 +107,9 @@ struct Plan {
   std::string gpu;
   int64_t gpus = 0;
   int64_t tp = 1, pp = 1, dp = 1, cp = 1, micro_batch = 1, zero = 0;
+  // ZeRO-2/3 hybrid sharding: the ranks one copy of the sharded states spans (a node's), the
+  // copies replicated over dp / shard_group nodes; 0: sharded over all dp ranks.
+  int64_t shard_group = 0;
   int64_t ep = 1;  // expert parallel (MoE): experts split over ep of the dp x cp ranks
   int64_t etp = 1;  // MoE: the experts' tensor parallel size (tp, or 1 under Megatron-LM)
   bool distributed_optimizer = false;

@@ -237,6 +237,41 @@ TEST(Launch, AccelerateWritesFsdpConfigAndSplitsNodesEvenly) {
   EXPECT_EQ(PrepareJob(Launcher::kAccelerate, &tp).field(), "parallelism");
 }
 
+// Hybrid sharding (a shard group of one node's 8 ranks, replicated over 2 nodes): torchtitan's
+// dp_replicate x dp_shard mesh, Accelerate's HYBRID_SHARD strategies (which shard over a node's
+// processes, so a group of any other size is refused); Megatron-LM and DeepSpeed have none.
+TEST(Launch, HybridShardingIsEachFrameworksOwnMeshOrRefused) {
+  Plan p = A100(16, 1, 1, 16, 1);
+  p.zero = 3;
+  p.shard_group = 8;
+  JobSpec titan = Job("llama-2-13b", 64);
+  ASSERT_TRUE(PrepareJob(Launcher::kTorchtitan, &titan).ok());
+  const Launch t = Expect(MakeLaunch(Launcher::kTorchtitan, titan, p, Bundled("cluster64"), Toml()));
+  EXPECT_TRUE(Has(t.argv, {"--parallelism.data_parallel_replicate_degree", "2"}));
+  EXPECT_TRUE(Has(t.argv, {"--parallelism.data_parallel_shard_degree", "8"}));
+  Conforms(t);
+  JobSpec acc = Job("llama-2-13b", 64);
+  ASSERT_TRUE(PrepareJob(Launcher::kAccelerate, &acc).ok());
+  LaunchInput in;
+  in.entry = "train.py";
+  Launch a = Expect(MakeLaunch(Launcher::kAccelerate, acc, p, Bundled("cluster64"), in));
+  EXPECT_NE(a.files.at("accelerate.yaml").find("  fsdp_sharding_strategy: HYBRID_SHARD\n"),
+            std::string::npos);
+  Conforms(a);
+  p.zero = 2;
+  a = Expect(MakeLaunch(Launcher::kAccelerate, acc, p, Bundled("cluster64"), in));
+  EXPECT_NE(a.files.at("accelerate.yaml").find("  fsdp_sharding_strategy: HYBRID_SHARD_ZERO2\n"),
+            std::string::npos);
+  p.shard_group = 4;  // half a node
+  EXPECT_TRUE(std::holds_alternative<Refused>(
+      MakeLaunch(Launcher::kAccelerate, acc, p, Bundled("cluster64"), in)));
+  p.shard_group = 8;
+  JobSpec ds = Job("llama-2-13b", 64);
+  ASSERT_TRUE(PrepareJob(Launcher::kDeepSpeed, &ds).ok());
+  EXPECT_TRUE(std::holds_alternative<Refused>(
+      MakeLaunch(Launcher::kDeepSpeed, ds, p, Bundled("cluster64"), in)));
+}
+
 TEST(Launch, ThePlannerOnlyPlansWhatTheFrameworkCanRun) {
   const Cluster c = Bundled("cluster64");
   for (Launcher l : {Launcher::kAccelerate, Launcher::kDeepSpeed, Launcher::kTorchtitan}) {

@@ -14,7 +14,7 @@ namespace {
 TEST(LaunchSweep, EveryZooModelOnEveryClusterIsLaunchedOrRefusedWithAReason) {
   auto zoo = LoadZoo();
   ASSERT_TRUE(zoo.ok());
-  std::map<std::string, int> launched, refused, unplanned;
+  std::map<std::string, int> launched, refused, unplanned, hybrid;
   for (Launcher l : AllLaunchers()) {
     const testing::Schema schema = testing::LoadSchema(LauncherName(l));
     LaunchInput in;
@@ -49,6 +49,7 @@ TEST(LaunchSweep, EveryZooModelOnEveryClusterIsLaunchedOrRefusedWithAReason) {
           continue;
         }
         ++launched[name];
+        if (r->plans[0].shard_group > 0) ++hybrid[name];
         const Launch& x = std::get<Launch>(out);
         EXPECT_FALSE(x.version.empty());
         EXPECT_EQ(x.nodes * x.procs_per_node, r->plans[0].gpus);
@@ -58,8 +59,8 @@ TEST(LaunchSweep, EveryZooModelOnEveryClusterIsLaunchedOrRefusedWithAReason) {
   }
   for (Launcher l : AllLaunchers()) {
     const std::string n = LauncherName(l);
-    std::cout << n << ": " << launched[n] << " launched, " << refused[n] << " refused, "
-              << unplanned[n] << " without a plan\n";
+    std::cout << n << ": " << launched[n] << " launched (" << hybrid[n] << " hybrid-sharded), "
+              << refused[n] << " refused, " << unplanned[n] << " without a plan\n";
     EXPECT_GT(launched[n], 0) << n;  // the sweep reached every adapter
   }
 }
