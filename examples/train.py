@@ -31,6 +31,9 @@ The plan is one JSON object whose fields are named as frenzy's planner names the
     gpus          WORLD_SIZE          ranks of the run; must equal WORLD_SIZE
     tp, pp, cp    1                   must be 1: tensor/pipeline/context parallelism need
                                       Megatron (refused, exit 2)
+    ep            1                   must be 1 (a dense model; refused, exit 2)
+    offload       "none"              must be "none", and offload_activations false: states
+                                      and activations stay on the device (refused, exit 2)
     dp            WORLD_SIZE          data-parallel ranks; must equal WORLD_SIZE
     micro_batch   4                   sequences per rank per forward/backward
     zero          0                   0: DDP, plain AdamW; 1: DDP with the optimizer state
@@ -230,6 +233,16 @@ def parse_plan(raw: dict[str, Any], world_size: int, arch_override: Optional[str
     if tp > 1 or pp > 1 or cp > 1:
         raise Refused(f"plan has tp={tp} pp={pp} cp={cp}: tensor/pipeline/context parallelism "
                       "needs Megatron; this script supports data parallelism only")
+    ep = integer("ep", 1)
+    if ep > 1:
+        raise Refused(f"plan has ep={ep}: expert parallelism needs an MoE framework (Megatron-LM, "
+                      "torchtitan); this script trains a dense model")
+    offload = raw.get("offload", "none")
+    if offload != "none" or raw.get("offload_activations", False) is not False:
+        raise Refused(f"plan offloads (offload={offload!r}, offload_activations="
+                      f"{raw.get('offload_activations', False)!r}): this script keeps its states "
+                      "and activations on the device (ZeRO-Offload and FSDP CPU offload need "
+                      "DeepSpeed or FSDP, which Debian's torch 1.13 cannot import)")
     dp = integer("dp", world_size)
     gpus = integer("gpus", world_size)
     if dp != world_size or gpus != world_size:

@@ -368,6 +368,19 @@ class TrainTest(unittest.TestCase):
         self.assertNotIn("Traceback", result.stderr)
         self.assertFalse((self.dir / "checkpoint.pt").exists())
 
+    def test_what_this_script_cannot_run_is_refused(self):
+        for fields, message in ((plan(ep=2), "expert parallelism"),
+                                (plan(offload="optimizer"), "plan offloads"),
+                                (plan(offload_activations=True), "plan offloads")):
+            result = train(fields, self.dir)
+            self.assertEqual(result.returncode, 2, result.stderr)
+            self.assertIn(message, result.stderr)
+            self.assertNotIn("Traceback", result.stderr)
+        self.assertFalse((self.dir / "checkpoint.pt").exists())
+        # What the planner writes for a plan that offloads nothing passes.
+        self.assertSucceeded(train(plan(tokens=2 * TOKENS_PER_STEP, offload="none",
+                                        offload_activations=False, ep=1), self.dir))
+
     def test_fractional_gradient_accumulation_is_refused(self):
         # 6 sequences per step cannot be made of micro-batches of 4 on one rank.
         result = train(plan(micro_batch=4, global_batch=6), self.dir)
