@@ -30,6 +30,7 @@ struct PlanOptions {
   std::string cluster = "cluster64";
   int64_t top = 10;
   std::string objective = "time";
+  std::string reading = "device";
   std::string framework;  // megatron for full training, hf (PEFT + Trainer) for adapters
   std::string precision = "bf16";
   std::string fp8_recipe;
@@ -95,6 +96,7 @@ void PrintPlanJson(const PlanOptions& o, const JobSpec& job, const Cluster& clus
   j["cluster"] = cluster.name;
   j["framework"] = FrameworkName(job.framework);
   j["finetune"] = FineTuneName(job.finetune);
+  j["reading"] = ReadingName(popt.reading);  // what each plan's fit was judged on
   j["plans"] = nlohmann::json::array();
   for (const auto& p : res.plans) {
     j["plans"].push_back(PlanToJson(p));
@@ -173,6 +175,11 @@ void RunPlan(const PlanOptions& o) {
   } else {
     return Fail(InvalidArgument("expected time, cost or mix", {}, "--objective"));
   }
+  auto reading = ParseReading(o.reading);
+  if (!reading) {
+    return Fail(InvalidArgument("expected allocated, reserved or device", {}, "--reading"));
+  }
+  popt.reading = *reading;
   auto r = PlanJob(job, *cluster, GpuCatalog::Default(), popt);
   if (!r.ok()) return Fail(r.status());
   if (o.json) {
@@ -186,7 +193,10 @@ void RunPlan(const PlanOptions& o) {
     if (!r->plans.empty()) {
       fmt::print("  {:<3} {:<10} {:>5} {:>3} {:>3} {:>4} {:>3} {:>3} {:>3} {:>9} {:>13} {:>12} "
                  "{:>6} {:>10} {:>9}\n",
-                 "#", "GPU", "GPUS", "TP", "PP", "DP", "CP", "EP", "MB", "RECOMP", "MEM GiB",
+                 "#", "GPU", "GPUS", "TP", "PP", "DP", "CP", "EP", "MB", "RECOMP",
+                 popt.reading == Reading::kDevice     ? "MEM GiB"
+                 : popt.reading == Reading::kReserved ? "RESERVED GiB"
+                                                      : "ALLOC GiB",
                  "TIME", "MFU", "COST $", "PARETO");
       bool offload = false;
       for (const auto& p : r->plans) offload = offload || p.offload != Offload::kNone;
@@ -197,7 +207,10 @@ void RunPlan(const PlanOptions& o) {
         fmt::print("  {:<3} {:<10} {:>5} {:>3} {:>3} {:>4} {:>3} {:>3} {:>3} {:>9} {:>6} / {:<4} "
                    "{:>12} {:>5.1f}% {:>10} {:>9}\n",
                    ++i, p.gpu, p.gpus, p.tp, p.pp, p.dp, p.cp, p.ep, p.micro_batch,
-                   RecomputeText(p), Gib(p.device_bytes), Gib(p.gpu_memory_bytes), time,
+                   RecomputeText(p),
+                   Gib(popt.reading == Reading::kDevice ? p.device_bytes
+                                                        : JudgedBytes(p, popt.reading)),
+                   Gib(p.gpu_memory_bytes), time,
                    100 * p.mfu, p.cost ? fmt::format("{:.0f}", *p.cost) : "-",
                    p.pareto ? "yes" : "");
         if (job.precision == Precision::kFp8) {
@@ -238,6 +251,11 @@ void RegisterPlanCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--top", o->top, "How many plans to list")->capture_default_str();
   cmd->add_option("--objective", o->objective, "time|cost|mix")->capture_default_str();
+  cmd->add_option("--reading", o->reading,
+                  "The memory reading a plan must fit, with the margin: allocated "
+                  "(max_memory_allocated), reserved (max_memory_reserved) or device (nvidia-smi; "
+                  "the only safe one)")
+      ->capture_default_str();
   cmd->add_option("--framework", o->framework,
                   "megatron|deepspeed|fsdp|hf (default: megatron; hf for --finetune lora/qlora)");
   cmd->add_option("--precision", o->precision,

@@ -15,6 +15,37 @@
 
 namespace frenzy {
 
+const char* ReadingName(Reading r) {
+  switch (r) {
+    case Reading::kAllocated:
+      return "allocated";
+    case Reading::kReserved:
+      return "reserved";
+    case Reading::kDevice:
+      return "device";
+  }
+  return "device";
+}
+
+std::optional<Reading> ParseReading(std::string_view s) {
+  for (Reading r : {Reading::kAllocated, Reading::kReserved, Reading::kDevice}) {
+    if (s == ReadingName(r)) return r;
+  }
+  return std::nullopt;
+}
+
+int64_t JudgedBytes(const Plan& p, Reading r) {
+  switch (r) {
+    case Reading::kAllocated:
+      return p.peak_bytes;
+    case Reading::kReserved:
+      return p.reserved_bytes;
+    case Reading::kDevice:
+      return p.resident_bytes;
+  }
+  return p.resident_bytes;
+}
+
 bool LayoutLimits::Allows(int64_t zero) const {
   return zeros.empty() || std::find(zeros.begin(), zeros.end(), zero) != zeros.end();
 }
@@ -281,6 +312,7 @@ Plan MakePlan(const GpuType& g, const TrainingSpec& t, const Layout& l, Recomput
   plan.offload = l.p.offload;
   plan.offload_activations = t.offload_activations;
   plan.peak_bytes = mem.peak_bytes;
+  plan.reserved_bytes = mem.peak_reserved_bytes;
   plan.device_bytes = mem.device_bytes;
   plan.resident_bytes = mem.resident_bytes;
   plan.gpu_memory_bytes = g.memory_bytes;
@@ -329,7 +361,21 @@ class TypeSearch {
         usable_bytes_(static_cast<int64_t>(static_cast<double>(ti.gpu->memory_bytes) /
                                            (1.0 + opt.memory_margin))),
         host_margin_(opt.host_margin),
+        reading_(opt.reading),
         s_(s) {}
+
+  // The reading a layout's fit is judged on (PlannerOptions::reading).
+  int64_t Judged(const MemoryEstimate& m) const {
+    switch (reading_) {
+      case Reading::kAllocated:
+        return m.peak_bytes;
+      case Reading::kReserved:
+        return m.peak_reserved_bytes;
+      case Reading::kDevice:
+        break;
+    }
+    return m.resident_bytes;
+  }
 
   // Fits one layout with the least recomputation whose memory fits (less recomputation is
   // faster: the first that fits is the one to keep); returns whether one did.
@@ -347,11 +393,12 @@ class TypeSearch {
         }
         return false;
       }
-      if (mem->resident_bytes < least_device_) {
-        least_device_ = mem->resident_bytes;
+      const int64_t judged = Judged(*mem);
+      if (judged < least_device_) {
+        least_device_ = judged;
         least_ = MakePlan(g, t_, l, rc, *mem);
       }
-      if (mem->resident_bytes > usable_bytes_) continue;
+      if (judged > usable_bytes_) continue;
       // Offloaded states of the job's ranks on one node, in that node's host memory.
       const int64_t host_node = mem->host_bytes * std::min(ti_.gpus_per_node, l.gpus);
       if (host_node > 0) {
@@ -389,6 +436,7 @@ class TypeSearch {
   Network net_;
   int64_t usable_bytes_;  // GPU memory less the margin
   double host_margin_;
+  Reading reading_;
   Search* s_;
   Plan least_;
   int64_t least_device_ = std::numeric_limits<int64_t>::max();
@@ -511,7 +559,8 @@ Infeasible Diagnose(const JobSpec& job, const std::vector<TypeInfo>& types,
   for (const Plan& l : s.least_per_type) {
     why.shortfalls.push_back(
         {l.gpu, l.gpu_memory_bytes,
-         static_cast<int64_t>(static_cast<double>(l.resident_bytes) * (1.0 + opt.memory_margin)),
+         static_cast<int64_t>(static_cast<double>(JudgedBytes(l, opt.reading)) *
+                              (1.0 + opt.memory_margin)),
          l});
   }
   if (!job.gpus) why.would_fit = WhatWouldFit(job, types, catalog, opt);
@@ -658,6 +707,7 @@ nlohmann::json PlanToJson(const Plan& p) {
                       {"offload_activations", p.offload_activations},
                       {"precision", PrecisionName(p.precision)},
                       {"peak_bytes", p.peak_bytes},
+                      {"reserved_bytes", p.reserved_bytes},
                       {"device_bytes", p.device_bytes},
                       {"resident_bytes", p.resident_bytes},
                       {"host_bytes_per_node", p.host_bytes_per_node},

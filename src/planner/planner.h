@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -28,6 +29,17 @@
 namespace frenzy {
 
 enum class Objective { kTime, kCost, kMix };
+
+// The memory reading a plan's fit is judged on, as users take it: PyTorch's
+// max_memory_allocated (kAllocated), max_memory_reserved (kReserved: what the caching allocator
+// holds), or the device's own reading (kDevice, nvidia-smi: reserved plus the CUDA context and
+// NCCL's buffers, less paged optimizer states; the default, and the only one that is safe: a
+// run can fit its allocated bytes and still run out of device memory).
+enum class Reading { kAllocated, kReserved, kDevice };
+const char* ReadingName(Reading r);  // "allocated", "reserved", "device"
+std::optional<Reading> ParseReading(std::string_view s);
+struct Plan;
+int64_t JudgedBytes(const Plan& p, Reading r);  // p's bytes of reading r
 
 // The layouts the job's framework can run (launch/launch.h fills it for each framework Frenzy
 // launches): the planner searches only those, so that every plan it returns is runnable. The
@@ -100,6 +112,7 @@ struct PlannerOptions {
   // the CPU optimizer's working copies, the dataloaders and the OS share the node's memory).
   double host_margin = 0.5;
   Objective objective = Objective::kTime;
+  Reading reading = Reading::kDevice;  // what `fits` is judged on, with the margin above
   int64_t top = 10;
 };
 
@@ -118,7 +131,8 @@ struct Plan {
   Offload offload = Offload::kNone;
   bool offload_activations = false;  // saved activations in host memory (torchtune's)
   Precision precision = Precision::kBf16;  // what the GPU type runs (see JobSpec::precision)
-  int64_t peak_bytes = 0;
+  int64_t peak_bytes = 0;       // allocated
+  int64_t reserved_bytes = 0;   // the caching allocator's peak reservation
   int64_t device_bytes = 0;
   int64_t resident_bytes = 0;   // what must stay on the GPU (device less paged states)
   int64_t host_bytes_per_node = 0;  // offloaded states on one node's host memory

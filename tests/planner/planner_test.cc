@@ -567,6 +567,36 @@ TEST(Planner, FsdpJobsAcrossNodesMayShardWithinANode) {
   for (const Plan& p : Plan_(j, c, o).plans) EXPECT_EQ(p.shard_group, 0);
 }
 
+// `fits` judged on the reading a user takes: allocated <= reserved <= device for every layout
+// (the caching allocator reserves what it allocates; the device adds the CUDA context and
+// NCCL's buffers), so each reading admits at least the layouts of the next, and every plan fits
+// its own reading with the margin.
+TEST(Planner, FitsIsJudgedOnTheChosenReading) {
+  JobSpec j = Job("llama-2-13b", 1e10, 64, 4096);
+  const Cluster c = Bundled("lab");
+  PlannerOptions o;
+  o.top = 1000;
+  std::map<Reading, int64_t> fitting;
+  for (Reading r : {Reading::kAllocated, Reading::kReserved, Reading::kDevice}) {
+    o.reading = r;
+    PlanResult res = Plan_(j, c, o);
+    fitting[r] = res.layouts_fitting;
+    ASSERT_FALSE(res.plans.empty()) << ReadingName(r) << ": " << Why(res);
+    for (const Plan& p : res.plans) {
+      EXPECT_LE(p.peak_bytes, p.reserved_bytes);
+      EXPECT_LE(p.reserved_bytes, p.device_bytes);
+      EXPECT_LE(static_cast<double>(JudgedBytes(p, r)) * 1.10,
+                static_cast<double>(p.gpu_memory_bytes) + 1)
+          << ReadingName(r);
+    }
+  }
+  EXPECT_GE(fitting[Reading::kAllocated], fitting[Reading::kReserved]);
+  EXPECT_GE(fitting[Reading::kReserved], fitting[Reading::kDevice]);
+  EXPECT_GT(fitting[Reading::kAllocated], fitting[Reading::kDevice]);
+  EXPECT_EQ(ParseReading("reserved"), Reading::kReserved);
+  EXPECT_FALSE(ParseReading("nvidia-smi").has_value());
+}
+
 TEST(Planner, ActivationOffloadWhenNothingElseFits) {
   // Llama-2-7B, full fine-tune in pure bf16 under the HF/torchtune stack, two 24,576-token
   // sequences a micro-batch on one A100-80GB: even with every layer checkpointed the layer
