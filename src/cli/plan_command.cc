@@ -114,6 +114,26 @@ void PrintPlanJson(const PlanOptions& o, const JobSpec& job, const Cluster& clus
   PrintJson(j);
 }
 
+// The planner's options from the flags: the objective and reading by name.
+Result<PlannerOptions> PlannerOptionsOf(const PlanOptions& o) {
+  PlannerOptions popt;
+  popt.top = o.top;
+  popt.memory_margin = o.margin;
+  if (o.objective == "time") {
+    popt.objective = Objective::kTime;
+  } else if (o.objective == "cost") {
+    popt.objective = Objective::kCost;
+  } else if (o.objective == "mix") {
+    popt.objective = Objective::kMix;
+  } else {
+    return InvalidArgument("expected time, cost or mix", {}, "--objective");
+  }
+  auto reading = ParseReading(o.reading);
+  if (!reading) return InvalidArgument("expected allocated, reserved or device", {}, "--reading");
+  popt.reading = *reading;
+  return popt;
+}
+
 void RunPlan(const PlanOptions& o) {
   auto spec = ResolveModel(o.model);
   if (!spec.ok()) return Fail(spec.status());
@@ -163,23 +183,9 @@ void RunPlan(const PlanOptions& o) {
   if (*launcher) {
     if (Status s = PrepareJob(**launcher, &job); !s.ok()) return Fail(s);
   }
-  PlannerOptions popt;
-  popt.top = o.top;
-  popt.memory_margin = o.margin;
-  if (o.objective == "time") {
-    popt.objective = Objective::kTime;
-  } else if (o.objective == "cost") {
-    popt.objective = Objective::kCost;
-  } else if (o.objective == "mix") {
-    popt.objective = Objective::kMix;
-  } else {
-    return Fail(InvalidArgument("expected time, cost or mix", {}, "--objective"));
-  }
-  auto reading = ParseReading(o.reading);
-  if (!reading) {
-    return Fail(InvalidArgument("expected allocated, reserved or device", {}, "--reading"));
-  }
-  popt.reading = *reading;
+  Result<PlannerOptions> planner = PlannerOptionsOf(o);
+  if (!planner.ok()) return Fail(planner.status());
+  const PlannerOptions& popt = *planner;
   auto r = PlanJob(job, *cluster, GpuCatalog::Default(), popt);
   if (!r.ok()) return Fail(r.status());
   if (o.json) {
