@@ -18,7 +18,14 @@ two formulas practitioners use today, written down from their documentation:
 The measured quantity decides what is compared: max_allocated -> peak_bytes,
 max_reserved -> peak_reserved_bytes, nvidia_smi -> device_bytes.
 
+With --bands FILE it also writes MARP's error band per modelled framework (megatron, deepspeed,
+fsdp, hf) over the plain rows (no feature MARP does not model): the rows, the most negative
+(under-prediction) and most positive relative errors and the mean absolute error. `frenzy
+predict` reports the band and `frenzy plan --safe-margin` sizes its margin by it
+(data/measurements/error_bands.json; tests check that file is what this tool writes now).
+
 Usage: compare_published.py FRENZY_BIN [--csv data/measurements/published.csv] [--markdown]
+                            [--bands FILE]
 """
 import argparse
 import csv
@@ -147,6 +154,7 @@ def main():
     ap.add_argument("frenzy")
     ap.add_argument("--csv", default=os.path.join(ROOT, "data/measurements/published.csv"))
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--bands", help="write the per-framework error bands (JSON) here")
     a = ap.parse_args()
     rows = list(csv.DictReader(open(a.csv)))
     results, skipped = [], []
@@ -214,7 +222,28 @@ def main():
                   f"(MARP on the same rows: {100 * (1 - sum(me) / len(me)):.1f}%)")
     if skipped:
         print("\nskipped: " + "; ".join(f"{i} ({why})" for i, why in skipped))
+    if a.bands:
+        write_bands(a.bands, results)
     return 0
+
+
+def write_bands(path, results):
+    bands = {}
+    for x in results:
+        if x["unmodelled"]:
+            continue
+        bands.setdefault(FRAMEWORK[x["framework"]], []).append(x["marp_err"])
+    doc = {"source": "tools/compare_published.py --bands over data/measurements/published.csv: "
+                     "MARP's relative error (predicted - measured) / measured on the plain rows "
+                     "(no feature MARP does not model), by the framework each system is modelled "
+                     "as; each row's own source is in published.csv",
+           "frameworks": {f: {"rows": len(e), "min_error": round(min(e), 4),
+                              "max_error": round(max(e), 4),
+                              "mean_abs_error": round(sum(abs(v) for v in e) / len(e), 4)}
+                          for f, e in sorted(bands.items())}}
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 #include "common/strings.h"
 #include "hardware/cluster.h"
 #include "hardware/gpu.h"
+#include "memory/error_bands.h"
 #include "memory/memory_json.h"
 #include "memory/memory_model.h"
 #include "perf/perf_model.h"
@@ -324,10 +325,17 @@ void RunPredict(PredictOptions o) {
     return Fail(InvalidArgument("impossible layout for " + spec->name + ": " + s.message(),
                                 "--" + s.field()));
   }
+  const std::optional<ErrorBand> band = PublishedErrorBand(o.train.framework);
   if (o.json) {
     nlohmann::json j = MemoryEstimateToJson(*est, gpu);
     j["model"] = spec->name;
     j["layout"] = LayoutToJson(o.train, o.plan);
+    j["error_band"] = band ? nlohmann::json{{"framework", FrameworkName(o.train.framework)},
+                                            {"rows", band->rows},
+                                            {"min_error", band->min_error},
+                                            {"max_error", band->max_error},
+                                            {"mean_abs_error", band->mean_abs_error}}
+                           : nlohmann::json(nullptr);
     return PrintJson(j);
   }
   fmt::print("{}: {} params, {} on {} GPU(s) (tp {} pp {} dp {} cp {} ep {}), {} {}, "
@@ -360,6 +368,12 @@ void RunPredict(PredictOptions o) {
   fmt::print("  peak allocated {} GiB, reserved {} GiB, device {} GiB (stage {})\n",
              Gib(est->peak_bytes), Gib(est->peak_reserved_bytes), Gib(est->device_bytes),
              est->worst_stage);
+  if (band) {
+    fmt::print("  expected error {:+.1f}% to {:+.1f}% (mean {:.1f}%): MARP against {} published "
+               "{} run(s) (data/measurements/error_bands.json)\n",
+               100 * band->min_error, 100 * band->max_error, 100 * band->mean_abs_error,
+               band->rows, FrameworkName(o.train.framework));
+  }
   if (est->resident_bytes < est->device_bytes) {
     fmt::print("  of which {} GiB are paged optimizer states the driver may move to host memory: "
                "{} GiB must stay on the GPU\n",

@@ -12,6 +12,7 @@
 #include "hardware/cluster.h"
 #include "hardware/gpu.h"
 #include "launch/launch.h"
+#include "memory/error_bands.h"
 #include "memory/training.h"
 #include "model/zoo.h"
 #include "planner/explain.h"
@@ -44,6 +45,7 @@ struct PlanOptions {
   double deadline_hours = 0;
   double budget = 0;
   double margin = 0.10;
+  bool safe_margin = false;  // at least the framework's worst published under-prediction
   std::string launch;  // torchtitan|megatron|accelerate|deepspeed: add each plan's launch
   LaunchInput entry;
   bool json = false;
@@ -97,6 +99,7 @@ void PrintPlanJson(const PlanOptions& o, const JobSpec& job, const Cluster& clus
   j["framework"] = FrameworkName(job.framework);
   j["finetune"] = FineTuneName(job.finetune);
   j["reading"] = ReadingName(popt.reading);  // what each plan's fit was judged on
+  j["memory_margin"] = popt.memory_margin;
   j["plans"] = nlohmann::json::array();
   for (const auto& p : res.plans) {
     j["plans"].push_back(PlanToJson(p));
@@ -114,11 +117,12 @@ void PrintPlanJson(const PlanOptions& o, const JobSpec& job, const Cluster& clus
   PrintJson(j);
 }
 
-// The planner's options from the flags: the objective and reading by name.
-Result<PlannerOptions> PlannerOptionsOf(const PlanOptions& o) {
+// The planner's options from the flags: the objective and reading by name, the margin (raised
+// to the job's framework's published error band with --safe-margin).
+Result<PlannerOptions> PlannerOptionsOf(const PlanOptions& o, Framework framework) {
   PlannerOptions popt;
   popt.top = o.top;
-  popt.memory_margin = o.margin;
+  popt.memory_margin = o.safe_margin ? SafeMargin(framework, o.margin) : o.margin;
   if (o.objective == "time") {
     popt.objective = Objective::kTime;
   } else if (o.objective == "cost") {
@@ -183,7 +187,7 @@ void RunPlan(const PlanOptions& o) {
   if (*launcher) {
     if (Status s = PrepareJob(**launcher, &job); !s.ok()) return Fail(s);
   }
-  Result<PlannerOptions> planner = PlannerOptionsOf(o);
+  Result<PlannerOptions> planner = PlannerOptionsOf(o, job.framework);
   if (!planner.ok()) return Fail(planner.status());
   const PlannerOptions& popt = *planner;
   auto r = PlanJob(job, *cluster, GpuCatalog::Default(), popt);
@@ -290,6 +294,9 @@ void RegisterPlanCommand(CLI::App& app) {
   cmd->add_option("--recompute", o->recompute, "Pin recomputation none|selective|full");
   cmd->add_option("--deadline-hours", o->deadline_hours, "Finish within this many hours");
   cmd->add_option("--budget", o->budget, "Spend at most this many USD");
+  cmd->add_flag("--safe-margin", o->safe_margin,
+                "Raise the margin to cover the framework's worst published under-prediction "
+                "(predict shows the band; data/measurements/error_bands.json)");
   cmd->add_option("--margin", o->margin, "Memory safety margin (fraction)")
       ->capture_default_str();
   cmd->add_option("--launch", o->launch,
