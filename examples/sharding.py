@@ -76,8 +76,9 @@ class Groups:
 @dataclasses.dataclass
 class _Slot:
     """One parameter inside a unit's flat vector, and where the modules hold it."""
-    key: str                                  # its name in the model's state_dict
+    key: str                                  # its name in the model's state_dict (the first)
     owners: list[tuple[nn.Module, str]]       # (module, attribute): two when tied
+    keys: list[str]                           # each owner's name in the state_dict
     offset: int
     shape: torch.Size
 
@@ -285,6 +286,7 @@ class ShardedModel:
         params = list(model.parameters())  # tied weights once
         self.opt_order = ([names[id(p)] for p in params if p.dim() >= 2] +
                           [names[id(p)] for p in params if p.dim() < 2])
+        self.state_keys = list(model.state_dict())  # the unsharded state_dict's names, in order
         self.units = [self._make_unit(f"blocks.{i}", block, f"blocks.{i}.")
                       for i, block in enumerate(model.blocks)]
         self.root = self._make_unit("root", model, "")
@@ -305,8 +307,10 @@ class ShardedModel:
                 key = f"{prefix}{mod_name + '.' if mod_name else ''}{attr}"
                 if id(p) in by_param:
                     by_param[id(p)].owners.append((mod, attr))
+                    by_param[id(p)].keys.append(key)
                 else:
-                    slot = _Slot(key=key, owners=[(mod, attr)], offset=offset, shape=p.shape)
+                    slot = _Slot(key=key, owners=[(mod, attr)], keys=[key], offset=offset,
+                                 shape=p.shape)
                     by_param[id(p)] = slot
                     slots.append(slot)
                     params.append(p)
@@ -360,25 +364,9 @@ class ShardedModel:
             full = u.full_copy()
             for slot in u.slots:
                 value = full[slot.offset:slot.offset + slot.numel].view(slot.shape).clone()
-                for mod, attr in slot.owners:
-                    out[self._key_of(mod, attr)] = value
-        return {k: out[k] for k in self._state_keys()}
-
-    def _key_of(self, module: nn.Module, attr: str) -> str:
-        for name, mod in self.model.named_modules(remove_duplicate=False):
-            if mod is module:
-                return f"{name + '.' if name else ''}{attr}"
-        raise KeyError(attr)
-
-    def _state_keys(self) -> list[str]:
-        keys = []
-        for name, mod in self.model.named_modules(remove_duplicate=False):
-            for u in self.units:
-                for slot in u.slots:
-                    for owner, attr in slot.owners:
-                        if owner is mod:
-                            keys.append(f"{name + '.' if name else ''}{attr}")
-        return list(dict.fromkeys(keys))
+                for key in slot.keys:
+                    out[key] = value
+        return {k: out[k] for k in self.state_keys}
 
     def optimizer_state_dict(self, optimizer: ShardAdamW,
                              reference: dict[str, Any]) -> dict[str, Any]:

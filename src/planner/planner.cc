@@ -34,16 +34,25 @@ std::optional<Reading> ParseReading(std::string_view s) {
   return std::nullopt;
 }
 
-int64_t JudgedBytes(const Plan& p, Reading r) {
+namespace {
+
+// The bytes of reading r among a layout's three (the device one less paged states).
+int64_t ReadingBytes(Reading r, int64_t allocated, int64_t reserved, int64_t resident) {
   switch (r) {
     case Reading::kAllocated:
-      return p.peak_bytes;
+      return allocated;
     case Reading::kReserved:
-      return p.reserved_bytes;
+      return reserved;
     case Reading::kDevice:
-      return p.resident_bytes;
+      break;
   }
-  return p.resident_bytes;
+  return resident;
+}
+
+}  // namespace
+
+int64_t JudgedBytes(const Plan& p, Reading r) {
+  return ReadingBytes(r, p.peak_bytes, p.reserved_bytes, p.resident_bytes);
 }
 
 bool LayoutLimits::Allows(int64_t zero) const {
@@ -366,15 +375,7 @@ class TypeSearch {
 
   // The reading a layout's fit is judged on (PlannerOptions::reading).
   int64_t Judged(const MemoryEstimate& m) const {
-    switch (reading_) {
-      case Reading::kAllocated:
-        return m.peak_bytes;
-      case Reading::kReserved:
-        return m.peak_reserved_bytes;
-      case Reading::kDevice:
-        break;
-    }
-    return m.resident_bytes;
+    return ReadingBytes(reading_, m.peak_bytes, m.peak_reserved_bytes, m.resident_bytes);
   }
 
   // Fits one layout with the least recomputation whose memory fits (less recomputation is

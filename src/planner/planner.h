@@ -38,8 +38,6 @@ enum class Objective { kTime, kCost, kMix };
 enum class Reading { kAllocated, kReserved, kDevice };
 const char* ReadingName(Reading r);  // "allocated", "reserved", "device"
 std::optional<Reading> ParseReading(std::string_view s);
-struct Plan;
-int64_t JudgedBytes(const Plan& p, Reading r);  // p's bytes of reading r
 
 // The layouts the job's framework can run (launch/launch.h fills it for each framework Frenzy
 // launches): the planner searches only those, so that every plan it returns is runnable. The
@@ -147,6 +145,8 @@ struct Plan {
 
 // "none", "full", ... or "full/2" (every 2nd layer recomputed).
 std::string RecomputeText(const Plan& p);
+// The plan's bytes of reading r (peak_bytes, reserved_bytes or resident_bytes).
+int64_t JudgedBytes(const Plan& p, Reading r);
 
 // Why a job got no plan. In the order the planner tests them:
 enum class InfeasibleKind {

@@ -242,12 +242,18 @@ Result<json> Daemon::Report(const std::string& id, const json& body) {
                   "id");
   }
   // A step trains at least one token, and a run trains whole steps: its last step may pass the
-  // job's total by less than one step (global_batch x seq_len tokens), never more.
-  const json spec = ParseOr(row.spec, json::object());
-  auto number = [&](const char* key) {
-    return spec.contains(key) && spec[key].is_number() ? spec[key].get<double>() : 0.0;
-  };
-  const double most = row.total_tokens + number("global_batch") * number("seq_len");
+  // job's total by less than one step (global_batch x seq_len tokens), never more. The step's
+  // size is read from the stored spec once per job, not at every report.
+  const int64_t key = KeyOf(id);
+  auto& last = last_report_[key];
+  if (last.step_tokens < 0) {
+    const json spec = ParseOr(row.spec, json::object());
+    auto number = [&](const char* k) {
+      return spec.contains(k) && spec[k].is_number() ? spec[k].get<double>() : 0.0;
+    };
+    last.step_tokens = number("global_batch") * number("seq_len");
+  }
+  const double most = row.total_tokens + last.step_tokens;
   RETURN_IF_ERROR(field("step", true, true, most).status());
   RETURN_IF_ERROR(field("tokens", true, false, most).status());
   if (saved && *saved > *tokens) {
@@ -257,9 +263,7 @@ Result<json> Daemon::Report(const std::string& id, const json& body) {
   }
   // Within one run, progress only goes forward (a resumed run is a new attempt and may restart
   // from an earlier checkpoint).
-  const int64_t key = KeyOf(id);
-  auto& last = last_report_[key];
-  if (last.attempt != row.attempt) last = LastReport{row.attempt, 0, 0};
+  if (last.attempt != row.attempt) last = LastReport{row.attempt, 0, 0, last.step_tokens};
   if (*step < last.step || *tokens < last.tokens) {
     return Status(StatusCode::kFailedPrecondition,
                   fmt::format("progress went back within attempt {}: step {:.0f} after {:.0f}, "

@@ -253,6 +253,7 @@ class Daemon {
   struct LastReport {
     int64_t attempt = -1;
     double step = 0, tokens = 0;
+    double step_tokens = -1;  // global_batch x seq_len of the job (-1: not read yet)
   };
   std::unordered_map<int64_t, LastReport> last_report_;
   int64_t quarantined_ = 0;

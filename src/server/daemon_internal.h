@@ -37,6 +37,10 @@ Result<nlohmann::json> CleanGpuReading(const nlohmann::json& g, size_t i);
 
 namespace frenzy::server {
 
+// Whether a stored spec names a framework Frenzy launches (a look at its "framework" word,
+// without parsing the rest of it).
+bool NamesLauncher(const nlohmann::json& stored_spec);
+
 struct Daemon::Parsed {
   JobSpec spec;
   std::optional<Launcher> launcher;  // "framework" named a launch adapter's framework

@@ -353,6 +353,9 @@ Status Daemon::OnOutOfMemory(JobRow& row, double now) {
 
 Result<bool> Daemon::FrameworkLaunch(JobRow& row, json spec, const frenzy::Plan& plan,
                                      double now, LaunchSpec& ls, json* plan_json) {
+  // Most jobs run the daemon's own training command: only a framework job's spec is parsed
+  // again (model and all) at launch.
+  if (!NamesLauncher(spec)) return true;
   Result<Parsed> parsed = ParseStoredSpec(std::move(spec));
   if (!parsed.ok() || !parsed->launcher) return true;  // the daemon's own training command
   const Launcher l = *parsed->launcher;

@@ -200,14 +200,22 @@ Status Daemon::ParseFramework(const json& spec, Parsed* p) const {
   return Status::Ok();
 }
 
+// Specs stored before frameworks were launched held the memory model's word in "framework" and
+// no "modelled_as": their "megatron" or "deepspeed" meant the daemon's own training command,
+// which they keep running (with its default model) instead of being set aside.
+static bool LegacyFrameworkWord(const json& spec) {
+  return !spec.contains("modelled_as") && spec.contains("framework") &&
+         (spec["framework"] == "megatron" || spec["framework"] == "deepspeed");
+}
+
+bool NamesLauncher(const json& stored_spec) {
+  const auto f = stored_spec.find("framework");
+  return f != stored_spec.end() && f->is_string() && ParseLauncher(f->get<std::string>()) &&
+         !LegacyFrameworkWord(stored_spec);
+}
+
 Result<Daemon::Parsed> Daemon::ParseStoredSpec(json spec) const {
-  // Specs stored before frameworks were launched held the memory model's word in "framework"
-  // and no "modelled_as": their "megatron" or "deepspeed" meant the daemon's own training
-  // command, which they keep running (with its default model) instead of being set aside.
-  if (!spec.contains("modelled_as") && spec.contains("framework") &&
-      (spec["framework"] == "megatron" || spec["framework"] == "deepspeed")) {
-    spec.erase("framework");
-  }
+  if (LegacyFrameworkWord(spec)) spec.erase("framework");
   for (const char* added : {"model_key", "modelled_as"}) spec.erase(added);
   return ParseSpec(spec);
 }
