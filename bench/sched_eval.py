@@ -34,8 +34,9 @@ import time
 
 BASELINES = ["fifo-static", "tiresias", "gavel", "sia"]
 EVERYONE = BASELINES + ["frenzy"]
-ABLATION = ["frenzy", "frenzy-no-marp", "frenzy-no-srpt", "frenzy-no-swap", "frenzy-no-elastic",
-            "frenzy-no-preempt", "frenzy-no-move", "frenzy-no-tick", "frenzy-no-dynamic"]
+ABLATION = ["frenzy", "frenzy-no-marp", "frenzy-no-srpt", "frenzy-no-swap", "frenzy-no-fallback",
+            "frenzy-no-elastic", "frenzy-no-preempt", "frenzy-no-move", "frenzy-no-tick",
+            "frenzy-no-dynamic"]
 
 
 def run(cmd):

@@ -43,6 +43,26 @@ const std::vector<int>& AllocationCore::Allocate(std::span<const CoreJob> jobs,
       type_[first_[i] + o] = r.type;
     }
   }
+  idle_.clear();
+  Greedy();
+  // GPUs nobody took are every job's fallback: a second pass scores a job's first step by what
+  // it gains over its best option on them (only when some are left; on a full cluster the first
+  // pass stands).
+  if (k_->fallback &&
+      std::any_of(cap_.begin(), cap_.end(), [](int64_t c) { return c > 0; })) {
+    idle_ = cap_;
+    cap_.assign(capacity.begin(), capacity.end());
+    choice_.assign(jobs.size(), -1);
+    version_.assign(jobs.size(), 0);
+    heap_.clear();
+    first_step_.clear();
+    Greedy();
+  }
+  if (k_->swap_types) SwapTypes();
+  return choice_;
+}
+
+void AllocationCore::Greedy() {
   Seed();
   auto any_left = [&] {
     return std::any_of(cap_.begin(), cap_.end(), [](int64_t c) { return c > 0; });
@@ -58,8 +78,6 @@ const std::vector<int>& AllocationCore::Allocate(std::span<const CoreJob> jobs,
     // is left.
     Propose(s.job);
   }
-  if (k_->swap_types) SwapTypes();
-  return choice_;
 }
 
 // Predicted remaining time of job `i` on option `o`.
@@ -96,7 +114,9 @@ void AllocationCore::Seed() {
     // A first start (no restart to price) on the untouched capacity: the best option is the
     // one with the most tokens/s per GPU, whatever the job's remaining tokens, so jobs of one
     // speed class share it (the proposals' scan is most of a decision with many waiting jobs).
-    const bool shared = k_->preempt && j.current < 0 && j.restart_s == 0 && j.speed_class >= 0;
+    // (In the second pass a first step's key depends on the job's fallback: not shared.)
+    const bool shared = k_->preempt && j.current < 0 && j.restart_s == 0 && j.speed_class >= 0 &&
+                        idle_.empty();
     if (shared) {
       auto it = first_step_.find(j.speed_class);
       if (it != first_step_.end()) {
@@ -145,17 +165,42 @@ void AllocationCore::Propose(size_t i) {
   // A job that runs nowhere yet, with every count allowed, may take any option (Allowed).
   const bool free_choice = j.current < 0 && k_->elastic;
   const size_t n = j.speed.size();
+  // Second pass, a job holding nothing: its fallback is its best 1 / T on the idle GPUs of the
+  // first pass (those still free now), and a step onto a type gains over the best fallback on
+  // the other types.
+  double fallback = 0, runner_up = 0;
+  int fallback_type = -1;
+  if (c < 0 && !idle_.empty()) {
+    best_on_.assign(cap_.size(), 0.0);
+    for (size_t o = 0; o < n; ++o) {
+      const size_t t = static_cast<size_t>(type_[base + o]);
+      if (!free_choice && !Allowed(i, static_cast<int>(o))) continue;  // not its to take
+      if (gpus_[base + o] <= std::min(cap_[t], idle_[t])) {
+        best_on_[t] = std::max(best_on_[t], inv_t_[base + o]);
+      }
+    }
+    for (size_t t = 0; t < best_on_.size(); ++t) {
+      if (best_on_[t] > fallback) {
+        runner_up = fallback;
+        fallback = best_on_[t];
+        fallback_type = static_cast<int>(t);
+      } else if (best_on_[t] > runner_up) {
+        runner_up = best_on_[t];
+      }
+    }
+  }
   for (size_t o = 0; o < n;) {
     const int type = type_[base + o];
     const int64_t held = type == c_type ? c_gpus : 0;
     const int64_t cap = cap_[static_cast<size_t>(type)] + held;
+    const double base_inv = c >= 0 ? have : type == fallback_type ? runner_up : fallback;
     for (; o < n && type_[base + o] == type; ++o) {
       const int64_t gpus = gpus_[base + o];
       if (gpus > cap) {  // the rest of this type is larger still
         while (o < n && type_[base + o] == type) ++o;
         break;
       }
-      const double gain = inv_t_[base + o] - have;
+      const double gain = inv_t_[base + o] - base_inv;
       if (gain <= 0 || gpus <= held) continue;  // the greedy only adds
       // key = gain / need, compared without dividing; ties go to the larger step (fewer grants).
       const double need = static_cast<double>(gpus - held);
@@ -187,62 +232,88 @@ int AllocationCore::Same(size_t i, int type, int64_t gpus) const {
 // Comparative advantage: the greedy serves the best gain per GPU first, so of two jobs that
 // gain alike from a fast type, the one that would lose little on a slower type may take it
 // before the one that would lose much. One pass repairs that: every job that holds GPUs of one
-// type but would run faster on the same count of another type trades places with the job there
-// whose trade raises the objective most (the two 1 / T sums; restarts priced as everywhere).
-// O(D P) for D such jobs and P jobs holding GPUs.
+// type but would run faster on what another job holds of another type (any counts) trades
+// places with the job there whose trade shortens the two jobs' summed completion time most
+// (PairSum; restarts priced as everywhere). The capacity is unchanged by a trade. O(D P) for
+// D jobs that would run faster elsewhere and P jobs holding GPUs.
 void AllocationCore::SwapTypes() {
-  // Jobs holding GPUs, sorted by (type, GPUs): the candidates for a trade with job a are the
-  // run of those holding ra.gpus GPUs of another type.
-  struct Holder {
-    int type;
-    int64_t gpus;
-    size_t job;
-    bool operator<(const Holder& o) const {
-      return type != o.type ? type < o.type : gpus != o.gpus ? gpus < o.gpus : job < o.job;
-    }
-  };
-  std::vector<Holder> held;
+  held_.clear();
   for (size_t i = 0; i < jobs_.size(); ++i) {
-    if (choice_[i] < 0 || jobs_[i].pinned) continue;
-    const size_t row = first_[i] + static_cast<size_t>(choice_[i]);
-    held.push_back({type_[row], gpus_[row], i});
+    if (choice_[i] >= 0 && !jobs_[i].pinned) {
+      held_.push_back({Row(i, choice_[i]).type, Row(i, choice_[i]).gpus, i});
+    }
   }
-  std::sort(held.begin(), held.end());
-  std::vector<size_t> at(jobs_.size(), 0);  // job -> its index in `held`
-  for (size_t h = 0; h < held.size(); ++h) at[held[h].job] = h;
-  for (size_t h = 0; h < held.size(); ++h) {
-    const size_t a = held[h].job;
-    const int a_type = held[h].type;
-    const int64_t g = held[h].gpus;
-    const double a_now = Inv(a, choice_[a]);
-    for (int type = 0; type < static_cast<int>(cap_.size()); ++type) {
-      const int oa = type == a_type ? -1 : Same(a, type, g);
-      if (oa < 0 || Inv(a, oa) <= a_now) continue;
-      auto lo = std::lower_bound(held.begin(), held.end(), Holder{type, g, 0});
-      size_t partner = a;
-      int partner_option = -1;
-      double best = 0;
-      for (auto it = lo; it != held.end() && it->type == type && it->gpus == g; ++it) {
+  // By (type, GPUs): the candidates for job a's option o are the run holding exactly o. A trade
+  // gives each job the other's (type, GPUs), so trading the two entries' jobs keeps the order.
+  std::sort(held_.begin(), held_.end());
+  type_begin_.assign(cap_.size(), 0);
+  type_end_.assign(cap_.size(), 0);
+  for (size_t h = held_.size(); h-- > 0;) type_begin_[static_cast<size_t>(held_[h].type)] = h;
+  for (size_t h = 0; h < held_.size(); ++h) type_end_[static_cast<size_t>(held_[h].type)] = h + 1;
+  // Each (type, GPUs) run is a slot; job b's option on slot s is looked up once (many jobs hold
+  // the same slot and scan the same partners).
+  slot_.assign(held_.size(), 0);
+  size_t slots = 0;
+  for (size_t h = 0; h < held_.size(); ++h) {
+    if (h > 0 && (held_[h].type != held_[h - 1].type || held_[h].gpus != held_[h - 1].gpus)) {
+      ++slots;
+    }
+    slot_[h] = slots;
+  }
+  on_slot_.assign((slots + 1) * jobs_.size(), -2);  // -2: not looked up yet
+  for (size_t h = 0; h < held_.size(); ++h) {
+    const size_t a = held_[h].job;
+    const int ca = choice_[a];
+    const double a_now = Inv(a, ca);
+    size_t at = 0;
+    int pa = -1, pb = -1;
+    double best = 0;
+    for (size_t o = 0; o < jobs_[a].speed.size(); ++o) {
+      const size_t row = first_[a] + o;
+      if (type_[row] == held_[h].type || inv_t_[row] <= a_now) continue;
+      const int oa = static_cast<int>(o);
+      if (jobs_[a].current >= 0 && !k_->move) continue;  // it may not move
+      const auto end = held_.begin() + static_cast<ptrdiff_t>(type_end_[type_[row]]);
+      auto lo = std::lower_bound(held_.begin() + static_cast<ptrdiff_t>(type_begin_[type_[row]]),
+                                 end, Holder{type_[row], gpus_[row], 0});
+      for (auto it = lo; it != end && it->gpus == gpus_[row]; ++it) {
         const size_t b = it->job;
-        const int ob = Same(b, a_type, g);
+        const int cb = choice_[b];
+        int& ob = on_slot_[slot_[h] * jobs_.size() + b];
+        if (ob == -2) ob = Same(b, held_[h].type, held_[h].gpus);
         if (ob < 0) continue;
-        const double delta = Inv(a, oa) + Inv(b, ob) - a_now - Inv(b, choice_[b]);
-        if (delta > best) {
-          best = delta;
-          partner = b;
-          partner_option = ob;
+        const double gain = PairSum(a, ca, oa, b, cb, ob) - PairSum(a, oa, ca, b, ob, cb);
+        if (gain > best) {
+          best = gain;
+          at = static_cast<size_t>(it - held_.begin());
+          pa = oa;
+          pb = ob;
         }
       }
-      if (partner_option < 0) continue;
-      // Same GPU counts: the capacity is unchanged. The two trade places in `held` too (its
-      // order by (type, GPUs) still holds).
-      choice_[partner] = partner_option;
-      choice_[a] = oa;
-      std::swap(held[at[a]].job, held[at[partner]].job);
-      std::swap(at[a], at[partner]);
-      break;
     }
+    if (pa < 0) continue;
+    choice_[held_[at].job] = pb;
+    choice_[a] = pa;
+    std::swap(held_[h].job, held_[at].job);
   }
+}
+
+// The summed completion time of jobs a and b when a runs option pa and b option pb, with no
+// other change: the first to finish leaves its GPUs to the other, which moves there (alt_a,
+// alt_b: each one's option on the other's GPUs) if that finishes it sooner, after a restart.
+double AllocationCore::PairSum(size_t a, int pa, int alt_a, size_t b, int pb, int alt_b) const {
+  auto run = [&](size_t i, int o) {
+    return jobs_[i].remaining_tokens / jobs_[i].speed[static_cast<size_t>(o)];
+  };
+  // Job i's completion on option p when the other job finishes at t1.
+  auto second = [&](size_t i, int p, int alt, double t1) {
+    const double pause = T(i, p) - run(i, p);
+    const double done = std::clamp((t1 - pause) / run(i, p), 0.0, 1.0);
+    return std::min(T(i, p), t1 + jobs_[i].restart_s + (1 - done) * run(i, alt));
+  };
+  const double ta = T(a, pa);
+  const double tb = T(b, pb);
+  return ta <= tb ? ta + second(b, pb, alt_b, ta) : tb + second(a, pa, alt_a, tb);
 }
 
 void AllocationCore::Grant(size_t i, int o) {

@@ -20,8 +20,20 @@
 // next GPUs gain more than any other job's, and a running job shrinks or stops when others gain
 // more from its GPUs (shortest remaining time first, elastic).
 //
+// Fallback: a first step's gain counted from nothing overstates what a contended type is worth
+// to a job that would run nearly as fast on GPUs nobody else wants. When the greedy leaves GPUs
+// free, it runs once more with every first step scored by its gain over the job's fallback (its
+// best 1 / T on those free GPUs, on another type): the contended GPUs go to the jobs that lose
+// most without them. On a full cluster there is no fallback and the first pass stands.
+//
+// Type swap (comparative advantage): then every job holding GPUs that would run faster on what
+// another job holds of another type trades places with the one whose trade shortens the pair's
+// summed completion time most (both finish, the first to end leaving its GPUs to the other).
+//
 // Cost for J jobs with at most K options: O(J K) for the first proposals, O(S (K + log J)) for S
-// grants and re-proposals (S <= J K; in practice a few per job). No iteration to convergence.
+// grants and re-proposals (S <= J K; in practice a few per job), twice with a fallback pass (only
+// when GPUs are left free, so not on a full cluster), and O(D P) for the swap (D jobs faster
+// elsewhere, P holding GPUs). No iteration to convergence.
 #ifndef FRENZY_SCHED_HAS_CORE_H_
 #define FRENZY_SCHED_HAS_CORE_H_
 
@@ -62,8 +74,12 @@ struct CoreKnobs {
   bool preempt = true;
   // Running jobs may change option (grow, shrink, change type); off: they keep theirs or stop.
   bool move = true;
-  // After the greedy, jobs trade GPU types where both gain (comparative advantage); off: the
-  // greedy's choice stands.
+  // When the greedy leaves GPUs free, a second pass scores a job's first step by its gain over
+  // its fallback, the best it would get on those free GPUs (what taking a contended type is
+  // worth to it); off: by its whole gain, as if it had nowhere else to go.
+  bool fallback = true;
+  // After the greedy, jobs trade GPU types where that shortens the pair's summed completion time
+  // (comparative advantage); off: the greedy's choice stands.
   bool swap_types = true;
 };
 
@@ -89,6 +105,11 @@ class AllocationCore {
   double Inv(size_t i, int o) const { return inv_t_[first_[i] + static_cast<size_t>(o)]; }
   int64_t Need(size_t i, int o) const;
   void Seed();
+  void Greedy();
+  const RunOption& Row(size_t i, int o) const {
+    return jobs_[i].options->options[static_cast<size_t>(o)];
+  }
+  double PairSum(size_t a, int pa, int alt_a, size_t b, int pb, int alt_b) const;
   bool Allowed(size_t i, int o) const;
   void Propose(size_t i);
   int Same(size_t i, int type, int64_t gpus) const;
@@ -106,6 +127,18 @@ class AllocationCore {
   std::vector<int64_t> gpus_;
   std::vector<int> type_;
   std::vector<Step> heap_;
+  std::vector<int64_t> idle_;        // second pass: the GPUs per type the first pass left free
+  std::vector<double> best_on_;      // a proposal's scratch: its best 1 / T per type on them
+  struct Holder {  // the type swap's view of a job holding GPUs
+    int type;
+    int64_t gpus;
+    size_t job;
+    auto operator<=>(const Holder&) const = default;
+  };
+  std::vector<Holder> held_;
+  std::vector<size_t> type_begin_, type_end_;  // per type: its run in held_
+  std::vector<size_t> slot_;   // per entry of held_: its (type, GPUs) run's number
+  std::vector<int> on_slot_;   // per (slot, job): the job's option there (-1: none, -2: unknown)
   std::unordered_map<int64_t, int> first_step_;  // per speed class: its best first start
 };
 

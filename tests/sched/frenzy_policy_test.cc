@@ -174,8 +174,10 @@ TEST(FrenzyPolicy, ShortestPredictedJobFirst) {
 // Two jobs, two types, one free GPU of each. Both run at 100 tokens/s on the fast GPU; on the
 // slow one the sensitive job runs at 10, the indifferent one at 80. Same tokens R = 1e6, so the
 // greedy sees the same gain per GPU on the fast type (100 / R) and, on a tie, serves the first
-// in line (the indifferent job): sum 1 / T = (100 + 10) / R. The type swap raises it to
-// (100 + 80) / R: the sensitive job gets the fast GPU, the indifferent one the slow GPU.
+// in line (the indifferent job). Summed completion times: as the greedy left them, the
+// indifferent job ends at 1e4 s while the sensitive one does 10% of its work on the slow GPU,
+// then moves: 1e4 + (1e4 + 0.9 x 1e4) = 2.9e4 s; traded, 1e4 (fast) + 1.25e4 (slow) = 2.25e4 s.
+// The type swap trades them: the sensitive job gets the fast GPU, the indifferent one the slow.
 TEST(FrenzyPolicy, EachJobGetsTheTypeWhereItGainsMost) {
   ClusterView c = TwoTypes();
   c.nodes[0].free = 1;
@@ -196,6 +198,91 @@ TEST(FrenzyPolicy, EachJobGetsTheTypeWhereItGainsMost) {
   FrenzyKnobs no_swap;
   no_swap.core.swap_types = false;
   check(MakeFrenzyPolicy(no_swap)->Schedule(At(5, c, jobs)), /*indifferent_type=*/0);
+}
+
+// Who gets the fast GPU: a short job nearly as fast on the slow GPU, or a long job ten times
+// slower there? One GPU of each type, both jobs waiting. Short: 3.6e5 tokens at 100 tokens/s
+// fast (3,600 s), 83.3 slow (4,320 s). Long: 7.2e6 tokens at 100 fast (72,000 s), 10 slow
+// (720,000 s). The greedy serves the best gain per GPU first: the short job (1 / 3,600 s) takes
+// the fast GPU, the long one the slow GPU. The sum of 1 / T agrees (1 / 3,600 + 1 / 720,000 >
+// 1 / 4,320 + 1 / 72,000), but the completion times do not: left so, the short job ends at
+// 3,600 s, the long one has done 0.5% on the slow GPU and then takes the fast one, ending at
+// 3,600 + 0.995 x 72,000 = 75,240 s (sum 78,840 s); traded, the short job ends at 4,320 s and
+// the long one at 72,000 s (sum 76,320 s). The long job gets the fast GPU.
+TEST(FrenzyPolicy, TheFastGpuGoesWhereItShortensTheCompletionTimesMost) {
+  ClusterView c = TwoTypes();
+  c.nodes[0].free = 1;
+  c.nodes[1].free = 1;
+  JobOptions shorter = Table(100, 250.0 / 3);
+  JobOptions longer = Table(100, 10);
+  std::vector<JobView> jobs = {Waiting(0, shorter, 3.6e5), Waiting(1, longer, 7.2e6, 1)};
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(5, c, jobs));
+  ASSERT_EQ(d.start.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const bool is_long = d.start[i].first == 1;
+    EXPECT_EQ(Chosen(is_long ? longer : shorter, d, i).type, is_long ? 0 : 1)
+        << "job " << d.start[i].first;
+  }
+  FrenzyKnobs no_swap;
+  no_swap.core.swap_types = false;
+  d = MakeFrenzyPolicy(no_swap)->Schedule(At(5, c, jobs));
+  ASSERT_EQ(d.start.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const bool is_long = d.start[i].first == 1;
+    EXPECT_EQ(Chosen(is_long ? longer : shorter, d, i).type, is_long ? 1 : 0);
+  }
+}
+
+// Trades between different GPU counts: 2 fast and 4 slow GPUs free. The indifferent job (1e5
+// tokens; 100 tokens/s per GPU fast, 50 slow) takes the 2 fast GPUs first (gain per GPU
+// 100 / 1e5 against the sensitive job's 100 / 1e6), the sensitive one (1e6 tokens; 100 fast, 10
+// slow) the 4 slow ones at 40 tokens/s. The indifferent job runs as fast on 4 slow GPUs (200
+// tokens/s) as on 2 fast ones; the sensitive one runs 5x faster on the 2 fast GPUs. Summed
+// completion times: as left, 500 + (500 + 0.98 x 5,000) = 5,900 s; traded, 500 + 5,000 =
+// 5,500 s. They trade, though their counts differ.
+TEST(FrenzyPolicy, JobsTradeTypesAcrossGpuCounts) {
+  ClusterView c = TwoTypes();
+  c.nodes[0].free = 2;
+  JobOptions sensitive = Table(100, 10);
+  JobOptions indifferent = Table(100, 50);
+  std::vector<JobView> jobs = {Waiting(0, indifferent, 1e5), Waiting(1, sensitive, 1e6, 1)};
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(5, c, jobs));
+  ASSERT_EQ(d.start.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const bool is_sensitive = d.start[i].first == 1;
+    const RunOption& o = Chosen(is_sensitive ? sensitive : indifferent, d, i);
+    EXPECT_EQ(o.type, is_sensitive ? 0 : 1) << "job " << d.start[i].first;
+    EXPECT_EQ(o.gpus, is_sensitive ? 2 : 4) << "job " << d.start[i].first;
+  }
+}
+
+// A contended type is worth to a job what it gains over its fallback. 4 fast and 4 slow GPUs
+// free. Job 0 (1e6 tokens) runs at 100 tokens/s per GPU fast, 80 slow; job 1 (2e6 tokens) fits
+// only the fast GPUs (100). By whole gain per GPU job 0 goes first (1 / 2,500 s over 4 GPUs
+// against 1 / 5,000 s): job 0 on the fast GPUs (2,500 s), job 1 waits and then runs 5,000 s:
+// completion times 2,500 + 7,500 = 10,000 s. The slow GPUs are left free, so they are job 0's
+// fallback (1 / 3,125 s on 4): the fast GPUs gain it only 1 / 2,500 - 1 / 3,125 = 1 / 12,500 s,
+// 1 / 50,000 s per GPU, less than job 1's 1 / 20,000 s per GPU. Job 1 takes the fast GPUs, job
+// 0 the slow ones: 5,000 + 3,125 = 8,125 s.
+TEST(FrenzyPolicy, AJobWithAFallbackLeavesTheContendedTypeToOneWithout) {
+  ClusterView c = TwoTypes();
+  JobOptions both = Table(100, 80);
+  JobOptions fast_only = Table(100, 0);
+  std::vector<JobView> jobs = {Waiting(0, both, 1e6), Waiting(1, fast_only, 2e6, 1)};
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(5, c, jobs));
+  ASSERT_EQ(d.start.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const bool fallback_job = d.start[i].first == 0;
+    const RunOption& o = Chosen(fallback_job ? both : fast_only, d, i);
+    EXPECT_EQ(o.type, fallback_job ? 1 : 0) << "job " << d.start[i].first;
+    EXPECT_EQ(o.gpus, 4) << "job " << d.start[i].first;
+  }
+  FrenzyKnobs whole_gain;
+  whole_gain.core.fallback = false;
+  d = MakeFrenzyPolicy(whole_gain)->Schedule(At(5, c, jobs));
+  ASSERT_EQ(d.start.size(), 1u);
+  EXPECT_EQ(d.start[0].first, 0);
+  EXPECT_EQ(Chosen(both, d, 0).type, 0);
 }
 
 TEST(FrenzyPolicy, NeverRetriesAnOptionThatCrashed) {
