@@ -48,7 +48,7 @@ const std::vector<int>& AllocationCore::Allocate(std::span<const CoreJob> jobs,
   // GPUs nobody took are every job's fallback: a second pass scores a job's first step by what
   // it gains over its best option on them (only when some are left; on a full cluster the first
   // pass stands).
-  if (k_->fallback &&
+  if (k_->fallback && contended_ &&
       std::any_of(cap_.begin(), cap_.end(), [](int64_t c) { return c > 0; })) {
     idle_ = cap_;
     cap_.assign(capacity.begin(), capacity.end());
@@ -63,6 +63,7 @@ const std::vector<int>& AllocationCore::Allocate(std::span<const CoreJob> jobs,
 }
 
 void AllocationCore::Greedy() {
+  contended_ = false;
   Seed();
   auto any_left = [&] {
     return std::any_of(cap_.begin(), cap_.end(), [](int64_t c) { return c > 0; });
@@ -73,7 +74,11 @@ void AllocationCore::Greedy() {
     heap_.pop_back();
     if (s.version != version_[s.job]) continue;  // superseded by a later proposal
     const size_t row = first_[s.job] + static_cast<size_t>(s.option);
-    if (Need(s.job, s.option) <= cap_[static_cast<size_t>(type_[row])]) Grant(s.job, s.option);
+    if (Need(s.job, s.option) <= cap_[static_cast<size_t>(type_[row])]) {
+      Grant(s.job, s.option);
+    } else {
+      contended_ = true;
+    }
     // Granted: its next step. Not: what it wanted went to others; its best step against what
     // is left.
     Propose(s.job);

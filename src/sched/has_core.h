@@ -24,7 +24,8 @@
 // to a job that would run nearly as fast on GPUs nobody else wants. When the greedy leaves GPUs
 // free, it runs once more with every first step scored by its gain over the job's fallback (its
 // best 1 / T on those free GPUs, on another type): the contended GPUs go to the jobs that lose
-// most without them. On a full cluster there is no fallback and the first pass stands.
+// most without them. On a full cluster there is no fallback, and where no step found its GPUs
+// taken there was no contention: the first pass stands.
 //
 // Type swap (comparative advantage): then every job holding GPUs that would run faster on what
 // another job holds of another type trades places with the one whose trade shortens the pair's
@@ -32,8 +33,8 @@
 //
 // Cost for J jobs with at most K options: O(J K) for the first proposals, O(S (K + log J)) for S
 // grants and re-proposals (S <= J K; in practice a few per job), twice with a fallback pass (only
-// when GPUs are left free, so not on a full cluster), and O(D P) for the swap (D jobs faster
-// elsewhere, P holding GPUs). No iteration to convergence.
+// when GPUs are left free and some step found its GPUs taken), and O(P K log P + M) for the swap
+// (P jobs holding GPUs, M candidate pairs). No iteration to convergence.
 #ifndef FRENZY_SCHED_HAS_CORE_H_
 #define FRENZY_SCHED_HAS_CORE_H_
 
@@ -127,6 +128,7 @@ class AllocationCore {
   std::vector<int64_t> gpus_;
   std::vector<int> type_;
   std::vector<Step> heap_;
+  bool contended_ = false;  // a step of the last greedy pass found its GPUs taken
   std::vector<int64_t> idle_;        // second pass: the GPUs per type the first pass left free
   std::vector<double> best_on_;      // a proposal's scratch: its best 1 / T per type on them
   struct Holder {  // the type swap's view of a job holding GPUs
