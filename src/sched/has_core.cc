@@ -239,8 +239,9 @@ int AllocationCore::Same(size_t i, int type, int64_t gpus) const {
 // before the one that would lose much. One pass repairs that: every job that holds GPUs of one
 // type but would run faster on what another job holds of another type (any counts) trades
 // places with the job there whose trade shortens the two jobs' summed completion time most
-// (PairSum; restarts priced as everywhere). The capacity is unchanged by a trade. O(D P) for
-// D jobs that would run faster elsewhere and P jobs holding GPUs.
+// (PairSum; restarts priced as everywhere). The capacity is unchanged by a trade. A trade obeys
+// the knobs (Allowed: moves, elastic counts) for both jobs. O(P K log P + M) for P jobs holding
+// GPUs with at most K options and M candidate pairs.
 void AllocationCore::SwapTypes() {
   held_.clear();
   for (size_t i = 0; i < jobs_.size(); ++i) {
@@ -277,7 +278,7 @@ void AllocationCore::SwapTypes() {
       const size_t row = first_[a] + o;
       if (type_[row] == held_[h].type || inv_t_[row] <= a_now) continue;
       const int oa = static_cast<int>(o);
-      if (jobs_[a].current >= 0 && !k_->move) continue;  // it may not move
+      if (!Allowed(a, oa)) continue;
       const auto end = held_.begin() + static_cast<ptrdiff_t>(type_end_[type_[row]]);
       auto lo = std::lower_bound(held_.begin() + static_cast<ptrdiff_t>(type_begin_[type_[row]]),
                                  end, Holder{type_[row], gpus_[row], 0});
@@ -285,7 +286,10 @@ void AllocationCore::SwapTypes() {
         const size_t b = it->job;
         const int cb = choice_[b];
         int& ob = on_slot_[slot_[h] * jobs_.size() + b];
-        if (ob == -2) ob = Same(b, held_[h].type, held_[h].gpus);
+        if (ob == -2) {
+          ob = Same(b, held_[h].type, held_[h].gpus);
+          if (ob >= 0 && !Allowed(b, ob)) ob = -1;
+        }
         if (ob < 0) continue;
         const double gain = PairSum(a, ca, oa, b, cb, ob) - PairSum(a, oa, ca, b, ob, cb);
         if (gain > best) {
@@ -310,7 +314,8 @@ double AllocationCore::PairSum(size_t a, int pa, int alt_a, size_t b, int pb, in
   auto run = [&](size_t i, int o) {
     return jobs_[i].remaining_tokens / jobs_[i].speed[static_cast<size_t>(o)];
   };
-  // Job i's completion on option p when the other job finishes at t1.
+  // Job i's completion on option p when the other job finishes at t1 (a job that never ran has
+  // no restart to price, restart_s = 0: its move is counted free, as its first start is).
   auto second = [&](size_t i, int p, int alt, double t1) {
     const double pause = T(i, p) - run(i, p);
     const double done = std::clamp((t1 - pause) / run(i, p), 0.0, 1.0);
