@@ -76,6 +76,25 @@ def workloads(frenzy, traces, out):
     return w
 
 
+# Held-out workloads: ITP clusters other than the evaluation's cluster04 (first 300 jobs each), at
+# other loads, on cluster64 and sia64. No scheduling mechanism was chosen by looking at them
+# (bench/RESULTS.md, "HAS v2, step 4"); bench/sched_variant.py --set heldout runs them.
+HELDOUT = [("cluster07", "0.9", "cluster64"), ("cluster02", "0.5", "cluster64"),
+           ("cluster09", "1.5", "cluster64"), ("cluster07", "0.9", "sia64")]
+
+
+def heldout_workloads(frenzy, traces, out):
+    w = []
+    for trace, load, cluster in HELDOUT:
+        label = f"{trace}-{load}" if cluster == "cluster64" else f"{cluster}-{trace}-{load}"
+        path = f"{out}/itp-{label}.csv"
+        run([frenzy, "trace", "convert", "--from", "itp",
+             os.path.join(traces, "microsoft-itp-2021", trace + ".csv"), "--cluster", cluster,
+             "--max-jobs", "300", "--seed", "1", "--load", load, "--out", path])
+        w.append((label, cluster, path))
+    return w
+
+
 def by_policy(doc):
     m = {p["policy"]: dict(p) for p in doc["policies"]}
     for c in doc.get("common", {}).get("policies", []):

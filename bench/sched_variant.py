@@ -10,7 +10,10 @@ average and p99 JCT over the jobs every policy (baselines and the policy under t
 against the best baseline; GPU-hours on those jobs against Sia's; jobs finished; OOM crashes.
 
 usage: bench/sched_variant.py FRENZY_BIN SHARED_TRACES_DIR --cache DIR [--policy P ...]
-       [--seeds N] [--only WORKLOAD ...] [--jobs N]
+       [--seeds N] [--only WORKLOAD ...] [--jobs N] [--set main|heldout]
+
+--set heldout runs the held-out workloads (sched_eval.HELDOUT: ITP clusters other than
+cluster04) instead of sched_eval.py's seven; use a cache folder of its own.
 """
 import argparse
 import concurrent.futures
@@ -100,12 +103,14 @@ def main():
     ap.add_argument("--sim-args", default="",
                     help="more `frenzy simulate` flags for every run, e.g. '--perf-error 0' "
                          "(use a cache folder of its own)")
+    ap.add_argument("--set", choices=["main", "heldout"], default="main",
+                    help="sched_eval.py's seven workloads, or the held-out ones [main]")
     a = ap.parse_args()
     extra = a.sim_args.split()
     policies = a.policy or ["frenzy"]
     os.makedirs(a.cache, exist_ok=True)
-    ws = [w for w in sched_eval.workloads(a.frenzy, a.traces, a.cache)
-          if not a.only or w[0] in a.only]
+    make = sched_eval.workloads if a.set == "main" else sched_eval.heldout_workloads
+    ws = [w for w in make(a.frenzy, a.traces, a.cache) if not a.only or w[0] in a.only]
     seeds = list(range(1, a.seeds + 1))
     todo = [(label, cluster, path, s) for label, cluster, path in ws for s in seeds]
 
