@@ -1,9 +1,13 @@
 // The frenzy policy (HAS v2: the allocation core of sched/has_core.h, then placement) on tiny
-// hand-checked scenarios. The objective is the sum of 1 / T over jobs (T: predicted remaining
-// time on the option a job gets); every expectation below is derived by hand from it.
+// hand-checked scenarios. The greedy's objective is the sum of 1 / T over jobs (T: predicted
+// remaining time on the option a job gets), its fallback pass scores a first step by its gain
+// over the job's fallback, and the type swap judges a trade by the pair's summed completion
+// time; every expectation below is derived by hand from these.
 #include "sched/frenzy_policy.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "sched/apply.h"
 
@@ -62,6 +66,27 @@ Snapshot At(double now, const ClusterView& c, const std::vector<JobView>& jobs) 
 
 const RunOption& Chosen(const JobOptions& t, const Decisions& d, size_t i) {
   return t.options[static_cast<size_t>(d.start[i].second.option)];
+}
+
+// What a decision should start: job key, the job's table, GPU type and count.
+struct Start {
+  int64_t job;
+  const JobOptions* table;
+  int type;
+  int64_t gpus;
+};
+
+// Expects the decision to start exactly `want` (in any order).
+void ExpectStarts(const Decisions& d, const std::vector<Start>& want) {
+  ASSERT_EQ(d.start.size(), want.size());
+  for (size_t i = 0; i < d.start.size(); ++i) {
+    auto w = std::find_if(want.begin(), want.end(),
+                          [&](const Start& s) { return s.job == d.start[i].first; });
+    ASSERT_NE(w, want.end()) << "job " << d.start[i].first << " was not to start";
+    const RunOption& o = Chosen(*w->table, d, i);
+    EXPECT_EQ(o.type, w->type) << "job " << w->job;
+    EXPECT_EQ(o.gpus, w->gpus) << "job " << w->job;
+  }
 }
 
 // Memory fit as the policy sees it once the runtime has learned a job's memory factor (its real
@@ -216,21 +241,12 @@ TEST(FrenzyPolicy, TheFastGpuGoesWhereItShortensTheCompletionTimesMost) {
   JobOptions shorter = Table(100, 250.0 / 3);
   JobOptions longer = Table(100, 10);
   std::vector<JobView> jobs = {Waiting(0, shorter, 3.6e5), Waiting(1, longer, 7.2e6, 1)};
-  Decisions d = MakeFrenzyPolicy()->Schedule(At(5, c, jobs));
-  ASSERT_EQ(d.start.size(), 2u);
-  for (size_t i = 0; i < 2; ++i) {
-    const bool is_long = d.start[i].first == 1;
-    EXPECT_EQ(Chosen(is_long ? longer : shorter, d, i).type, is_long ? 0 : 1)
-        << "job " << d.start[i].first;
-  }
+  ExpectStarts(MakeFrenzyPolicy()->Schedule(At(5, c, jobs)),
+               {{0, &shorter, 1, 1}, {1, &longer, 0, 1}});
   FrenzyKnobs no_swap;
   no_swap.core.swap_types = false;
-  d = MakeFrenzyPolicy(no_swap)->Schedule(At(5, c, jobs));
-  ASSERT_EQ(d.start.size(), 2u);
-  for (size_t i = 0; i < 2; ++i) {
-    const bool is_long = d.start[i].first == 1;
-    EXPECT_EQ(Chosen(is_long ? longer : shorter, d, i).type, is_long ? 1 : 0);
-  }
+  ExpectStarts(MakeFrenzyPolicy(no_swap)->Schedule(At(5, c, jobs)),
+               {{0, &shorter, 0, 1}, {1, &longer, 1, 1}});
 }
 
 // Trades between different GPU counts: 2 fast and 4 slow GPUs free. The indifferent job (1e5
@@ -246,14 +262,8 @@ TEST(FrenzyPolicy, JobsTradeTypesAcrossGpuCounts) {
   JobOptions sensitive = Table(100, 10);
   JobOptions indifferent = Table(100, 50);
   std::vector<JobView> jobs = {Waiting(0, indifferent, 1e5), Waiting(1, sensitive, 1e6, 1)};
-  Decisions d = MakeFrenzyPolicy()->Schedule(At(5, c, jobs));
-  ASSERT_EQ(d.start.size(), 2u);
-  for (size_t i = 0; i < 2; ++i) {
-    const bool is_sensitive = d.start[i].first == 1;
-    const RunOption& o = Chosen(is_sensitive ? sensitive : indifferent, d, i);
-    EXPECT_EQ(o.type, is_sensitive ? 0 : 1) << "job " << d.start[i].first;
-    EXPECT_EQ(o.gpus, is_sensitive ? 2 : 4) << "job " << d.start[i].first;
-  }
+  ExpectStarts(MakeFrenzyPolicy()->Schedule(At(5, c, jobs)),
+               {{0, &indifferent, 1, 4}, {1, &sensitive, 0, 2}});
 }
 
 // A contended type is worth to a job what it gains over its fallback. 4 fast and 4 slow GPUs
@@ -269,20 +279,11 @@ TEST(FrenzyPolicy, AJobWithAFallbackLeavesTheContendedTypeToOneWithout) {
   JobOptions both = Table(100, 80);
   JobOptions fast_only = Table(100, 0);
   std::vector<JobView> jobs = {Waiting(0, both, 1e6), Waiting(1, fast_only, 2e6, 1)};
-  Decisions d = MakeFrenzyPolicy()->Schedule(At(5, c, jobs));
-  ASSERT_EQ(d.start.size(), 2u);
-  for (size_t i = 0; i < 2; ++i) {
-    const bool fallback_job = d.start[i].first == 0;
-    const RunOption& o = Chosen(fallback_job ? both : fast_only, d, i);
-    EXPECT_EQ(o.type, fallback_job ? 1 : 0) << "job " << d.start[i].first;
-    EXPECT_EQ(o.gpus, 4) << "job " << d.start[i].first;
-  }
+  ExpectStarts(MakeFrenzyPolicy()->Schedule(At(5, c, jobs)),
+               {{0, &both, 1, 4}, {1, &fast_only, 0, 4}});
   FrenzyKnobs whole_gain;
   whole_gain.core.fallback = false;
-  d = MakeFrenzyPolicy(whole_gain)->Schedule(At(5, c, jobs));
-  ASSERT_EQ(d.start.size(), 1u);
-  EXPECT_EQ(d.start[0].first, 0);
-  EXPECT_EQ(Chosen(both, d, 0).type, 0);
+  ExpectStarts(MakeFrenzyPolicy(whole_gain)->Schedule(At(5, c, jobs)), {{0, &both, 0, 4}});
 }
 
 TEST(FrenzyPolicy, NeverRetriesAnOptionThatCrashed) {
