@@ -5,7 +5,8 @@
 //   1. per job, the speed of each option it may run (memory-safe with what the runtime learned,
 //      not crashed), its remaining tokens and what it holds: O(J K);
 //   2. the allocation core re-plans every job's option from scratch, the GPUs of running jobs
-//      included, restarts priced in (has_core.h): O(J K + S (K + log J));
+//      included, restarts priced in (has_core.h): O(J K + S (K + log J)), twice when a fallback
+//      pass runs, then the type swap, O(P K log P + M) for P jobs holding GPUs;
 //   3. jobs whose option is unchanged keep their GPUs; the others are stopped, and the new
 //      options placed with the shared gang placement, largest first; one that cannot be placed
 //      (fragmentation) takes the largest smaller option of its type that can, and a running job

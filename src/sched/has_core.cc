@@ -1,6 +1,7 @@
 #include "sched/has_core.h"
 
 #include <algorithm>
+#include <cstddef>
 
 namespace frenzy {
 namespace {
@@ -73,6 +74,18 @@ void AllocationCore::Greedy() {
     const Step s = heap_.back();
     heap_.pop_back();
     if (s.version != version_[s.job]) continue;  // superseded by a later proposal
+    if (!idle_.empty() && choice_[s.job] < 0) {
+      // A first step's key is its gain over a fallback others may have taken since: then its
+      // key has risen (or its option changed), and it goes back in line with the fresh one.
+      Step fresh = BestStep(s.job);
+      if (fresh.option != s.option || fresh.key > s.key) {
+        if (fresh.option >= 0) {
+          heap_.push_back(fresh);
+          std::push_heap(heap_.begin(), heap_.end());
+        }
+        continue;
+      }
+    }
     const size_t row = first_[s.job] + static_cast<size_t>(s.option);
     if (Need(s.job, s.option) <= cap_[static_cast<size_t>(type_[row])]) {
       Grant(s.job, s.option);
@@ -160,13 +173,21 @@ bool AllocationCore::Allowed(size_t i, int o) const {
 // at the first count that does not fit.
 void AllocationCore::Propose(size_t i) {
   ++version_[i];
+  Step best = BestStep(i);
+  if (best.option < 0) return;
+  heap_.push_back(best);
+  std::push_heap(heap_.begin(), heap_.end());
+}
+
+// Job i's best next step against the capacity left now (option -1: none), with its current
+// version.
+AllocationCore::Step AllocationCore::BestStep(size_t i) {
   const CoreJob& j = jobs_[i];
   const int c = choice_[i];
   const size_t base = first_[i];
   const double have = c >= 0 ? inv_t_[base + static_cast<size_t>(c)] : 0.0;
   const int c_type = c >= 0 ? type_[base + static_cast<size_t>(c)] : -1;
   const int64_t c_gpus = c >= 0 ? gpus_[base + static_cast<size_t>(c)] : 0;
-  Step best{0, i, -1, version_[i]};
   // A job that runs nowhere yet, with every count allowed, may take any option (Allowed).
   const bool free_choice = j.current < 0 && k_->elastic;
   const size_t n = j.speed.size();
@@ -175,7 +196,8 @@ void AllocationCore::Propose(size_t i) {
   // the other types.
   double fallback = 0, runner_up = 0;
   int fallback_type = -1;
-  if (c < 0 && !idle_.empty()) {
+  const bool over_fallback = c < 0 && !idle_.empty();
+  if (over_fallback) {
     best_on_.assign(cap_.size(), 0.0);
     for (size_t o = 0; o < n; ++o) {
       const size_t t = static_cast<size_t>(type_[base + o]);
@@ -194,34 +216,43 @@ void AllocationCore::Propose(size_t i) {
       }
     }
   }
-  for (size_t o = 0; o < n;) {
-    const int type = type_[base + o];
-    const int64_t held = type == c_type ? c_gpus : 0;
-    const int64_t cap = cap_[static_cast<size_t>(type)] + held;
-    const double base_inv = c >= 0 ? have : type == fallback_type ? runner_up : fallback;
-    for (; o < n && type_[base + o] == type; ++o) {
-      const int64_t gpus = gpus_[base + o];
-      if (gpus > cap) {  // the rest of this type is larger still
-        while (o < n && type_[base + o] == type) ++o;
-        break;
+  auto scan = [&](bool fall) {
+    Step best{0, i, -1, version_[i]};
+    for (size_t o = 0; o < n;) {
+      const int type = type_[base + o];
+      const int64_t held = type == c_type ? c_gpus : 0;
+      const int64_t cap = cap_[static_cast<size_t>(type)] + held;
+      const double from = !fall ? have : type == fallback_type ? runner_up : fallback;
+      for (; o < n && type_[base + o] == type; ++o) {
+        const int64_t gpus = gpus_[base + o];
+        if (gpus > cap) {  // the rest of this type is larger still
+          while (o < n && type_[base + o] == type) ++o;
+          break;
+        }
+        const double gain = inv_t_[base + o] - from;
+        if (gain <= 0 || gpus <= held) continue;  // the greedy only adds
+        // key = gain / need, compared without dividing; ties go to the larger step (fewer
+        // grants).
+        const double need = static_cast<double>(gpus - held);
+        if (gain < best.key * need) continue;
+        const int oi = static_cast<int>(o);
+        if (!free_choice && !Allowed(i, oi)) continue;
+        best.key = gain / need;
+        best.option = oi;
       }
-      const double gain = inv_t_[base + o] - base_inv;
-      if (gain <= 0 || gpus <= held) continue;  // the greedy only adds
-      // key = gain / need, compared without dividing; ties go to the larger step (fewer grants).
-      const double need = static_cast<double>(gpus - held);
-      if (gain < best.key * need) continue;
-      const int oi = static_cast<int>(o);
-      if (!free_choice && !Allowed(i, oi)) continue;
-      best.key = gain / need;
-      best.option = oi;
     }
-  }
-  if (best.option < 0) return;
+    return best;
+  };
+  Step best = scan(over_fallback);
+  // Nothing beats its fallback (it ties on two idle types): its best by whole gain, as in the
+  // first pass, rather than nothing.
+  if (best.option < 0 && over_fallback) best = scan(false);
   // First come, first served: every start outranks every growth (whose keys are gains in 1/s
   // per GPU, below 1), in arrival order; the job's option still by its own gain per GPU.
-  if (!k_->shortest_first && c < 0) best.key = 1e12 - static_cast<double>(j.order);
-  heap_.push_back(best);
-  std::push_heap(heap_.begin(), heap_.end());
+  if (best.option >= 0 && !k_->shortest_first && c < 0) {
+    best.key = 1e12 - static_cast<double>(j.order);
+  }
+  return best;
 }
 
 // The option of job i on `type` with exactly `gpus` GPUs that it may run, or -1.
@@ -240,15 +271,22 @@ int AllocationCore::Same(size_t i, int type, int64_t gpus) const {
 // type but would run faster on what another job holds of another type (any counts) trades
 // places with the job there whose trade shortens the two jobs' summed completion time most
 // (PairSum; restarts priced as everywhere). The capacity is unchanged by a trade. A trade obeys
-// the knobs (Allowed: moves, elastic counts) for both jobs. O(P K log P + M) for P jobs holding
+// the knobs (Allowed: moves, elastic counts; without preemption a running job keeps at least
+// its GPUs) for both jobs. O(P K log P + M) for P jobs holding
 // GPUs with at most K options and M candidate pairs.
 void AllocationCore::SwapTypes() {
   held_.clear();
+  holder_.assign(jobs_.size(), 0);
   for (size_t i = 0; i < jobs_.size(); ++i) {
     if (choice_[i] >= 0 && !jobs_[i].pinned) {
+      holder_[i] = held_.size();
       held_.push_back({Row(i, choice_[i]).type, Row(i, choice_[i]).gpus, i});
     }
   }
+  // Without preemption a running job keeps at least the GPUs it runs on.
+  auto keeps = [&](size_t i, int o) {
+    return k_->preempt || jobs_[i].current < 0 || Row(i, o).gpus >= Row(i, jobs_[i].current).gpus;
+  };
   // By (type, GPUs): the candidates for job a's option o are the run holding exactly o. A trade
   // gives each job the other's (type, GPUs), so trading the two entries' jobs keeps the order.
   std::sort(held_.begin(), held_.end());
@@ -266,7 +304,7 @@ void AllocationCore::SwapTypes() {
     }
     slot_[h] = slots;
   }
-  on_slot_.assign((slots + 1) * jobs_.size(), -2);  // -2: not looked up yet
+  on_slot_.assign((slots + 1) * held_.size(), -2);  // -2: not looked up yet
   for (size_t h = 0; h < held_.size(); ++h) {
     const size_t a = held_[h].job;
     const int ca = choice_[a];
@@ -278,17 +316,17 @@ void AllocationCore::SwapTypes() {
       const size_t row = first_[a] + o;
       if (type_[row] == held_[h].type || inv_t_[row] <= a_now) continue;
       const int oa = static_cast<int>(o);
-      if (!Allowed(a, oa)) continue;
-      const auto end = held_.begin() + static_cast<ptrdiff_t>(type_end_[type_[row]]);
-      auto lo = std::lower_bound(held_.begin() + static_cast<ptrdiff_t>(type_begin_[type_[row]]),
+      if (!Allowed(a, oa) || !keeps(a, oa)) continue;
+      const auto end = held_.begin() + static_cast<std::ptrdiff_t>(type_end_[type_[row]]);
+      auto lo = std::lower_bound(held_.begin() + static_cast<std::ptrdiff_t>(type_begin_[type_[row]]),
                                  end, Holder{type_[row], gpus_[row], 0});
       for (auto it = lo; it != end && it->gpus == gpus_[row]; ++it) {
         const size_t b = it->job;
         const int cb = choice_[b];
-        int& ob = on_slot_[slot_[h] * jobs_.size() + b];
+        int& ob = on_slot_[slot_[h] * held_.size() + holder_[b]];
         if (ob == -2) {
           ob = Same(b, held_[h].type, held_[h].gpus);
-          if (ob >= 0 && !Allowed(b, ob)) ob = -1;
+          if (ob >= 0 && (!Allowed(b, ob) || !keeps(b, ob))) ob = -1;
         }
         if (ob < 0) continue;
         const double gain = PairSum(a, ca, oa, b, cb, ob) - PairSum(a, oa, ca, b, ob, cb);
@@ -317,6 +355,7 @@ double AllocationCore::PairSum(size_t a, int pa, int alt_a, size_t b, int pb, in
   // Job i's completion on option p when the other job finishes at t1 (a job that never ran has
   // no restart to price, restart_s = 0: its move is counted free, as its first start is).
   auto second = [&](size_t i, int p, int alt, double t1) {
+    if (run(i, p) <= 0) return T(i, p);  // nothing left to run
     const double pause = T(i, p) - run(i, p);
     const double done = std::clamp((t1 - pause) / run(i, p), 0.0, 1.0);
     return std::min(T(i, p), t1 + jobs_[i].restart_s + (1 - done) * run(i, alt));

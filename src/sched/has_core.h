@@ -38,6 +38,7 @@
 #ifndef FRENZY_SCHED_HAS_CORE_H_
 #define FRENZY_SCHED_HAS_CORE_H_
 
+#include <compare>
 #include <cstdint>
 #include <span>
 #include <unordered_map>
@@ -113,6 +114,7 @@ class AllocationCore {
   double PairSum(size_t a, int pa, int alt_a, size_t b, int pb, int alt_b) const;
   bool Allowed(size_t i, int o) const;
   void Propose(size_t i);
+  Step BestStep(size_t i);
   int Same(size_t i, int type, int64_t gpus) const;
   void SwapTypes();
   void Grant(size_t i, int o);
@@ -140,7 +142,8 @@ class AllocationCore {
   std::vector<Holder> held_;
   std::vector<size_t> type_begin_, type_end_;  // per type: its run in held_
   std::vector<size_t> slot_;   // per entry of held_: its (type, GPUs) run's number
-  std::vector<int> on_slot_;   // per (slot, job): the job's option there (-1: none, -2: unknown)
+  std::vector<size_t> holder_;  // per job holding GPUs: its entry in held_ before any trade
+  std::vector<int> on_slot_;  // per (slot, holder): the job's option there (-1: none, -2: unknown)
   std::unordered_map<int64_t, int> first_step_;  // per speed class: its best first start
 };
 

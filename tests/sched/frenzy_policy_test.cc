@@ -286,6 +286,77 @@ TEST(FrenzyPolicy, AJobWithAFallbackLeavesTheContendedTypeToOneWithout) {
   ExpectStarts(MakeFrenzyPolicy(whole_gain)->Schedule(At(5, c, jobs)), {{0, &both, 0, 4}});
 }
 
+// A fallback pass never leaves a job without GPUs it could have. Three types of 4 GPUs: fast,
+// and two mid types on which job X (1e6 tokens) runs at 50 tokens/s per GPU (100 fast); job Y
+// (1.5e6 tokens) fits only the fast GPUs (100). The first pass gives X the fast GPUs (gain per
+// GPU 1e-4 against Y's 6.7e-5), so Y's step finds them taken and both mid types stay free. The
+// second pass scores X's fast step over its fallback (1 / 5,000 s on 4 mid GPUs): 5e-5 per GPU,
+// under Y's; Y takes the fast GPUs. X's fallback is then a tie between the two mid types (its
+// gain over the other is 0 on both): it takes 4 mid GPUs by whole gain instead of nothing.
+TEST(FrenzyPolicy, AFallbackTieStillStartsTheJob) {
+  ClusterView c;
+  c.types = {"fast", "mid1", "mid2"};
+  c.gpu_memory_bytes = {80LL << 30, 40LL << 30, 40LL << 30};
+  c.gpus_per_node = {4, 4, 4};
+  c.nodes = {{0, 4, 4, true}, {1, 4, 4, true}, {2, 4, 4, true}};
+  auto table = [](std::vector<double> speed) {
+    JobOptions o;
+    o.types = {"fast", "mid1", "mid2"};
+    for (int t = 0; t < 3; ++t) {
+      if (speed[static_cast<size_t>(t)] <= 0) continue;
+      for (int64_t n : {1, 2, 4}) {
+        RunOption r;
+        r.type = t;
+        r.gpus = n;
+        r.plan.gpus = n;
+        r.plan.tp = 1;
+        r.plan.tokens_per_s = speed[static_cast<size_t>(t)] * static_cast<double>(n);
+        r.fits_prediction = true;
+        o.options.push_back(r);
+      }
+    }
+    return o;
+  };
+  JobOptions x = table({100, 50, 50});
+  JobOptions y = table({100, 0, 0});
+  std::vector<JobView> jobs = {Waiting(0, x, 1e6), Waiting(1, y, 1.5e6, 1)};
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(5, c, jobs));
+  ASSERT_EQ(d.start.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const bool is_x = d.start[i].first == 0;
+    const RunOption& o = Chosen(is_x ? x : y, d, i);
+    EXPECT_EQ(o.gpus, 4);
+    if (is_x) {
+      EXPECT_NE(o.type, 0);
+    } else {
+      EXPECT_EQ(o.type, 0);
+    }
+  }
+}
+
+// Without preemption a running job keeps at least the GPUs it runs on, trades included. The
+// jobs of JobsTradeTypesAcrossGpuCounts, running since t = 0 (tokens x100, so that both are far
+// from done at 7,200 s): the indifferent job on the 2 fast GPUs, the sensitive one on 4 slow
+// ones. Summed completion times with 60 s restarts: as they are, 42,800 s + about 532,800 s;
+// traded, 42,860 + 498,620 s: they trade. Without preemption the sensitive job would drop from 4
+// GPUs to 2: no trade, nothing moves.
+TEST(FrenzyPolicy, WithoutPreemptionATradeNeverTakesGpusFromARunningJob) {
+  ClusterView c = TwoTypes();
+  c.nodes[0].free = 2;
+  JobOptions sensitive = Table(100, 10);
+  JobOptions indifferent = Table(100, 50);
+  std::vector<JobView> jobs = {Waiting(0, indifferent, 1e7), Waiting(1, sensitive, 1e8)};
+  SetRunning(jobs[0], c, 0, 2, 0);
+  SetRunning(jobs[1], c, 1, 4, 1);
+  ExpectStarts(MakeFrenzyPolicy()->Schedule(At(7200, c, jobs)),
+               {{0, &indifferent, 1, 4}, {1, &sensitive, 0, 2}});
+  FrenzyKnobs keep;
+  keep.core.preempt = false;
+  Decisions d = MakeFrenzyPolicy(keep)->Schedule(At(7200, c, jobs));
+  EXPECT_TRUE(d.start.empty());
+  EXPECT_TRUE(d.stop.empty());
+}
+
 TEST(FrenzyPolicy, NeverRetriesAnOptionThatCrashed) {
   ClusterView c = TwoTypes();
   JobOptions t = Table(100, 50);
