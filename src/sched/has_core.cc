@@ -74,18 +74,6 @@ void AllocationCore::Greedy() {
     const Step s = heap_.back();
     heap_.pop_back();
     if (s.version != version_[s.job]) continue;  // superseded by a later proposal
-    if (!idle_.empty() && choice_[s.job] < 0) {
-      // A first step's key is its gain over a fallback others may have taken since: then its
-      // key has risen (or its option changed), and it goes back in line with the fresh one.
-      Step fresh = BestStep(s.job);
-      if (fresh.option != s.option || fresh.key > s.key) {
-        if (fresh.option >= 0) {
-          heap_.push_back(fresh);
-          std::push_heap(heap_.begin(), heap_.end());
-        }
-        continue;
-      }
-    }
     const size_t row = first_[s.job] + static_cast<size_t>(s.option);
     if (Need(s.job, s.option) <= cap_[static_cast<size_t>(type_[row])]) {
       Grant(s.job, s.option);

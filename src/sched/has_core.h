@@ -25,7 +25,9 @@
 // free, it runs once more with every first step scored by its gain over the job's fallback (its
 // best 1 / T on those free GPUs, on another type): the contended GPUs go to the jobs that lose
 // most without them. On a full cluster there is no fallback, and where no step found its GPUs
-// taken there was no contention: the first pass stands.
+// taken there was no contention: the first pass stands. A first step's key is its gain over the
+// fallback when it was proposed; if others take that fallback later, the key is not raised
+// (lazy keys may only fall), so the job may be served later than its gain deserves.
 //
 // Type swap (comparative advantage): then every job holding GPUs that would run faster on what
 // another job holds of another type trades places with the one whose trade shortens the pair's
