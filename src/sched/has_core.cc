@@ -268,12 +268,13 @@ void AllocationCore::SwapTypes() {
   for (size_t i = 0; i < jobs_.size(); ++i) {
     if (choice_[i] >= 0 && !jobs_[i].pinned) {
       holder_[i] = held_.size();
-      held_.push_back({Row(i, choice_[i]).type, Row(i, choice_[i]).gpus, i});
+      held_.push_back({Opt(jobs_[i], choice_[i]).type, Opt(jobs_[i], choice_[i]).gpus, i});
     }
   }
   // Without preemption a running job keeps at least the GPUs it runs on.
   auto keeps = [&](size_t i, int o) {
-    return k_->preempt || jobs_[i].current < 0 || Row(i, o).gpus >= Row(i, jobs_[i].current).gpus;
+    const CoreJob& j = jobs_[i];
+    return k_->preempt || j.current < 0 || Opt(j, o).gpus >= Opt(j, j.current).gpus;
   };
   // By (type, GPUs): the candidates for job a's option o are the run holding exactly o. A trade
   // gives each job the other's (type, GPUs), so trading the two entries' jobs keeps the order.

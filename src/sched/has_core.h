@@ -110,9 +110,6 @@ class AllocationCore {
   int64_t Need(size_t i, int o) const;
   void Seed();
   void Greedy();
-  const RunOption& Row(size_t i, int o) const {
-    return jobs_[i].options->options[static_cast<size_t>(o)];
-  }
   double PairSum(size_t a, int pa, int alt_a, size_t b, int pb, int alt_b) const;
   bool Allowed(size_t i, int o) const;
   void Propose(size_t i);

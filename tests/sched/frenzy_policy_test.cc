@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "sched/apply.h"
 
@@ -24,25 +26,30 @@ ClusterView TwoTypes() {
   return c;
 }
 
-// Options on 1, 2 and 4 GPUs of the given types with per-GPU speeds; scaling is linear.
-JobOptions Table(double fast_speed, double slow_speed) {
+// Options on 1, 2 and 4 GPUs of each type with its per-GPU speed (0: it does not fit there, by
+// MARP); scaling is linear.
+JobOptions Table(std::vector<std::string> types, const std::vector<double>& speeds) {
   JobOptions o;
-  o.types = {"fast", "slow"};
-  for (int t = 0; t < 2; ++t) {
-    double speed = t == 0 ? fast_speed : slow_speed;
-    if (speed <= 0) continue;  // does not fit this type (MARP)
+  o.types = std::move(types);
+  for (size_t t = 0; t < speeds.size(); ++t) {
+    if (speeds[t] <= 0) continue;
     for (int64_t n : {1, 2, 4}) {
       RunOption r;
-      r.type = t;
+      r.type = static_cast<int>(t);
       r.gpus = n;
       r.plan.gpus = n;
       r.plan.tp = 1;
-      r.plan.tokens_per_s = speed * static_cast<double>(n);
+      r.plan.tokens_per_s = speeds[t] * static_cast<double>(n);
       r.fits_prediction = true;
       o.options.push_back(r);
     }
   }
   return o;
+}
+
+// The same on TwoTypes().
+JobOptions Table(double fast_speed, double slow_speed) {
+  return Table({"fast", "slow"}, {fast_speed, slow_speed});
 }
 
 JobView Waiting(int64_t key, const JobOptions& t, double tokens, double submit_s = 0) {
@@ -299,26 +306,8 @@ TEST(FrenzyPolicy, AFallbackTieStillStartsTheJob) {
   c.gpu_memory_bytes = {80LL << 30, 40LL << 30, 40LL << 30};
   c.gpus_per_node = {4, 4, 4};
   c.nodes = {{0, 4, 4, true}, {1, 4, 4, true}, {2, 4, 4, true}};
-  auto table = [](std::vector<double> speed) {
-    JobOptions o;
-    o.types = {"fast", "mid1", "mid2"};
-    for (int t = 0; t < 3; ++t) {
-      if (speed[static_cast<size_t>(t)] <= 0) continue;
-      for (int64_t n : {1, 2, 4}) {
-        RunOption r;
-        r.type = t;
-        r.gpus = n;
-        r.plan.gpus = n;
-        r.plan.tp = 1;
-        r.plan.tokens_per_s = speed[static_cast<size_t>(t)] * static_cast<double>(n);
-        r.fits_prediction = true;
-        o.options.push_back(r);
-      }
-    }
-    return o;
-  };
-  JobOptions x = table({100, 50, 50});
-  JobOptions y = table({100, 0, 0});
+  JobOptions x = Table(c.types, {100, 50, 50});
+  JobOptions y = Table(c.types, {100, 0, 0});
   std::vector<JobView> jobs = {Waiting(0, x, 1e6), Waiting(1, y, 1.5e6, 1)};
   Decisions d = MakeFrenzyPolicy()->Schedule(At(5, c, jobs));
   ASSERT_EQ(d.start.size(), 2u);
