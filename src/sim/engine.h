@@ -131,6 +131,9 @@ struct PolicyMetrics {
   int64_t jobs = 0, finished = 0, given_up = 0, unfinished = 0, impossible = 0, failed = 0;
   int64_t jobs_lost() const { return given_up + failed; }
   double avg_jct_s = 0, p50_jct_s = 0, p95_jct_s = 0, p99_jct_s = 0;  // finished jobs
+  // Every job that arrived before the clock stopped, one not finished counted from its submission
+  // to then: a lower bound on the average of a policy that loses or starves jobs.
+  double avg_jct_all_s = 0;
   double makespan_s = 0;       // first arrival to last completion
   double avg_queue_s = 0;      // arrival to first start, jobs that started
   double gpu_util = 0;         // allocated GPU-s / (GPUs x makespan)

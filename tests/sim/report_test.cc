@@ -99,3 +99,37 @@ TEST(CommonFigures, ComparePoliciesOnTheJobsAllOfThemFinished) {
 
 }  // namespace
 }  // namespace frenzy
+
+namespace frenzy {
+namespace {
+
+// Four jobs, the clock stopped at 10,000 s: job 0 finished in 1 h (submitted at 0); job 1
+// (submitted at 1,000 s) was given up, so it counts 10,000 - 1,000 = 9,000 s; job 2 (submitted
+// at 4,000 s) never ran and counts 6,000 s; job 3, due at 12,000 s, never arrived and does not
+// count. All jobs: (3,600 + 9,000 + 6,000) / 3 = 6,200 s; the finished one alone: 3,600 s.
+TEST(Metrics, TheAllJobsAverageCountsALostJobToWhenTheClockStopped) {
+  std::vector<JobRecord> jobs(4);
+  jobs[0].submit_s = 0;
+  jobs[0].first_start_s = 0;
+  jobs[0].finish_s = 3600;
+  jobs[0].outcome = JobOutcome::kFinished;
+  jobs[1].submit_s = 1000;
+  jobs[1].first_start_s = 1000;
+  jobs[1].outcome = JobOutcome::kGivenUp;
+  jobs[2].submit_s = 4000;
+  jobs[2].outcome = JobOutcome::kUnfinished;
+  jobs[3].submit_s = 12000;
+  jobs[3].outcome = JobOutcome::kUnfinished;
+  RunTotals t;
+  t.first_arrival_s = 0;
+  t.last_finish_s = 3600;
+  t.end_s = 10000;
+  t.cluster_gpus = 8;
+  PolicyMetrics m = ComputeMetrics(PolicyMetrics{}, jobs, {}, t);
+  EXPECT_DOUBLE_EQ(m.avg_jct_s, 3600);
+  EXPECT_DOUBLE_EQ(m.avg_jct_all_s, 6200);
+  EXPECT_EQ(m.finished, 1);
+}
+
+}  // namespace
+}  // namespace frenzy
