@@ -64,8 +64,8 @@ def unmodelled(r):
 # 1343 MiB CUDA context measured in that same document and no foreach optimizer; the 2022
 # ColossalAI/Lightning GPT-2 runs used PyTorch 1.x.
 ENVIRONMENT = {
-    "hf": ["--cuda-context-mib", "1343", "--no-foreach"],
-    "other": ["--no-foreach"],
+    "hf": ["--cuda-context-mib", "1343", "--no-foreach", "--keep-grads"],
+    "other": ["--no-foreach", "--keep-grads"],
     "deepspeed": ["--no-foreach"],
 }
 

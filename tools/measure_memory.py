@@ -16,7 +16,7 @@ Usage:
       [--precision fp32|bf16|fp16|bf16-pure] [--optimizer adamw|adam|sgd|sgdm]
       [--recompute none|selective|full] [--recompute-every N] [--attn eager|sdpa] [--steps 3]
       [--device cpu|cuda]
-      [--dropout on|off] [--json]
+      [--dropout on|off] [--keep-grads] [--json]
 
 Prints one JSON object with --json: the configuration, "params", "peak_bytes",
 "peak_reserved_bytes" (CUDA), "baseline_bytes", "peak_phase" and "saved_activation_bytes".
@@ -703,14 +703,14 @@ def tensor_bytes(tensors):
 def measure(doc, micro_batch=1, seq_len=128, precision="fp32", optimizer="adamw", recompute="none",
             attn="eager", dropout="on", steps=3, device=None, seed=0, finetune="full", lora_rank=8,
             lora_alpha=16.0, lora_dropout=0.0, lora_targets="all-linear", double_quant=True,
-            recompute_every=1):
+            recompute_every=1, keep_grads=False):
     """Builds the model of config `doc`, trains `steps` steps and returns the measured peak."""
     args = argparse.Namespace(micro_batch=micro_batch, seq_len=seq_len, precision=precision,
                               optimizer=optimizer, recompute=recompute, attn=attn, dropout=dropout,
                               steps=steps, seed=seed, finetune=finetune, lora_rank=lora_rank,
                               lora_alpha=lora_alpha, lora_dropout=lora_dropout,
                               lora_targets=lora_targets, double_quant=double_quant,
-                              recompute_every=recompute_every,
+                              recompute_every=recompute_every, keep_grads=keep_grads,
                               device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
     return _measure(parse_config(doc), args)
 
@@ -737,6 +737,9 @@ def main():
     ap.add_argument("--lora-targets", default="all-linear",
                     help="attention, all-linear, or module names (q_proj,v_proj,...)")
     ap.add_argument("--no-double-quant", dest="double_quant", action="store_false")
+    ap.add_argument("--keep-grads", action="store_true",
+                    help="zero_grad(set_to_none=False), PyTorch < 2.0's default: gradients stay "
+                         "allocated between steps")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with open(args.config) as f:
@@ -819,12 +822,15 @@ def _measure(c, args):
                 scaler.update()
             else:
                 opt.step()
-            opt.zero_grad(set_to_none=True)
+            opt.zero_grad(set_to_none=not keep_grads)
         return loss
 
+    keep_grads = getattr(args, "keep_grads", False)
     for _ in range(max(0, args.steps - 1)):
         step()
     state_tensors = list(model.parameters()) + list(model.buffers())
+    # Kept gradients are held at the step's start, like the parameters.
+    state_tensors += [p.grad for p in params if p.grad is not None]
     for st in opt.state.values():
         state_tensors += [v for v in st.values() if torch.is_tensor(v)]
     baseline = tensor_bytes(state_tensors)
@@ -862,7 +868,8 @@ def _measure(c, args):
     result["saved_activation_bytes"] = saved["bytes"]
     result.update(model_type=c["model_type"], micro_batch=b, seq_len=s, precision=args.precision,
                   optimizer=args.optimizer, recompute=args.recompute, attn=args.attn,
-                  dropout=args.dropout, device=dev.type, torch=torch.__version__, finetune=finetune)
+                  dropout=args.dropout, device=dev.type, torch=torch.__version__, finetune=finetune,
+                  keep_grads=keep_grads)
     return result
 
 

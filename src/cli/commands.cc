@@ -254,6 +254,7 @@ struct PredictOptions {
   bool no_flash = false;
   bool no_dropout = false;
   bool no_foreach = false;
+  bool keep_grads = false;
   bool loss_in_model_dtype = false;
   double cuda_context_mib = 512;
   FineTuneFlags ft;
@@ -292,6 +293,7 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
   o.train.dropout = !o.no_dropout;
   o.train.device = o.device == "cpu" ? DeviceKind::kCpu : DeviceKind::kCuda;
   o.train.foreach_optimizer = !o.no_foreach;
+  o.train.zero_grad_keeps = o.keep_grads;
   o.train.loss_fp32 = !o.loss_in_model_dtype;
   if (!(o.cuda_context_mib >= 0) || o.cuda_context_mib > 1 << 20) {
     return InvalidArgument("must be between 0 and 1048576", {}, "--cuda-context-mib");
@@ -555,6 +557,9 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
         ->capture_default_str();
     cmd->add_flag("--no-foreach", o->no_foreach,
                   "Optimizer updates one tensor at a time (PyTorch < 2.0, transformers.AdamW)");
+    cmd->add_flag("--keep-grads", o->keep_grads,
+                  "zero_grad keeps the gradients allocated between steps (set_to_none=False, "
+                  "PyTorch < 2.0's default)");
     cmd->add_flag("--loss-in-model-dtype", o->loss_in_model_dtype,
                   "Loss computed on 16-bit logits (older HF models run in 16 bits)");
     cmd->add_option("--cuda-context-mib", o->cuda_context_mib,

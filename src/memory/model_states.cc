@@ -204,6 +204,7 @@ States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageP
     st.autocast_cache = 2 * ((ab == 4 ? sp.adapters : 0) + head);
   }
   if (p.dp > 1 && p.zero == 0) st.buckets = st.grads;  // DDP's bucket copy
+  st.grads_persist = t.zero_grad_keeps;
   return st;
 }
 
@@ -252,6 +253,7 @@ States FullTrainingStates(const TrainingSpec& t, const ParallelPlan& p, const St
       break;
   }
   st.optimizer_temp = OptimizerStepTemp(t, p, sp, in);
+  if (t.zero_grad_keeps) st.grads_persist = true;
   ApplyOffload(t, p, in, st);
   return st;
 }

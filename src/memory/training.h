@@ -183,6 +183,11 @@ struct TrainingSpec {
   // PyTorch >= 2.0 runs torch.optim's Adam with the foreach implementation by default on CUDA;
   // older PyTorch (and transformers.AdamW) update one tensor at a time.
   bool foreach_optimizer = true;
+  // zero_grad(set_to_none=False), the default of Module.zero_grad and Optimizer.zero_grad
+  // before PyTorch 2.0 (its release notes: "set_to_none=True by default"): gradients are zeroed
+  // in place and stay allocated from the first backward on, so every later step's forward and
+  // backward run beside all of them.
+  bool zero_grad_keeps = false;
   // Current HuggingFace models upcast logits to fp32 for the loss; older versions (and models run
   // in 16 bits without autocast) computed the loss in the model's dtype.
   bool loss_fp32 = true;

@@ -198,7 +198,14 @@ GRID = [
 # recomputation is predicted within 4% only (its backward's fp32 gradients through the 4-bit
 # layers are approximated): a known gap, with its own bound rather than the 3%.
 LORA, QLORA = {"finetune": "lora"}, {"finetune": "qlora"}
+# zero_grad(set_to_none=False), PyTorch < 2.0's default: every gradient is allocated from the
+# step's start (measured after two steps that allocated them).
+KEEP = {"keep_grads": True}
 GRID += [
+    ("llama-mha", 2, 128, "fp32", "adamw", "none", KEEP),
+    ("gpt2", 2, 128, "bf16", "adamw", "none", KEEP),
+    ("llama-gqa", 4, 64, "fp32", "adamw", "full", KEEP),
+    ("llama-mha", 2, 128, "bf16", "adamw", "none", dict(LORA, keep_grads=True)),
     ("llama-mha", 2, 128, "bf16", "adamw", "none", LORA),
     ("llama-mha", 2, 128, "bf16", "adamw", "full", LORA),
     ("llama-gqa", 2, 128, "bf16", "adamw", "none", dict(LORA, lora_targets="attention")),
@@ -221,9 +228,10 @@ GRID += [
 
 
 def finetune_flags(ft):
-    if not ft:
-        return []
-    flags = ["--finetune", ft["finetune"], "--lora-rank", str(ft.get("lora_rank", 8)),
+    keep = ["--keep-grads"] if ft.get("keep_grads") else []
+    if "finetune" not in ft:
+        return keep
+    flags = keep + ["--finetune", ft["finetune"], "--lora-rank", str(ft.get("lora_rank", 8)),
              "--lora-dropout", str(ft.get("lora_dropout", 0.0)),
              "--lora-targets", ft.get("lora_targets", "all-linear")]
     return flags + ([] if ft.get("double_quant", True) else ["--no-double-quant"])
@@ -234,9 +242,10 @@ def finetune_kwargs(ft):
 
 
 def finetune_name(ft):
-    if not ft:
-        return "full"
-    return " ".join([ft["finetune"], f"r{ft.get('lora_rank', 8)}", ft.get("lora_targets", "all-linear")] +
+    keep = " keep-grads" if ft.get("keep_grads") else ""
+    if "finetune" not in ft:
+        return "full" + keep
+    return keep.strip() + " " * bool(keep) + " ".join([ft["finetune"], f"r{ft.get('lora_rank', 8)}", ft.get("lora_targets", "all-linear")] +
                     ([f"dropout {ft['lora_dropout']}"] if ft.get("lora_dropout") else []) +
                     ([] if ft.get("double_quant", True) else ["no-double-quant"]))
 
