@@ -16,6 +16,7 @@
 
 #include "server/api.h"
 #include "backend/sim_backend.h"
+#include "server_test_util.h"
 
 namespace frenzy::server {
 namespace {
@@ -30,13 +31,10 @@ struct Fixture {
   // Plan like a Megatron entry point (TP and PP allowed), or as examples/train.py runs.
   bool bundled = false;
   std::vector<Launcher> frameworks;
-  explicit Fixture(const std::string& name) {
-    auto base = std::filesystem::temp_directory_path() /
-                ("frenzy-daemon-" + std::to_string(getpid()) + "-" + name);
-    std::filesystem::remove_all(base);
-    std::filesystem::create_directories(base);
-    db = (base / "d.db").string();
-    runs = (base / "runs").string();
+  test_util::TempDir dir;  // removed with the fixture (after the daemons of its test)
+  explicit Fixture(const std::string& name) : dir("frenzy-daemon-" + name) {
+    db = (dir.path() / "d.db").string();
+    runs = (dir.path() / "runs").string();
   }
   std::unique_ptr<Daemon> Make() {
     auto cluster = ResolveCluster("lab", GpuCatalog::Default());

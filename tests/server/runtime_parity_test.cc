@@ -20,6 +20,7 @@
 #include "backend/sim_backend.h"
 #include "sim/engine.h"
 #include "sim/workload.h"
+#include "server_test_util.h"
 
 namespace frenzy::server {
 namespace {
@@ -77,13 +78,7 @@ struct DaemonRun {
   std::map<std::string, double> factors;
 };
 
-std::string Base(const std::string& name) {
-  auto base = std::filesystem::temp_directory_path() /
-              ("frenzy-parity-" + std::to_string(getpid()) + "-" + name);
-  std::filesystem::remove_all(base);
-  std::filesystem::create_directories(base);
-  return base.string();
-}
+
 
 TEST(RuntimeParity, EngineAndDaemonTakeTheSameMemoryActions) {
   const GpuCatalog& catalog = GpuCatalog::Default();
@@ -115,7 +110,8 @@ TEST(RuntimeParity, EngineAndDaemonTakeTheSameMemoryActions) {
 
   // The daemon, on the sim backend with the engine's truths, ticking every 30 s (the OOM delay,
   // so that it sees each crash when the engine does).
-  const std::string base = Base("actions");
+  test_util::TempDir dir("frenzy-parity-actions");
+  const std::string base = dir.str();
   double now = 0;
   auto backend = std::make_unique<SimBackend>(*cluster, 1.0, [&] { return now; });
   backend->SetTruths(truths, so.oom_after_s, so.restart.fixed_s);
@@ -249,7 +245,8 @@ TEST(RuntimeParity, ARestartedDaemonKeepsWhatItsRuntimeLearned) {
   const std::map<std::string, JobTruth> truths = {{"j-000001", JobTruth{6.0, 0, {}}}};
   const json spec = {{"model", "llama-2-7b"}, {"tokens", 2e8}, {"global_batch", 64}};
   auto run = [&](bool restart) {
-    const std::string base = Base(restart ? "restart" : "straight");
+    test_util::TempDir dir(restart ? "frenzy-parity-restart" : "frenzy-parity-straight");
+    const std::string base = dir.str();
     double now = 0;
     auto d = MakeDaemon(base, truths, now, 3);
     EXPECT_TRUE(d->Submit(spec).ok());
@@ -279,7 +276,8 @@ TEST(RuntimeParity, ARestartedDaemonKeepsWhatItsRuntimeLearned) {
 // store (one sample: the job's observed over predicted speed, 1 here as the sim backend runs at
 // the prediction), and a restarted daemon reads it back without quarantining anything.
 TEST(RuntimeParity, WhatTheSpeedLearnerLearnedIsStoredWithTheClass) {
-  const std::string base = Base("speed");
+  test_util::TempDir dir("frenzy-parity-speed");
+  const std::string base = dir.str();
   double now = 0;
   auto d = MakeDaemon(base, {}, now, 3);
   ASSERT_TRUE(d->Submit({{"model", "llama-2-7b"}, {"tokens", 2e8}, {"global_batch", 64}}).ok());

@@ -6,22 +6,24 @@
 
 #include <filesystem>
 
+#include "server_test_util.h"
+
 namespace frenzy::server {
 namespace {
 
-std::string TempDb(const std::string& name) {
-  auto p = std::filesystem::temp_directory_path() /
-           ("frenzy-store-" + std::to_string(getpid()) + "-" + name + ".db");
-  std::filesystem::remove(p);
-  std::filesystem::remove(p.string() + "-wal");
-  std::filesystem::remove(p.string() + "-shm");
-  return p.string();
-}
+// A database in a fresh folder, removed (with its -wal, -shm and lock files) with the object.
+struct TempDb {
+  test_util::TempDir dir;
+  std::string path;
+  explicit TempDb(const std::string& name)
+      : dir("frenzy-store-" + name), path((dir.path() / "s.db").string()) {}
+};
 
 // Commits do not checkpoint: the write-ahead log grows until Checkpoint() copies it into the
 // database file; what was committed is there either way, also to a process opening it later.
 TEST(Store, CheckpointCopiesTheLogIntoTheDatabaseFile) {
-  std::string path = TempDb("checkpoint");
+  const TempDb db("checkpoint");
+  const std::string& path = db.path;
   auto s = Store::Open(path);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   JobRow r;
@@ -47,7 +49,8 @@ TEST(Store, CheckpointCopiesTheLogIntoTheDatabaseFile) {
 }
 
 TEST(Store, IdsIncreaseAndStateSurvivesReopening) {
-  std::string path = TempDb("reopen");
+  const TempDb db("reopen");
+  const std::string& path = db.path;
   {
     auto s = Store::Open(path);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -93,7 +96,8 @@ TEST(Store, IdsIncreaseAndStateSurvivesReopening) {
 }
 
 TEST(Store, UpdatingAnUnknownJobChangesNothing) {
-  auto s = Store::Open(TempDb("unknown"));
+  const TempDb db("unknown");
+  auto s = Store::Open(db.path);
   ASSERT_TRUE(s.ok());
   JobRow r;
   r.id = "j-000042";
@@ -104,7 +108,8 @@ TEST(Store, UpdatingAnUnknownJobChangesNothing) {
 }
 
 TEST(Store, NodesUpsert) {
-  auto s = Store::Open(TempDb("nodes"));
+  const TempDb db("nodes");
+  auto s = Store::Open(db.path);
   ASSERT_TRUE(s.ok());
   ASSERT_TRUE((*s)->UpsertNode(NodeRow{"n1", "A100-80GB", 8, true, 1, "{}"}).ok());
   ASSERT_TRUE((*s)->UpsertNode(NodeRow{"n1", "A100-80GB", 4, false, 2, "{}"}).ok());
