@@ -39,8 +39,8 @@ import time
 BASELINES = ["fifo-static", "tiresias", "gavel", "sia"]
 EVERYONE = BASELINES + ["frenzy"]
 ABLATION = ["frenzy", "frenzy-no-marp", "frenzy-no-srpt", "frenzy-no-swap", "frenzy-no-fallback",
-            "frenzy-no-elastic", "frenzy-no-preempt", "frenzy-no-move", "frenzy-no-tick",
-            "frenzy-no-dynamic"]
+            "frenzy-no-floor", "frenzy-no-elastic", "frenzy-no-preempt", "frenzy-no-move",
+            "frenzy-no-tick", "frenzy-no-dynamic"]
 
 
 def run(cmd):

@@ -85,8 +85,9 @@ def verdict(base, test, policy):
     f = fig[policy]
     best = min((fig[b] for b in sched_eval.BASELINES), key=lambda x: x["avg"])
     summ = test["summary"][policy]
-    alls = {p: (base if p in sched_eval.BASELINES else test)["summary"][p]["avg_jct_all_s"]
-            for p in policies}
+    # Caches written before the all-jobs average existed lack it: nan there.
+    alls = {p: (base if p in sched_eval.BASELINES else test)["summary"][p].get(
+        "avg_jct_all_s", float("nan")) for p in policies}
     return {"avg": f["avg"] / best["avg"],
             "all": alls[policy] / min(alls[b] for b in sched_eval.BASELINES),
             "p99": f["p99"] / min(fig[b]["p99"] for b in sched_eval.BASELINES),

@@ -167,6 +167,16 @@ void AllocationCore::Propose(size_t i) {
   std::push_heap(heap_.begin(), heap_.end());
 }
 
+// Whether growing job j from option `from` (on `held` GPUs) to option `to` (`added` more of the
+// same type) brings at least growth_floor x its tokens/s per GPU with every added GPU.
+bool AllocationCore::GrowthPays(const CoreJob& j, int from, size_t to, int64_t added,
+                                int64_t held) const {
+  if (k_->growth_floor <= 0 || from < 0) return true;
+  const double now = j.speed[static_cast<size_t>(from)];
+  return (j.speed[to] - now) * static_cast<double>(held) >=
+         k_->growth_floor * now * static_cast<double>(added);
+}
+
 // Job i's best next step against the capacity left now (option -1: none), with its current
 // version.
 AllocationCore::Step AllocationCore::BestStep(size_t i) {
@@ -219,6 +229,7 @@ AllocationCore::Step AllocationCore::BestStep(size_t i) {
         }
         const double gain = inv_t_[base + o] - from;
         if (gain <= 0 || gpus <= held) continue;  // the greedy only adds
+        if (held > 0 && !GrowthPays(j, c, o, gpus - held, held)) continue;
         // key = gain / need, compared without dividing; ties go to the larger step (fewer
         // grants).
         const double need = static_cast<double>(gpus - held);

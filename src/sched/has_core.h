@@ -85,6 +85,11 @@ struct CoreKnobs {
   // After the greedy, jobs trade GPU types where that shortens the pair's summed completion time
   // (comparative advantage); off: the greedy's choice stands.
   bool swap_types = true;
+  // A job grows on its type only by steps whose every added GPU brings at least this fraction
+  // of the tokens/s per GPU the job already gets (0: any gain will do). Below it a GPU is worth
+  // more left free: the next arrival gets it without waiting for a grown job's residence or a
+  // restart, and it would cost GPU-hours for little time saved (docs/scheduling.md measures it).
+  double growth_floor = 0.5;
 };
 
 // The core with its working memory, kept between decisions (a decision then reallocates little).
@@ -114,6 +119,7 @@ class AllocationCore {
   bool Allowed(size_t i, int o) const;
   void Propose(size_t i);
   Step BestStep(size_t i);
+  bool GrowthPays(const CoreJob& j, int from, size_t to, int64_t added, int64_t held) const;
   int Same(size_t i, int type, int64_t gpus) const;
   void SwapTypes();
   void Grant(size_t i, int o);

@@ -107,6 +107,7 @@ constexpr Ablation kFrenzyAblations[] = {
     {"frenzy-no-elastic", [](FrenzyKnobs& k) { k.core.elastic = false; }},
     {"frenzy-no-swap", [](FrenzyKnobs& k) { k.core.swap_types = false; }},
     {"frenzy-no-fallback", [](FrenzyKnobs& k) { k.core.fallback = false; }},
+    {"frenzy-no-floor", [](FrenzyKnobs& k) { k.core.growth_floor = 0; }},
     {"frenzy-no-preempt", [](FrenzyKnobs& k) { k.core.preempt = false; }},
     {"frenzy-no-move", [](FrenzyKnobs& k) { k.core.move = false; }},
     {"frenzy-no-tick", [](FrenzyKnobs& k) { k.round_s = 0; }},

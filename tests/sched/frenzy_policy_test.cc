@@ -412,6 +412,24 @@ TEST(FrenzyPolicy, ConcaveSpeedUpSplitsTheGpus) {
   EXPECT_EQ(GpusOf(t, d, 1), 1);
 }
 
+// One job alone with 4 idle fast GPUs, 100, 150 and 200 tokens/s on 1, 2 and 4. Growing from 1
+// to 2 adds 50 tokens/s with one GPU, half the 100 per GPU it has: taken (the floor is 0.5).
+// From 2 to 4 adds 50 with two GPUs, 25 per GPU, under half its 75 per GPU: not taken, though
+// 1 / T would still rise (the jump from 1 to 4, 100 / 3 per GPU against 50, is not taken either).
+// Without the floor it takes all 4.
+TEST(FrenzyPolicy, AJobGrowsOnlyWhileEachAddedGpuBringsHalfWhatItsGpusDo) {
+  ClusterView c = TwoTypes();
+  c.nodes[1].free = 0;
+  JobOptions t = FastOnly(100, 150, 200);
+  std::vector<JobView> jobs = {Waiting(0, t, 1e6)};
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(5, c, jobs));
+  EXPECT_EQ(GpusOf(t, d, 0), 2);
+  FrenzyKnobs any_gain;
+  any_gain.core.growth_floor = 0;
+  d = MakeFrenzyPolicy(any_gain)->Schedule(At(5, c, jobs));
+  EXPECT_EQ(GpusOf(t, d, 0), 4);
+}
+
 // A job alone on the cluster takes its final option in one decision (all 4 fast GPUs: linear
 // speed-up, 100 per GPU there against 50 on the slow type), and the next decision on the same
 // state changes nothing: no start-small relaunch, no churn.
