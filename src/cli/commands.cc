@@ -1,8 +1,10 @@
 #include "cli/commands.h"
+
 #include "cli/finetune_flags.h"
 #include "cli/fp8_flags.h"
 #include "cli/recompute_flags.h"
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -43,6 +45,12 @@ std::string Gib(int64_t bytes) {
 }
 
 namespace {
+
+// The command-line flag of a layout field ("micro_batch" -> "--micro-batch").
+std::string FlagOf(std::string field) {
+  std::replace(field.begin(), field.end(), '_', '-');
+  return "--" + field;
+}
 
 std::string Fmt1(double v) {
   std::string s = fmt::format("{:.1f}", v);
@@ -325,7 +333,7 @@ void RunPredict(PredictOptions o) {
   if (!est.ok()) {
     Status s = est.status();
     return Fail(InvalidArgument("impossible layout for " + spec->name + ": " + s.message(),
-                                "--" + s.field()));
+                                FlagOf(s.field())));
   }
   const std::optional<ErrorBand> band = PublishedErrorBand(o.train.framework);
   if (o.json) {
@@ -446,7 +454,7 @@ void RunPerf(PerfOptions o) {
   if (!perf.ok()) {
     Status s = perf.status();
     return Fail(InvalidArgument("impossible layout for " + spec->name + ": " + s.message(),
-                                "--" + s.field()));
+                                FlagOf(s.field())));
   }
   const auto& b = perf->breakdown;
   nlohmann::json breakdown = {{"compute_s", b.compute_s},     {"recompute_s", b.recompute_s},
@@ -496,6 +504,10 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
     cmd->add_option("--dp", o->plan.dp, "Data parallel size")->capture_default_str();
     cmd->add_option("--vpp", o->plan.vpp, "Virtual (interleaved) stages per rank")
         ->capture_default_str();
+    cmd->add_option("--stage-layers", o->plan.stage_layers,
+                    "Layers of each pipeline stage, first to last, comma-separated: an uneven "
+                    "split (default: as even as possible)")
+        ->delimiter(',');
     cmd->add_option("--cp", o->plan.cp, "Context parallel size")->capture_default_str();
     cmd->add_option("--ep", o->plan.ep, "Expert parallel size (MoE: experts split over ep of "
                                        "the tp x dp x cp / etp ranks)")

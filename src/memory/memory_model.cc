@@ -510,17 +510,17 @@ Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
   MemoryEstimate est;
   est.params = counts.total;
 
-  // Layers per stage: as even as possible, earlier stages take the remainder.
-  const int64_t base_layers = m.num_layers / p.pp;
-  const int64_t extra_layers = m.num_layers % p.pp;
+  // Layers per stage: as even as possible, earlier stages take the remainder (or the plan's
+  // uneven split).
   // Middle stages after the second never exceed it, unless an irregular MoE layer pattern puts
-  // more experts on a later stage.
-  bool regular = !kinds.has_moe || (m.moe.layer_freq == 1 && m.moe.dense_layers.empty());
+  // more experts on a later stage, or an uneven split more layers.
+  bool regular = (!kinds.has_moe || (m.moe.layer_freq == 1 && m.moe.dense_layers.empty())) &&
+                 p.stage_layers.empty();
   bool worst_only = detail == StageDetail::kWorst && regular && kinds.every == 1;
   est.stages.reserve(static_cast<size_t>(worst_only ? std::min<int64_t>(3, p.pp) : p.pp));
   int64_t first = 0;
   for (int64_t stage = 0; stage < p.pp; ++stage) {
-    int64_t n_layers = base_layers + (stage < extra_layers ? 1 : 0);
+    const int64_t n_layers = p.LayersOfStage(stage, m.num_layers);
     if (!worst_only || stage <= 1 || stage == p.pp - 1) {
       StageLayers layers = MakeStageLayers(m, t, p, kinds.has_moe, stage, first, n_layers);
       est.stages.push_back(EstimateStage(m, t, p, counts, kinds, layers, microbatches));

@@ -357,6 +357,22 @@ Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelP
                   ") cannot exceed the number of layers (" + s(m.num_layers) + ")");
   }
   if (p.vpp > 1 && p.pp == 1) add("vpp", "interleaved stages need pp > 1");
+  if (!p.stage_layers.empty()) {
+    int64_t sum = 0;
+    bool each = true;
+    for (int64_t n : p.stage_layers) {
+      each = each && n >= 1 && n <= m.num_layers;
+      sum += n >= 1 && n <= m.num_layers ? n : 0;
+    }
+    if (static_cast<int64_t>(p.stage_layers.size()) != p.pp) {
+      add("stage_layers", "names " + s(static_cast<int64_t>(p.stage_layers.size())) +
+                              " stages; the layout has pp = " + s(p.pp));
+    } else if (!each || sum != m.num_layers) {
+      add("stage_layers", "every stage needs at least one layer and the stages together the "
+                          "model's " + s(m.num_layers) + " layers");
+    }
+    if (p.vpp > 1) add("stage_layers", "an uneven split needs vpp = 1");
+  }
   if (t.seq_len % p.cp != 0 || (p.cp > 1 && (t.seq_len / p.cp) % 2 != 0)) {
     add("cp", "context parallel size " + s(p.cp) + " must split the sequence (" + s(t.seq_len) +
                   ") into equal even chunks");

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "model/model_spec.h"
@@ -223,7 +224,21 @@ struct ParallelPlan {
   int64_t shard_group = 0;             // hybrid sharding group size (0: all of dp)
   Offload offload = Offload::kNone;    // model states kept in host memory
 
+  // Layers of each pipeline stage, first to last, when the split is uneven (a stage on a slower
+  // or smaller GPU type holds fewer layers); empty: as even as possible, earlier stages taking
+  // the remainder. Needs pp entries of at least 1 layer summing to the model's layers, vpp 1.
+  std::vector<int64_t> stage_layers;
+
   int64_t gpus() const { return tp * pp * dp * cp; }
+  // Layers of stage `stage` (0-based) and of the most loaded stage, for `num_layers` in all.
+  int64_t LayersOfStage(int64_t stage, int64_t num_layers) const {
+    if (!stage_layers.empty()) return stage_layers[static_cast<size_t>(stage)];
+    return num_layers / pp + (stage < num_layers % pp ? 1 : 0);
+  }
+  int64_t MostLayersOnAStage(int64_t num_layers) const {
+    if (stage_layers.empty()) return (num_layers + pp - 1) / pp;
+    return *std::max_element(stage_layers.begin(), stage_layers.end());
+  }
   int64_t expert_tp() const { return etp > 0 ? etp : tp; }
   // Ranks that hold the same experts and reduce their gradients (Megatron-core's expert data
   // parallel group: world / (etp x ep x pp)); and those of them that shard the experts' states

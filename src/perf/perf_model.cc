@@ -131,8 +131,11 @@ struct PerfInputs {
   double grad_bytes = 2;      // bytes of a gradient element in the data-parallel reduction
   double state_bytes = 4;     // bytes of a parameter the optimizer step reads (per state)
   double dequant_bytes = 0;   // QLoRA: bytes moved to dequantise the stage's NF4 weights once
-  // Layers of the most loaded stage: ceil(L / pp).
+  // Layers of the most loaded stage: ceil(L / pp), or the largest of an uneven split.
   double stage_layers = 0;
+  // With an uneven split, that stage's share of the layers (its share of the layers'
+  // parameters); 0 for an even one, whose stages hold 1 / pp each.
+  double uneven_share = 0;
   double head_flops = 0;  // of flops_per_token, the output layer's (on the last stage)
   // Of the layers, those recomputed: all, or 1/N when every Nth is checkpointed (torchtitan's
   // layer-wise AC).
@@ -276,22 +279,27 @@ double ContextParallelS(const ModelSpec& m, const ParallelPlan& p, const PerfInp
   return std::max(0.0, comm - attn) * static_cast<double>(in.microbatches);
 }
 
+// The most loaded stage's part of `x` (parameters spread over the stages like the layers) on one
+// of `split` ranks of that stage.
+double PerRank(double x, int64_t split, const ParallelPlan& p, const PerfInputs& in) {
+  return in.uneven_share > 0 ? x * in.uneven_share / static_cast<double>(split)
+                             : x / static_cast<double>(split * p.pp);
+}
+
 // Parameters of one rank (its share of TP, PP and EP), and those of them that are trained;
 // of those, the routed experts' share (reduced over the expert-data-parallel ranks).
 double RankExpertParams(const ParallelPlan& p, const PerfInputs& in) {
-  return in.expert_params / static_cast<double>(p.expert_tp() * p.pp * p.ep);
+  return PerRank(in.expert_params, p.expert_tp() * p.ep, p, in);
 }
 double RankParams(const ParallelPlan& p, const PerfInputs& in) {
-  return (static_cast<double>(in.counts.total) - in.expert_params) /
-             static_cast<double>(p.tp * p.pp) +
+  return PerRank(static_cast<double>(in.counts.total) - in.expert_params, p.tp, p, in) +
          RankExpertParams(p, in);
 }
 double RankTrainedExperts(const ParallelPlan& p, const PerfInputs& in) {
-  return in.trained_experts / static_cast<double>(p.expert_tp() * p.pp * p.ep);
+  return PerRank(in.trained_experts, p.expert_tp() * p.ep, p, in);
 }
 double RankTrainedParams(const ParallelPlan& p, const PerfInputs& in) {
-  return (in.trained_params - in.trained_experts) / static_cast<double>(p.tp * p.pp) +
-         RankTrainedExperts(p, in);
+  return PerRank(in.trained_params - in.trained_experts, p.tp, p, in) + RankTrainedExperts(p, in);
 }
 // A rank's share of the sharded optimizer states: over dp x cp, the experts' over the expert-
 // data-parallel ranks.
@@ -416,7 +424,7 @@ void SetTrainedShare(const ModelSpec& m, const TrainingSpec& t, const ParallelPl
   in.state_bytes = 4.0;
   if (t.finetune == FineTune::kQlora) {
     // Read the 4-bit codes and scales, write the 16-bit weight the matmul reads.
-    const double stage = static_cast<double>(ModelLinearElements(m)) / static_cast<double>(p.pp);
+    const double stage = PerRank(static_cast<double>(ModelLinearElements(m)), 1, p, in);
     in.dequant_bytes = stage * (Nf4BytesPerWeight(t.lora.double_quant) + 2.0);
   }
 }
@@ -502,8 +510,7 @@ void SetFp8(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p, co
       m.moe.enabled() ? in.expert_params * static_cast<double>(m.moe.experts_per_token) /
                             static_cast<double>(m.moe.num_experts)
                       : 0.0;
-  const double weights = (linear - active_experts) / static_cast<double>(p.tp * p.pp) +
-                         RankExpertParams(p, in);
+  const double weights = PerRank(linear - active_experts, p.tp, p, in) + RankExpertParams(p, in);
   const double weight_casts =
       t.te_fp8() ? 1.0 / static_cast<double>(std::max<int64_t>(1, in.microbatches)) : 2.0;
   in.fp8_cast_bytes = in.stage_layers * tokens * widths * 5.0 / static_cast<double>(p.tp) +
@@ -570,11 +577,14 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t, cons
   in.tokens_per_mb = static_cast<double>(t.micro_batch * t.seq_len);
   in.counts = CountParams(m, HeadKind::kDefault, /*per_layer=*/false);
   in.flops_per_token = FlopsPerToken(m, in.counts, t.seq_len);
+  in.stage_layers = static_cast<double>(p.MostLayersOnAStage(m.num_layers));
+  if (!p.stage_layers.empty()) {
+    in.uneven_share = in.stage_layers / static_cast<double>(m.num_layers);
+  }
   SetTrainedShare(m, t, p, in);
   // The output layer: 6 FLOPs a weight and token, 4 when frozen (no weight gradient).
   in.head_flops = (t.finetune == FineTune::kFull ? 6.0 : 4.0) *
                   static_cast<double>(m.vocab_size * m.embedding_width());
-  in.stage_layers = std::ceil(static_cast<double>(m.num_layers) / static_cast<double>(p.pp));
   if (t.recompute_every > 1) {
     in.recompute_share = std::floor(static_cast<double>(m.num_layers) /
                                     static_cast<double>(t.recompute_every)) /

@@ -173,6 +173,14 @@ TEST(Cli, PredictSaysWhyALayoutIsImpossible) {
   CliRun bad = Frenzy("predict --model gpt2 --precision fp4");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.out.find("--precision"), std::string::npos) << bad.out;
+  // The error names the flag as it is typed (a field with an underscore has a dash there).
+  CliRun mb = Frenzy("predict --model gpt2 --micro-batch 0");
+  EXPECT_EQ(mb.exit_code, 2);
+  EXPECT_NE(mb.out.find("--micro-batch:"), std::string::npos) << mb.out;
+  CliRun split = Frenzy("predict --model llama-2-7b --pp 2 --stage-layers 20,11");
+  EXPECT_EQ(split.exit_code, 2);
+  EXPECT_NE(split.out.find("--stage-layers:"), std::string::npos) << split.out;
+  EXPECT_NE(split.out.find("32 layers"), std::string::npos) << split.out;
 }
 
 // torchtitan's words: [activation_checkpoint] mode and selective_ac_option, mapped and said.

@@ -385,3 +385,59 @@ TEST(PredictMemory, SoftwareEnvironmentKnobs) {
 
 }  // namespace
 }  // namespace frenzy
+
+namespace frenzy {
+namespace {
+
+// Llama-2-7B (32 layers) in two stages of 20 and 12 layers. By hand: a layer holds 4 h^2
+// (attention, h = 4096, 32 key/value heads) + 3 h f (gated MLP, f = 11008) + 2 h (norms) =
+// 202,383,360 parameters; the embedding and the untied output layer 32,000 x 4,096 =
+// 131,072,000 each; the final norm 4,096. Stage 0: embedding + 20 layers = 4,178,739,200; stage
+// 1: 12 layers + final norm + output layer = 2,559,676,416 (together the model's 6,738,415,616).
+// Megatron keeps 2 bytes of bf16 weights for each.
+TEST(PredictMemory, AnUnevenSplitPutsItsLayersOnEachStage) {
+  ModelSpec m = test::Zoo("llama-2-7b");
+  TrainingSpec t;
+  t.seq_len = 1024;
+  t.global_batch = 8;
+  ParallelPlan p;
+  p.pp = 2;
+  p.stage_layers = {20, 12};
+  MemoryEstimate e = test::Predict(m, t, p);
+  ASSERT_EQ(e.stages.size(), 2u);
+  EXPECT_EQ(e.stages[0].num_layers, 20);
+  EXPECT_EQ(e.stages[1].first_layer, 20);
+  EXPECT_EQ(e.stages[1].num_layers, 12);
+  EXPECT_EQ(e.stages[0].params, 4'178'739'200);
+  EXPECT_EQ(e.stages[1].params, 2'559'676'416);
+  EXPECT_EQ(e.stages[0].breakdown.weights, 2 * 4'178'739'200);
+  // The even split (16 + 16) is what an empty list means, and the worst-stages shortcut gives
+  // the uneven split's peak too.
+  ParallelPlan even = p;
+  even.stage_layers = {16, 16};
+  ParallelPlan implicit = p;
+  implicit.stage_layers.clear();
+  EXPECT_EQ(test::Predict(m, t, even).peak_bytes, test::Predict(m, t, implicit).peak_bytes);
+  auto worst = PredictMemory(m, t, p, StageDetail::kWorst);
+  ASSERT_TRUE(worst.ok());
+  EXPECT_EQ(worst->peak_bytes, e.peak_bytes);
+}
+
+TEST(PredictMemory, AnUnevenSplitMustCoverTheLayersOnce) {
+  ModelSpec m = test::Zoo("llama-2-7b");
+  TrainingSpec t;
+  ParallelPlan p;
+  p.pp = 2;
+  for (std::vector<int64_t> bad : std::vector<std::vector<int64_t>>{{20, 11}, {32}, {32, 0}}) {
+    p.stage_layers = bad;
+    auto r = PredictMemory(m, t, p);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().field(), "stage_layers") << r.status().ToString();
+  }
+  p.stage_layers = {20, 12};
+  p.vpp = 2;
+  EXPECT_FALSE(PredictMemory(m, t, p).ok());
+}
+
+}  // namespace
+}  // namespace frenzy

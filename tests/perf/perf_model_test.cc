@@ -270,3 +270,28 @@ TEST(PerfModel, QloraPaysForDequantisationAndRecomputationRepeatsHalfTheWork) {
 
 }  // namespace
 }  // namespace frenzy
+
+namespace frenzy {
+namespace {
+
+// The pipeline runs at the pace of its most loaded stage: 20 + 12 layers of Llama-2-7B take
+// longer than 16 + 16, 12 + 20 as long as 20 + 12, and an explicit even split is the default.
+TEST(PerfModel, AnUnevenPipelineRunsAtItsMostLoadedStagesPace) {
+  ModelSpec m = *ResolveModel("llama-2-7b");
+  TrainingSpec t;
+  t.seq_len = 2048;
+  t.global_batch = 16;
+  ParallelPlan p;
+  p.pp = 2;
+  const double even = Perf(m, t, p, "A100-80GB").iteration_s;
+  p.stage_layers = {16, 16};
+  EXPECT_DOUBLE_EQ(Perf(m, t, p, "A100-80GB").iteration_s, even);
+  p.stage_layers = {20, 12};
+  const double front = Perf(m, t, p, "A100-80GB").iteration_s;
+  EXPECT_GT(front, even * 1.1);
+  p.stage_layers = {12, 20};
+  EXPECT_DOUBLE_EQ(Perf(m, t, p, "A100-80GB").iteration_s, front);
+}
+
+}  // namespace
+}  // namespace frenzy
