@@ -3,6 +3,7 @@
 #include "cli/finetune_flags.h"
 #include "cli/fp8_flags.h"
 #include "cli/recompute_flags.h"
+#include "cli/stage_gpus.h"
 
 #include <algorithm>
 #include <iostream>
@@ -253,6 +254,7 @@ void RunClusterList(bool json) {
 struct PredictOptions {
   std::string model;
   std::string gpu;
+  std::string stage_gpus;  // a heterogeneous pipeline: TYPE:STAGES,... (cli/stage_gpus.h)
   std::string precision = "bf16";
   std::string optimizer = "adamw";
   RecomputeFlags rc;
@@ -335,9 +337,20 @@ void RunPredict(PredictOptions o) {
     return Fail(InvalidArgument("impossible layout for " + spec->name + ": " + s.message(),
                                 FlagOf(s.field())));
   }
+  nlohmann::json stage_fits;
+  if (!o.stage_gpus.empty()) {
+    auto parts = ParseStageGpus(o.stage_gpus, o.plan.pp);
+    if (!parts.ok()) return Fail(parts.status());
+    stage_fits = StageFits(*est, *parts);
+  }
   const std::optional<ErrorBand> band = PublishedErrorBand(o.train.framework);
   if (o.json) {
     nlohmann::json j = MemoryEstimateToJson(*est, gpu);
+    if (!stage_fits.is_null()) {
+      j["stage_gpus"] = stage_fits;
+      j["fits"] = std::all_of(stage_fits.begin(), stage_fits.end(),
+                              [](const nlohmann::json& f) { return f["fits"].get<bool>(); });
+    }
     j["model"] = spec->name;
     j["layout"] = LayoutToJson(o.train, o.plan);
     j["error_band"] = band ? nlohmann::json{{"framework", FrameworkName(o.train.framework)},
@@ -393,6 +406,12 @@ void RunPredict(PredictOptions o) {
     fmt::print("  offloaded to host memory: {} GiB per GPU ({})\n", Gib(est->host_bytes),
                OffloadName(o.plan.offload));
   }
+  for (const auto& f : stage_fits) {
+    fmt::print("  stage {} on {} ({} GiB): {}, headroom {} GiB\n", f["stage"].get<int64_t>(),
+               f["gpu"].get<std::string>(), Gib(f["gpu_memory_bytes"].get<int64_t>()),
+               f["fits"].get<bool>() ? "fits" : "does NOT fit",
+               Gib(f["headroom_bytes"].get<int64_t>()));
+  }
   if (gpu != nullptr) {
     int64_t headroom = gpu->memory_bytes - est->resident_bytes;
     fmt::print("  {} on {} ({} GiB): headroom {} GiB\n",
@@ -430,10 +449,72 @@ Result<Network> NetworkFor(const std::string& cluster, const GpuType& gpu, int64
   return net;
 }
 
+// perf --stage-gpus: every stage on its own type, at the slowest stage's pace.
+void RunMixedPerf(const PerfOptions& o, const ModelSpec& spec) {
+  auto parsed = ParseStageGpus(o.stage_gpus, o.plan.pp);
+  if (!parsed.ok()) return Fail(parsed.status());
+  std::vector<StageGpus> parts = *parsed;
+  nlohmann::json nets = nlohmann::json::array();
+  for (StageGpus& part : parts) {
+    std::string why;
+    auto net = NetworkFor(o.cluster, *part.gpu, part.stages * o.plan.tp * o.plan.dp * o.plan.cp,
+                          &why);
+    if (!net.ok()) return Fail(net.status().WithWhere("--stage-gpus"));
+    part.net = *net;
+    nets.push_back({{"gpu", part.gpu->name}, {"stages", part.stages}, {"assumed", why}});
+  }
+  auto mixed = PredictMixedPerf(spec, o.train, o.plan, parts);
+  if (!mixed.ok()) {
+    Status s = mixed.status();
+    return Fail(InvalidArgument("impossible layout for " + spec.name + ": " + s.message(),
+                                FlagOf(s.field())));
+  }
+  const PerfEstimate& e = mixed->estimate;
+  if (o.json) {
+    return PrintJson({{"model", spec.name},
+                      {"gpus", e.gpus},
+                      {"iteration_s", e.iteration_s},
+                      {"tokens_per_s", e.tokens_per_s},
+                      {"tokens_per_s_per_gpu", e.tokens_per_s_per_gpu},
+                      {"tflops_per_gpu", e.tflops_per_gpu},
+                      {"mfu", e.mfu},
+                      {"stage_iteration_s", mixed->stage_iteration_s},
+                      {"slowest_stage", mixed->slowest_stage},
+                      {"parts", nets},
+                      {"layout", LayoutToJson(o.train, o.plan)}});
+  }
+  fmt::print("{} on {} GPUs in a {}-stage pipeline over {} GPU types, micro-batch {} x {} "
+             "tokens, {}\n",
+             spec.name, e.gpus, o.plan.pp, parts.size(), o.train.micro_batch, o.train.seq_len,
+             FrameworkName(o.train.framework));
+  fmt::print("  iteration {:.3f} s at stage {}'s pace, {:.0f} tokens/s ({:.0f} per GPU), MFU "
+             "{:.1f}% of the GPUs' summed peaks\n",
+             e.iteration_s, mixed->slowest_stage, e.tokens_per_s, e.tokens_per_s_per_gpu,
+             100 * e.mfu);
+  int64_t stage = 0;
+  for (const StageGpus& part : parts) {
+    for (int64_t k = 0; k < part.stages; ++k, ++stage) {
+      fmt::print("    stage {:<3} {:<12} {:>3} layers  {:.3f} s\n", stage, part.gpu->name,
+                 o.plan.LayersOfStage(stage, spec.num_layers),
+                 mixed->stage_iteration_s[static_cast<size_t>(stage)]);
+    }
+  }
+  for (const auto& n : nets) fmt::print("  network: {}\n", n["assumed"].get<std::string>());
+}
+
 void RunPerf(PerfOptions o) {
   auto spec = ResolveModel(o.model);
   if (!spec.ok()) return Fail(spec.status());
   if (Status s = ResolveLayout(o, *spec); !s.ok()) return Fail(s);
+  if (!o.stage_gpus.empty()) {
+    if (!o.gpu.empty()) {
+      return Fail(InvalidArgument("give the GPU types with --stage-gpus only", {}, "--gpu"));
+    }
+    return RunMixedPerf(o, *spec);
+  }
+  if (o.gpu.empty()) {
+    return Fail(InvalidArgument("a GPU type is needed (or --stage-gpus)", {}, "--gpu"));
+  }
   auto g = GpuCatalog::Default().Lookup(o.gpu);
   if (!g.ok()) return Fail(g.status().WithWhere("--gpu"));
   if (o.gpus > 0) {
@@ -504,6 +585,9 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
     cmd->add_option("--dp", o->plan.dp, "Data parallel size")->capture_default_str();
     cmd->add_option("--vpp", o->plan.vpp, "Virtual (interleaved) stages per rank")
         ->capture_default_str();
+    cmd->add_option("--stage-gpus", o->stage_gpus,
+                    "A heterogeneous pipeline: TYPE:STAGES,... first to last (e.g. "
+                    "A100-40GB:2,V100-32GB:2); each stage judged on its own type");
     cmd->add_option("--stage-layers", o->plan.stage_layers,
                     "Layers of each pipeline stage, first to last, comma-separated: an uneven "
                     "split (default: as even as possible)")
@@ -626,7 +710,7 @@ void RegisterCommands(CLI::App& app) {
     cmd->add_option("--model,-m", o->model, "Zoo name, HuggingFace id, or config.json path")
         ->required();
     AddLayoutOptions(cmd, o.get());
-    cmd->add_option("--gpu", o->gpu, "GPU type")->required();
+    cmd->add_option("--gpu", o->gpu, "GPU type (or --stage-gpus)");
     cmd->add_option("--gpus", o->gpus, "GPU count (default tp x pp x dp x cp; sets dp)");
     cmd->add_option("--cluster", o->cluster, "Cluster whose network the job uses");
     cmd->add_flag("--uncalibrated", o->uncalibrated,

@@ -555,8 +555,13 @@ PerfEstimate Summarize(const TrainingSpec& t, const ParallelPlan& p, const PerfI
 
 Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
                                  const GpuType& gpu, const Network& net,
-                                 const GpuEfficiency* efficiency) {
+                                 const GpuEfficiency* efficiency, int64_t pace_stage) {
   RETURN_IF_ERROR(ValidateLayout(m, t, p));
+  if (pace_stage >= p.pp) {
+    return InvalidArgument("stage " + std::to_string(pace_stage) + " of a " +
+                               std::to_string(p.pp) + "-stage pipeline",
+                           {}, "pp");
+  }
   PerfInputs in;
   in.peak = PeakTflops(gpu, t.precision) * 1e12;
   if (!(in.peak > 0)) {
@@ -577,14 +582,16 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t, cons
   in.tokens_per_mb = static_cast<double>(t.micro_batch * t.seq_len);
   in.counts = CountParams(m, HeadKind::kDefault, /*per_layer=*/false);
   in.flops_per_token = FlopsPerToken(m, in.counts, t.seq_len);
-  in.stage_layers = static_cast<double>(p.MostLayersOnAStage(m.num_layers));
-  if (!p.stage_layers.empty()) {
+  in.stage_layers = static_cast<double>(pace_stage >= 0 ? p.LayersOfStage(pace_stage, m.num_layers)
+                                                        : p.MostLayersOnAStage(m.num_layers));
+  if (!p.stage_layers.empty() || pace_stage >= 0) {
     in.uneven_share = in.stage_layers / static_cast<double>(m.num_layers);
   }
   SetTrainedShare(m, t, p, in);
   // The output layer: 6 FLOPs a weight and token, 4 when frozen (no weight gradient).
   in.head_flops = (t.finetune == FineTune::kFull ? 6.0 : 4.0) *
                   static_cast<double>(m.vocab_size * m.embedding_width());
+  if (pace_stage >= 0 && pace_stage != p.pp - 1) in.head_flops = 0;  // the head is on the last
   if (t.recompute_every > 1) {
     in.recompute_share = std::floor(static_cast<double>(m.num_layers) /
                                     static_cast<double>(t.recompute_every)) /
@@ -645,6 +652,47 @@ Network DefaultNetwork(const GpuType& gpu, int64_t gpus, std::string* why) {
   }
   if (why) *why = what;
   return net;
+}
+
+Result<MixedPerfEstimate> PredictMixedPerf(const ModelSpec& m, const TrainingSpec& t,
+                                           const ParallelPlan& p,
+                                           const std::vector<StageGpus>& parts) {
+  int64_t stages = 0;
+  for (const StageGpus& g : parts) {
+    if (g.gpu == nullptr || g.stages < 1) {
+      return InvalidArgument("every part needs a GPU type and at least one stage", {},
+                             "stage_gpus");
+    }
+    stages += g.stages;
+  }
+  if (stages != p.pp) {
+    return InvalidArgument("names " + std::to_string(stages) + " stages; the layout has pp = " +
+                               std::to_string(p.pp),
+                           {}, "stage_gpus");
+  }
+  MixedPerfEstimate out;
+  double peak_flops = 0;  // the job's GPUs' dense peaks, summed
+  const int64_t ranks_per_stage = p.tp * p.dp * p.cp;
+  int64_t stage = 0;
+  for (const StageGpus& g : parts) {
+    peak_flops += PeakTflops(*g.gpu, t.precision) * 1e12 *
+                  static_cast<double>(g.stages * ranks_per_stage);
+    for (int64_t k = 0; k < g.stages; ++k, ++stage) {
+      ASSIGN_OR_RETURN(PerfEstimate e, PredictPerf(m, t, p, *g.gpu, g.net, nullptr, stage));
+      out.stage_iteration_s.push_back(e.iteration_s);
+      if (e.iteration_s > out.estimate.iteration_s) {
+        out.estimate = e;
+        out.slowest_stage = stage;
+      }
+    }
+  }
+  // The slowest stage sets the pace; throughput and utilisation are the whole job's.
+  PerfEstimate& e = out.estimate;
+  e.gpus = p.gpus();
+  e.tokens_per_s_per_gpu = e.tokens_per_s / static_cast<double>(e.gpus);
+  e.tflops_per_gpu = e.tokens_per_s_per_gpu * e.model_flops_per_token / 1e12;
+  e.mfu = peak_flops > 0 ? e.tokens_per_s * e.model_flops_per_token / peak_flops : 0;
+  return out;
 }
 
 }  // namespace frenzy

@@ -13,6 +13,7 @@
 #define FRENZY_PERF_PERF_MODEL_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "common/status.h"
 #include "hardware/gpu.h"
@@ -82,9 +83,30 @@ double ModelFlopsPerToken(const ModelSpec& m, int64_t seq_len);
 // REQUIRES: model.Validate().ok(). Impossible layouts return ValidateLayout's error; a GPU
 // without the requested precision (bf16 on V100) returns InvalidArgument.
 // `efficiency` overrides the calibration (e.g. uncalibrated MAMF-only predictions for fitting).
+// `pace_stage` >= 0 gives the iteration at that stage's pace (its layers, the output layer only
+// on the last) rather than the most loaded stage's.
 Result<PerfEstimate> PredictPerf(const ModelSpec& model, const TrainingSpec& train,
                                  const ParallelPlan& plan, const GpuType& gpu, const Network& net,
-                                 const GpuEfficiency* efficiency = nullptr);
+                                 const GpuEfficiency* efficiency = nullptr,
+                                 int64_t pace_stage = -1);
+
+// A heterogeneous pipeline (issue 19): consecutive stages on one GPU type each, first to last.
+struct StageGpus {
+  const GpuType* gpu = nullptr;
+  Network net;  // the links of that type's nodes
+  int64_t stages = 0;
+};
+struct MixedPerfEstimate {
+  // At the slowest stage's pace (every stage computed on its own type, with its own layers),
+  // with tokens/s, TFLOP/s per GPU and MFU over the whole job (MFU against the summed peaks).
+  PerfEstimate estimate;
+  std::vector<double> stage_iteration_s;  // each stage's pace
+  int64_t slowest_stage = 0;
+};
+// REQUIRES: as PredictPerf. The parts' stages must add up to plan.pp.
+Result<MixedPerfEstimate> PredictMixedPerf(const ModelSpec& model, const TrainingSpec& train,
+                                           const ParallelPlan& plan,
+                                           const std::vector<StageGpus>& parts);
 
 }  // namespace frenzy
 

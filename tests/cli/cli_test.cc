@@ -183,6 +183,32 @@ TEST(Cli, PredictSaysWhyALayoutIsImpossible) {
   EXPECT_NE(split.out.find("32 layers"), std::string::npos) << split.out;
 }
 
+// A heterogeneous pipeline: each stage judged on its own GPU type, and bad parts named.
+TEST(Cli, PredictJudgesEachStageOnItsOwnGpuType) {
+  CliRun r = Frenzy("predict --model llama-2-7b --precision fp16 --pp 2 --stage-layers 16,16 "
+                    "--stage-gpus A100-80GB:1,T4:1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["stage_gpus"].size(), 2u);
+  EXPECT_EQ(j["stage_gpus"][0]["gpu"], "A100-80GB");
+  EXPECT_EQ(j["stage_gpus"][1]["gpu"], "T4");
+  EXPECT_EQ(j["layout"]["stage_layers"], nlohmann::json::array({16, 16}));
+  // Each stage holds 16 layers and the embedding or the head: 3.37e9 parameters, at Megatron's
+  // 18 bytes a parameter about 56.5 GiB of model states. They fit an 80 GB A100, not a 16 GB T4.
+  EXPECT_TRUE(j["stage_gpus"][0]["fits"].get<bool>());
+  EXPECT_FALSE(j["stage_gpus"][1]["fits"].get<bool>());
+  EXPECT_FALSE(j["fits"].get<bool>());
+  CliRun sum = Frenzy("predict --model llama-2-7b --pp 2 --stage-gpus A100-80GB:1");
+  EXPECT_EQ(sum.exit_code, 2);
+  EXPECT_NE(sum.out.find("--stage-gpus"), std::string::npos) << sum.out;
+  CliRun unknown = Frenzy("predict --model llama-2-7b --pp 2 --stage-gpus A100-80GB:1,Z9:1");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.out.find("--stage-gpus"), std::string::npos) << unknown.out;
+  CliRun malformed = Frenzy("perf --model llama-2-7b --pp 2 --stage-gpus A100-80GB:x,T4:1");
+  EXPECT_EQ(malformed.exit_code, 2);
+  EXPECT_NE(malformed.out.find("--stage-gpus"), std::string::npos) << malformed.out;
+}
+
 // torchtitan's words: [activation_checkpoint] mode and selective_ac_option, mapped and said.
 TEST(Cli, PredictTakesTorchtitansCheckpointingWords) {
   const std::string base = "predict --model llama-3-8b --framework fsdp --zero 3 --dp 8 ";

@@ -295,3 +295,50 @@ TEST(PerfModel, AnUnevenPipelineRunsAtItsMostLoadedStagesPace) {
 
 }  // namespace
 }  // namespace frenzy
+
+namespace frenzy {
+namespace {
+
+// A two-type pipeline of Llama-2-7B in fp16 (V100s have no bf16): stage 0 on A100-80GB, stage 1
+// on V100-32GB. It runs at its slowest stage's pace; with one type on both it is the homogeneous
+// pipeline; and the split that balances the stages gives the A100 stage more layers (its fp16
+// peak is 312 TFLOP/s against the V100's 125) and beats the even split.
+TEST(PerfModel, AHeterogeneousPipelineRunsAtItsSlowestStagesPace) {
+  ModelSpec m = *ResolveModel("llama-2-7b");
+  TrainingSpec t;
+  t.seq_len = 2048;
+  t.global_batch = 16;
+  t.precision = Precision::kFp16;
+  ParallelPlan p;
+  p.pp = 2;
+  const Network net{8, 25};
+  auto same = PredictMixedPerf(m, t, p, {{&Gpu("A100-80GB"), net, 2}});
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_NEAR(same->estimate.iteration_s, Perf(m, t, p, "A100-80GB").iteration_s, 1e-9);
+
+  const std::vector<StageGpus> mixed = {{&Gpu("A100-80GB"), net, 1}, {&Gpu("V100-32GB"), net, 1}};
+  auto even = PredictMixedPerf(m, t, p, mixed);
+  ASSERT_TRUE(even.ok()) << even.status().ToString();
+  ASSERT_EQ(even->stage_iteration_s.size(), 2u);
+  EXPECT_EQ(even->slowest_stage, 1);
+  EXPECT_DOUBLE_EQ(even->estimate.iteration_s, even->stage_iteration_s[1]);
+  EXPECT_GT(even->stage_iteration_s[1], 2 * even->stage_iteration_s[0]);
+
+  int64_t best_k = 0;
+  double best = even->estimate.iteration_s;
+  for (int64_t k = 1; k < 32; ++k) {
+    p.stage_layers = {k, 32 - k};
+    auto r = PredictMixedPerf(m, t, p, mixed);
+    ASSERT_TRUE(r.ok());
+    if (r->estimate.iteration_s < best) best = r->estimate.iteration_s, best_k = k;
+  }
+  EXPECT_GT(best_k, 16);
+  EXPECT_LT(best, 0.8 * even->estimate.iteration_s);
+  // Stages that do not add up to the pipeline are refused, naming the field.
+  auto wrong = PredictMixedPerf(m, t, p, {{&Gpu("A100-80GB"), net, 1}});
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().field(), "stage_gpus");
+}
+
+}  // namespace
+}  // namespace frenzy
