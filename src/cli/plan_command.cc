@@ -16,6 +16,7 @@
 #include "memory/training.h"
 #include "model/zoo.h"
 #include "planner/explain.h"
+#include "planner/mixed.h"
 #include "planner/planner.h"
 
 namespace frenzy::cli {
@@ -92,7 +93,7 @@ void PrintLaunch(Launcher which, const LaunchOutcome& lo) {
 // The plans as one JSON document, each with its launch when --launch is given.
 void PrintPlanJson(const PlanOptions& o, const JobSpec& job, const Cluster& cluster,
                  const PlanResult& res, const PlannerOptions& popt,
-                 std::optional<Launcher> launcher) {
+                 std::optional<Launcher> launcher, const MixedResult* mixed) {
   nlohmann::json j;
   j["model"] = job.model.name;
   j["cluster"] = cluster.name;
@@ -114,7 +115,43 @@ void PrintPlanJson(const PlanOptions& o, const JobSpec& job, const Cluster& clus
   j["layouts_fitting"] = res.layouts_fitting;
   j["explanation"] = ExplainPlan(res, popt);
   j["infeasible"] = InfeasibleOrNull(res);  // the typed reasons behind the explanation
+  if (mixed != nullptr) {
+    j["mixed_plans"] = nlohmann::json::array();
+    for (const auto& p : mixed->plans) j["mixed_plans"].push_back(MixedPlanToJson(p));
+  }
   PrintJson(j);
+}
+
+// What no single type holds, a heterogeneous pipeline may (planner/mixed.h): its plans, fastest
+// first.
+void PrintMixedPlans(const MixedResult& mixed) {
+  if (mixed.plans.empty()) {
+    fmt::print("  no heterogeneous pipeline over the cluster's types holds it either ({} layouts "
+               "considered)\n", mixed.layouts_considered);
+    return;
+  }
+  fmt::print("  no single GPU type holds it; heterogeneous pipelines do ({} layouts "
+             "considered), each stage fitting its own type:\n", mixed.layouts_considered);
+  int i = 0;
+  for (const MixedPlan& p : mixed.plans) {
+    std::string parts;
+    for (const MixedPart& part : p.parts) {
+      parts += fmt::format("{}{} x {} ({} stage{})", parts.empty() ? "" : " + ", part.gpus,
+                           part.gpu, part.stages, part.stages == 1 ? "" : "s");
+    }
+    std::string time = p.total_s < 86400 * 2 ? fmt::format("{:.1f} h", p.total_s / 3600)
+                                              : fmt::format("{:.1f} d", p.total_s / 86400);
+    fmt::print("  {:<3} {}: TP {} PP {} DP {}, {}, {} recomputation, {}, MFU {:.1f}%\n", ++i,
+               parts, p.tp, p.pp, p.dp, PrecisionName(p.precision), RecomputeName(p.recompute),
+               time, 100 * p.mfu);
+    std::string layers, memory;
+    for (size_t s = 0; s < p.stage_layers.size(); ++s) {
+      layers += fmt::format("{}{}", s ? "," : "", p.stage_layers[s]);
+      memory += fmt::format("{}{}/{}", s ? " " : "", Gib(p.stage_device_bytes[s]),
+                            Gib(p.stage_gpu_memory_bytes[s]));
+    }
+    fmt::print("      layers per stage {}; GiB per stage {}\n", layers, memory);
+  }
 }
 
 // The planner's options from the flags: the objective and reading by name, the margin (raised
@@ -192,8 +229,16 @@ void RunPlan(const PlanOptions& o) {
   const PlannerOptions& popt = *planner;
   auto r = PlanJob(job, *cluster, GpuCatalog::Default(), popt);
   if (!r.ok()) return Fail(r.status());
+  // Too little memory on every single type: try pipelines over several (planner/mixed.h).
+  std::optional<MixedResult> mixed;
+  if (r->plans.empty() && r->infeasible &&
+      r->infeasible->kind == InfeasibleKind::kTooLittleMemory) {
+    auto m = PlanMixedPipelines(job, *cluster, GpuCatalog::Default(), popt);
+    if (!m.ok()) return Fail(m.status());
+    mixed = std::move(m).value();
+  }
   if (o.json) {
-    PrintPlanJson(o, job, *cluster, *r, popt, *launcher);
+    PrintPlanJson(o, job, *cluster, *r, popt, *launcher, mixed ? &*mixed : nullptr);
   } else {
     fmt::print("{} on {} ({}): {} layouts considered, {} fit\n", spec->name, cluster->name,
                FrameworkName(job.framework), r->layouts_considered, r->layouts_fitting);
@@ -242,8 +287,10 @@ void RunPlan(const PlanOptions& o) {
       }
     }
     fmt::print("  {}\n", ExplainPlan(*r, popt));
+    if (mixed) PrintMixedPlans(*mixed);
   }
-  if (r->plans.empty()) SetExitCode(3);  // an answer, not an error: nothing fits
+  // An answer, not an error, when nothing fits.
+  if (r->plans.empty() && (!mixed || mixed->plans.empty())) SetExitCode(3);
 }
 
 }  // namespace

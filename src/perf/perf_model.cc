@@ -51,19 +51,6 @@ const Calibration& LoadCalibration() {
   return *kCal;
 }
 
-double PeakTflops(const GpuType& g, Precision p) {
-  switch (p) {
-    case Precision::kFp32:
-      return g.tf32_tflops ? *g.tf32_tflops : g.fp32_tflops;  // TF32 tensor cores when present
-    case Precision::kFp16:
-      return g.fp16_tflops;
-    case Precision::kBf16:
-    case Precision::kBf16Pure:
-    case Precision::kFp8:  // the bf16 parts; the FP8 linears use Fp8Tflops
-      return g.bf16_tflops ? *g.bf16_tflops : 0.0;
-  }
-  return 0;
-}
 
 // Ring collectives move 2(n-1)/n (all-reduce) or (n-1)/n (all-gather, reduce-scatter) of the
 // buffer through each GPU's link (Patarasuk & Yuan 2009; NCCL's performance notes).
@@ -77,6 +64,20 @@ double AllGatherS(double bytes, int64_t n, double gbs) {
 }
 
 }  // namespace
+
+double PeakTflops(const GpuType& g, Precision p) {
+  switch (p) {
+    case Precision::kFp32:
+      return g.tf32_tflops ? *g.tf32_tflops : g.fp32_tflops;  // TF32 tensor cores when present
+    case Precision::kFp16:
+      return g.fp16_tflops;
+    case Precision::kBf16:
+    case Precision::kBf16Pure:
+    case Precision::kFp8:  // the bf16 parts; the FP8 linears use Fp8Tflops
+      return g.bf16_tflops ? *g.bf16_tflops : 0.0;
+  }
+  return 0;
+}
 
 GpuEfficiency EfficiencyOf(const GpuType& gpu) {
   const Calibration& cal = LoadCalibration();

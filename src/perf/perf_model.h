@@ -75,6 +75,10 @@ struct GpuEfficiency {
 };
 GpuEfficiency EfficiencyOf(const GpuType& gpu);
 
+// The dense peak TFLOP/s of `gpu` in precision `p` (TF32 for fp32 where it has TF32 tensor
+// cores; the bf16 peak for fp8's non-FP8 parts); 0 when it has none (bf16 on a V100).
+double PeakTflops(const GpuType& gpu, Precision p);
+
 // Model FLOPs per token of training (forward + backward, no recomputation): 6 x matmul
 // parameters used per token plus 12 x layers x q-width x sequence for attention (PaLM,
 // Chowdhery et al. 2022, Appendix B).

@@ -398,6 +398,27 @@ TEST(Cli, PlanSaysWhyNothingFits) {
   EXPECT_EQ(p["infeasible"]["error"]["field"], "tp");
 }
 
+// Nothing single-type holds Llama-3.1-70B on sia64 (16 A100-40GB, 24 V100-32GB, 24 T4); a
+// pipeline over its types does, and plan answers with it (exit 0), each stage within its GPU.
+TEST(Cli, PlanFallsBackToAHeterogeneousPipeline) {
+  CliRun r = Frenzy("plan --model llama-3.1-70b --tokens 1e10 --global-batch 64 --cluster sia64 "
+                    "--json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["plans"].empty());
+  ASSERT_FALSE(j["mixed_plans"].empty()) << r.out;
+  const auto& best = j["mixed_plans"][0];
+  EXPECT_GE(best["parts"].size(), 2u);
+  for (size_t s = 0; s < best["stage_layers"].size(); ++s) {
+    EXPECT_LT(best["stage_device_bytes"][s].get<int64_t>(),
+              best["stage_gpu_memory_bytes"][s].get<int64_t>());
+  }
+  CliRun text = Frenzy("plan --model llama-3.1-70b --tokens 1e10 --global-batch 64 "
+                       "--cluster sia64 --top 1");
+  EXPECT_EQ(text.exit_code, 0) << text.out;
+  EXPECT_NE(text.out.find("heterogeneous pipelines do"), std::string::npos) << text.out;
+}
+
 TEST(Cli, HelpForEverySubcommand) {
   for (const char* sub : {"inspect", "models", "gpus", "cluster show", "cluster list", "predict",
                           "perf", "plan"}) {
