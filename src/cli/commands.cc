@@ -338,6 +338,9 @@ void RunPredict(PredictOptions o) {
                                 FlagOf(s.field())));
   }
   nlohmann::json stage_fits;
+  if (!o.stage_gpus.empty() && gpu != nullptr) {
+    return Fail(InvalidArgument("give the GPU types with --stage-gpus only", {}, "--gpu"));
+  }
   if (!o.stage_gpus.empty()) {
     auto parts = ParseStageGpus(o.stage_gpus, o.plan.pp);
     if (!parts.ok()) return Fail(parts.status());

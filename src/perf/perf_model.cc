@@ -138,6 +138,7 @@ struct PerfInputs {
   // parameters); 0 for an even one, whose stages hold 1 / pp each.
   double uneven_share = 0;
   double head_flops = 0;  // of flops_per_token, the output layer's (on the last stage)
+  bool head_on_stage = true;  // the stage timed holds the output layer
   // Of the layers, those recomputed: all, or 1/N when every Nth is checkpointed (torchtitan's
   // layer-wise AC).
   double recompute_share = 1;
@@ -184,7 +185,8 @@ void MicroBatchCompute(const ModelSpec& m, const TrainingSpec& t, const Parallel
                             : 0.0;
   const double padding = 6.0 * in.expert_layer_params * padded * in.stage_moe_layers;
   double mb_flops =
-      (layer_flops * in.stage_layers + in.head_flops + padding) * in.tokens_per_mb / split;
+      (layer_flops * in.stage_layers + (in.head_on_stage ? in.head_flops : 0.0) + padding) *
+      in.tokens_per_mb / split;
   // Memory-bound work (norms, activations, softmax, dropout, residuals): every saved byte is
   // written once and read about three times over forward and backward.
   LayerActivations la = LayerActivationBytes(m, t, p, false);
@@ -592,7 +594,7 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& m, const TrainingSpec& t, cons
   // The output layer: 6 FLOPs a weight and token, 4 when frozen (no weight gradient).
   in.head_flops = (t.finetune == FineTune::kFull ? 6.0 : 4.0) *
                   static_cast<double>(m.vocab_size * m.embedding_width());
-  if (pace_stage >= 0 && pace_stage != p.pp - 1) in.head_flops = 0;  // the head is on the last
+  in.head_on_stage = pace_stage < 0 || pace_stage == p.pp - 1;  // the head is on the last
   if (t.recompute_every > 1) {
     in.recompute_share = std::floor(static_cast<double>(m.num_layers) /
                                     static_cast<double>(t.recompute_every)) /

@@ -15,7 +15,12 @@ namespace {
 // Layers per stage in proportion to `rate`, each at least 1, summing to `layers` (largest
 // remainders take the leftovers).
 std::vector<int64_t> SplitByRate(const std::vector<double>& rate, int64_t layers) {
-  const double sum = std::accumulate(rate.begin(), rate.end(), 0.0);
+  double sum = std::accumulate(rate.begin(), rate.end(), 0.0);
+  std::vector<double> even;
+  if (!(sum > 0)) {  // no rates known: an even split
+    even.assign(rate.size(), 1.0);
+    return SplitByRate(even, layers);
+  }
   std::vector<int64_t> out(rate.size());
   std::vector<std::pair<double, size_t>> rest;
   int64_t given = 0;
@@ -37,17 +42,18 @@ std::vector<int64_t> SplitByRate(const std::vector<double>& rate, int64_t layers
   return out;
 }
 
-// What a stage must hold against what its GPU may hold with the margin.
-struct StageRoom {
-  int64_t resident = 0;
-  double limit = 0;
-};
+// A stage's bytes of the reading its fit is judged on (the device one less paged states).
+int64_t StageBytes(const StageEstimate& s, Reading reading) {
+  return ReadingBytes(reading, s.peak_bytes, s.peak_reserved_bytes,
+                      s.device_bytes - s.pageable_bytes);
+}
 
 // Moves layers from stages over their GPU's memory to the stage with the most headroom until
 // every stage fits; the estimate of the fitting split, or nullopt. A few passes: each moves
 // about as many layers as the overflow holds.
 std::optional<MemoryEstimate> FitLayers(const ModelSpec& m, const TrainingSpec& t, ParallelPlan& p,
-                                        const std::vector<double>& limit, int64_t* considered) {
+                                        const std::vector<double>& limit, Reading reading,
+                                        int64_t* considered) {
   for (int64_t pass = 0; pass < 2 * p.pp + 4; ++pass) {
     ++*considered;
     auto est = PredictMemory(m, t, p);
@@ -56,7 +62,7 @@ std::optional<MemoryEstimate> FitLayers(const ModelSpec& m, const TrainingSpec& 
     double worst = 0, best = -1;
     for (size_t i = 0; i < est->stages.size(); ++i) {
       const StageEstimate& s = est->stages[i];
-      const double resident = static_cast<double>(s.device_bytes - s.pageable_bytes);
+      const double resident = static_cast<double>(StageBytes(s, reading));
       if (resident - limit[i] > worst) worst = resident - limit[i], over = i;
       if (limit[i] - resident > best) best = limit[i] - resident, room = i;
     }
@@ -77,6 +83,9 @@ std::optional<MemoryEstimate> FitLayers(const ModelSpec& m, const TrainingSpec& 
   return std::nullopt;
 }
 
+// At most this many types in one pipeline (the search grows as 2^types per subset).
+constexpr size_t kMaxTypes = 4;
+
 std::vector<int64_t> StageChoices(int64_t most) {
   std::vector<int64_t> c = {most};
   if (most / 2 >= 1 && most / 2 != most) c.push_back(most / 2);
@@ -88,12 +97,13 @@ std::vector<int64_t> StageChoices(int64_t most) {
 std::optional<MixedPlan> Evaluate(const JobSpec& job, TrainingSpec t, ParallelPlan p,
                                   const std::vector<StageGpus>& parts,
                                   const std::vector<double>& rate,
-                                  const std::vector<double>& limit, int64_t* considered) {
+                                  const std::vector<double>& limit, Reading reading,
+                                  int64_t* considered) {
   const ModelSpec& m = job.model;
   t.micro_batch = 1;
   t.global_batch = job.global_batch > 0 ? job.global_batch : 1;
   p.stage_layers = SplitByRate(rate, m.num_layers);
-  auto est = FitLayers(m, t, p, limit, considered);
+  auto est = FitLayers(m, t, p, limit, reading, considered);
   if (!est) return std::nullopt;
   auto perf = PredictMixedPerf(m, t, p, parts);
   if (!perf.ok()) return std::nullopt;
@@ -113,12 +123,13 @@ std::optional<MixedPlan> Evaluate(const JobSpec& job, TrainingSpec t, ParallelPl
   plan.precision = t.precision;
   plan.stage_layers = p.stage_layers;
   for (const StageEstimate& s : est->stages) {
-    plan.stage_device_bytes.push_back(s.device_bytes - s.pageable_bytes);
+    plan.stage_device_bytes.push_back(StageBytes(s, reading));
   }
   plan.iteration_s = perf->estimate.iteration_s;
   plan.tokens_per_s = perf->estimate.tokens_per_s;
   plan.mfu = perf->estimate.mfu;
   plan.total_s = job.tokens > 0 ? job.tokens / plan.tokens_per_s : 0;
+  if (job.gpus && *job.gpus != plan.gpus) return std::nullopt;
   return plan;
 }
 
@@ -128,7 +139,11 @@ Result<MixedResult> PlanMixedPipelines(const JobSpec& job, const Cluster& cluste
                                        const GpuCatalog& catalog, const PlannerOptions& options) {
   MixedResult out;
   const ModelSpec& m = job.model;
-  if (!job.limits.pp || job.finetune != FineTune::kFull || job.gpu || (job.pp && *job.pp < 2)) {
+  // The family's layouts: no ZeRO, no context parallelism, micro-batch 1; a job or framework
+  // that pins or needs otherwise gets none.
+  if (!job.limits.pp || job.finetune != FineTune::kFull || job.gpu || (job.pp && *job.pp < 2) ||
+      !job.limits.Allows(0) || (job.zero && *job.zero != 0) || (job.cp && *job.cp != 1) ||
+      (job.micro_batch && *job.micro_batch != 1)) {
     return out;
   }
   std::vector<ClusterGpuType> types;
@@ -139,23 +154,27 @@ Result<MixedResult> PlanMixedPipelines(const JobSpec& job, const Cluster& cluste
     return a.gpu->memory_bytes > b.gpu->memory_bytes;  // the first stages on the largest
   });
   const size_t k = types.size();
-  if (k < 2 || k > 8) return out;
+  if (k < 2 || k > 12) return out;
   const int64_t global_batch = job.global_batch > 0 ? job.global_batch : 1;
   for (uint32_t mask = 1; mask < (1u << k); ++mask) {
     std::vector<const ClusterGpuType*> use;
     for (size_t i = 0; i < k; ++i) {
       if (mask & (1u << i)) use.push_back(&types[i]);
     }
-    if (use.size() < 2) continue;
-    // One precision for the pipeline: the job's where every type has it, else fp16.
+    if (use.size() < 2 || use.size() > kMaxTypes) continue;
+    // One precision for the pipeline: each type's (TrainingFor: fp8 to bf16 without FP8 tensor
+    // cores, bf16 to fp16 or fp32 without bf16); where they differ, fp16 if the framework has
+    // it, else fp32. FP8 is left to single-type plans.
     TrainingSpec t = TrainingFor(job, *use[0]->gpu);
+    if (t.fp8()) t.precision = Precision::kBf16;
     for (const auto* u : use) {
-      if (TrainingFor(job, *u->gpu).precision != t.precision) t.precision = Precision::kFp16;
+      Precision q = TrainingFor(job, *u->gpu).precision;
+      if (q == Precision::kFp8) q = Precision::kBf16;
+      if (q != t.precision) t.precision = job.limits.fp16 ? Precision::kFp16 : Precision::kFp32;
     }
-    if (t.fp8()) t.precision = Precision::kBf16;  // FP8 is left to single-type plans
     int64_t node = use[0]->gpus_per_node;
     for (const auto* u : use) node = std::min(node, u->gpus_per_node);
-    for (int64_t tp = 1; tp <= node; tp *= 2) {
+    for (int64_t tp = 1; tp <= (job.limits.tp ? node : 1); tp *= 2) {
       if (job.tp && *job.tp != tp) continue;
       for (int64_t dp = 1; global_batch % dp == 0; dp *= 2) {
         std::vector<std::vector<int64_t>> choices;
@@ -185,6 +204,7 @@ Result<MixedResult> PlanMixedPipelines(const JobSpec& job, const Cluster& cluste
           for (Recompute rc : {Recompute::kNone, Recompute::kFull}) {
             if (pp > m.num_layers || (job.pp && *job.pp != pp)) break;
             if (job.recompute && *job.recompute != rc) continue;
+            if (rc != Recompute::kNone && !job.limits.recompute) continue;
             ParallelPlan p;
             p.tp = tp;
             p.pp = pp;
@@ -192,7 +212,8 @@ Result<MixedResult> PlanMixedPipelines(const JobSpec& job, const Cluster& cluste
             p.distributed_optimizer = dp > 1 && job.framework == Framework::kMegatron;
             TrainingSpec ts = t;
             ts.recompute = rc;
-            auto plan = Evaluate(job, ts, p, parts, rate, limit, &out.layouts_considered);
+            auto plan = Evaluate(job, ts, p, parts, rate, limit, options.reading,
+                                 &out.layouts_considered);
             if (plan) out.plans.push_back(std::move(*plan));
           }
           // Next combination of stage counts.

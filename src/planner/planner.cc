@@ -34,9 +34,6 @@ std::optional<Reading> ParseReading(std::string_view s) {
   return std::nullopt;
 }
 
-namespace {
-
-// The bytes of reading r among a layout's three (the device one less paged states).
 int64_t ReadingBytes(Reading r, int64_t allocated, int64_t reserved, int64_t resident) {
   switch (r) {
     case Reading::kAllocated:
@@ -48,6 +45,8 @@ int64_t ReadingBytes(Reading r, int64_t allocated, int64_t reserved, int64_t res
   }
   return resident;
 }
+
+namespace {
 
 }  // namespace
 

@@ -147,6 +147,8 @@ struct Plan {
 std::string RecomputeText(const Plan& p);
 // The plan's bytes of reading r (peak_bytes, reserved_bytes or resident_bytes).
 int64_t JudgedBytes(const Plan& p, Reading r);
+// The bytes of reading r among a layout's three (the device one less paged states).
+int64_t ReadingBytes(Reading r, int64_t allocated, int64_t reserved, int64_t resident);
 
 // Why a job got no plan. In the order the planner tests them:
 enum class InfeasibleKind {

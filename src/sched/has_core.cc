@@ -229,7 +229,11 @@ AllocationCore::Step AllocationCore::BestStep(size_t i) {
         }
         const double gain = inv_t_[base + o] - from;
         if (gain <= 0 || gpus <= held) continue;  // the greedy only adds
-        if (held > 0 && !GrowthPays(j, c, o, gpus - held, held)) continue;
+        // Not for the option the job runs on: it may always keep what it holds.
+        if (held > 0 && static_cast<int>(o) != j.current &&
+            !GrowthPays(j, c, o, gpus - held, held)) {
+          continue;
+        }
         // key = gain / need, compared without dividing; ties go to the larger step (fewer
         // grants).
         const double need = static_cast<double>(gpus - held);

@@ -311,7 +311,10 @@ Result<SimResult> Engine::Run() {
   int64_t next_progress = 0;
   while (!events_.empty()) {
     now = events_.top().t;
-    if (now > opt_.max_time_s) break;
+    if (now > opt_.max_time_s) {
+      now = opt_.max_time_s;  // the clock stops at the cut, not at the next event after it
+      break;
+    }
     bool changed = false, round_now = false;
     while (!events_.empty() && events_.top().t == now) {
       Event e = events_.top();

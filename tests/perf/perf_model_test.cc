@@ -342,3 +342,28 @@ TEST(PerfModel, AHeterogeneousPipelineRunsAtItsSlowestStagesPace) {
 
 }  // namespace
 }  // namespace frenzy
+
+namespace frenzy {
+namespace {
+
+// A pipeline's stages split the work: timed stage by stage, the two halves of Llama-3.2-1B
+// (16 layers, a 128,256-word output layer on the last stage only) compute what one stage holding
+// everything does.
+TEST(PerfModel, StagesTimedOneByOneSplitTheCompute) {
+  ModelSpec m = *ResolveModel("llama-3.2-1b");
+  TrainingSpec t;
+  t.seq_len = 2048;
+  t.global_batch = 8;
+  ParallelPlan one;
+  const double whole = Perf(m, t, one, "A100-80GB").breakdown.compute_s;
+  ParallelPlan two;
+  two.pp = 2;
+  auto s0 = PredictPerf(m, t, two, Gpu("A100-80GB"), {8, 25}, nullptr, 0);
+  auto s1 = PredictPerf(m, t, two, Gpu("A100-80GB"), {8, 25}, nullptr, 1);
+  ASSERT_TRUE(s0.ok() && s1.ok());
+  EXPECT_NEAR(s0->breakdown.compute_s + s1->breakdown.compute_s, whole, 1e-9 * whole);
+  EXPECT_LT(s0->breakdown.compute_s, s1->breakdown.compute_s);  // no output layer on stage 0
+}
+
+}  // namespace
+}  // namespace frenzy

@@ -430,6 +430,21 @@ TEST(FrenzyPolicy, AJobGrowsOnlyWhileEachAddedGpuBringsHalfWhatItsGpusDo) {
   EXPECT_EQ(GpusOf(t, d, 0), 4);
 }
 
+// The floor never makes a running job leave what it holds: alone on its 4 fast GPUs (100, 150
+// and 200 tokens/s on 1, 2 and 4), its best first step is 1 GPU (100 / R per GPU, against 50 / R
+// on its 4), and from there 4 adds only 100 / 3 per GPU, under half of 100. But 4 is what it runs
+// on (no restart): it keeps it, with no stop and no start.
+TEST(FrenzyPolicy, TheGrowthFloorNeverShrinksWhatAJobHolds) {
+  ClusterView c = TwoTypes();
+  c.nodes[1].free = 0;
+  JobOptions t = FastOnly(100, 150, 200);
+  std::vector<JobView> jobs = {Waiting(0, t, 1e9)};
+  SetRunning(jobs[0], c, 0, 4, 0);
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(36000, c, jobs));
+  EXPECT_TRUE(d.stop.empty());
+  EXPECT_TRUE(d.start.empty());
+}
+
 // A job alone on the cluster takes its final option in one decision (all 4 fast GPUs: linear
 // speed-up, 100 per GPU there against 50 on the slow type), and the next decision on the same
 // state changes nothing: no start-small relaunch, no churn.
