@@ -452,6 +452,18 @@ Result<Network> NetworkFor(const std::string& cluster, const GpuType& gpu, int64
   return net;
 }
 
+// The figures of a perf estimate that `perf --json` prints for every layout.
+nlohmann::json PerfFiguresJson(const std::string& model, const PerfEstimate& e) {
+  return {{"model", model},
+          {"gpus", e.gpus},
+          {"iteration_s", e.iteration_s},
+          {"tokens_per_s", e.tokens_per_s},
+          {"tokens_per_s_per_gpu", e.tokens_per_s_per_gpu},
+          {"tflops_per_gpu", e.tflops_per_gpu},
+          {"mfu", e.mfu},
+          {"model_flops_per_token", e.model_flops_per_token}};
+}
+
 // perf --stage-gpus: every stage on its own type, at the slowest stage's pace.
 void RunMixedPerf(const PerfOptions& o, const ModelSpec& spec) {
   auto parsed = ParseStageGpus(o.stage_gpus, o.plan.pp);
@@ -474,17 +486,12 @@ void RunMixedPerf(const PerfOptions& o, const ModelSpec& spec) {
   }
   const PerfEstimate& e = mixed->estimate;
   if (o.json) {
-    return PrintJson({{"model", spec.name},
-                      {"gpus", e.gpus},
-                      {"iteration_s", e.iteration_s},
-                      {"tokens_per_s", e.tokens_per_s},
-                      {"tokens_per_s_per_gpu", e.tokens_per_s_per_gpu},
-                      {"tflops_per_gpu", e.tflops_per_gpu},
-                      {"mfu", e.mfu},
-                      {"stage_iteration_s", mixed->stage_iteration_s},
-                      {"slowest_stage", mixed->slowest_stage},
-                      {"parts", nets},
-                      {"layout", LayoutToJson(o.train, o.plan)}});
+    nlohmann::json j = PerfFiguresJson(spec.name, e);
+    j["stage_iteration_s"] = mixed->stage_iteration_s;
+    j["slowest_stage"] = mixed->slowest_stage;
+    j["parts"] = nets;
+    j["layout"] = LayoutToJson(o.train, o.plan);
+    return PrintJson(j);
   }
   fmt::print("{} on {} GPUs in a {}-stage pipeline over {} GPU types, micro-batch {} x {} "
              "tokens, {}\n",
@@ -547,20 +554,13 @@ void RunPerf(PerfOptions o) {
                               {"cp_comm_s", b.cp_comm_s},     {"optimizer_s", b.optimizer_s},
                               {"ep_comm_s", b.ep_comm_s},     {"offload_s", b.offload_s}};
   if (o.json) {
-    nlohmann::json j = {{"model", spec->name},
-                        {"gpu", (*g)->name},
-                        {"gpus", perf->gpus},
-                        {"iteration_s", perf->iteration_s},
-                        {"tokens_per_s", perf->tokens_per_s},
-                        {"tokens_per_s_per_gpu", perf->tokens_per_s_per_gpu},
-                        {"tflops_per_gpu", perf->tflops_per_gpu},
-                        {"mfu", perf->mfu},
-                        {"model_flops_per_token", perf->model_flops_per_token},
-                        {"breakdown", breakdown},
-                        {"network", {{"gpus_per_node", net->gpus_per_node},
-                                     {"inter_node_gbs", net->inter_node_gbs},
-                                     {"assumed", network}}},
-                        {"layout", LayoutToJson(o.train, o.plan)}};
+    nlohmann::json j = PerfFiguresJson(spec->name, *perf);
+    j["gpu"] = (*g)->name;
+    j["breakdown"] = breakdown;
+    j["network"] = {{"gpus_per_node", net->gpus_per_node},
+                    {"inter_node_gbs", net->inter_node_gbs},
+                    {"assumed", network}};
+    j["layout"] = LayoutToJson(o.train, o.plan);
     return PrintJson(j);
   }
   fmt::print("{} on {} x {} (tp {} pp {} dp {} cp {} ep {}), micro-batch {} x {} tokens, {}\n",

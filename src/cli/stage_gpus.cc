@@ -40,19 +40,19 @@ Result<std::vector<StageGpus>> ParseStageGpus(const std::string& text, int64_t p
 
 nlohmann::json StageFits(const MemoryEstimate& est, const std::vector<StageGpus>& parts) {
   nlohmann::json out = nlohmann::json::array();
-  size_t part = 0;
-  int64_t left = parts.empty() ? 0 : parts[0].stages;
-  for (const StageEstimate& s : est.stages) {  // every stage (StageDetail::kAll), in order
-    while (left == 0 && part + 1 < parts.size()) left = parts[++part].stages;
-    --left;
-    const GpuType& gpu = *parts[part].gpu;
-    const int64_t resident = s.device_bytes - s.pageable_bytes;
-    out.push_back({{"stage", s.stage},
-                   {"gpu", gpu.name},
-                   {"gpu_memory_bytes", gpu.memory_bytes},
-                   {"resident_bytes", resident},
-                   {"headroom_bytes", gpu.memory_bytes - resident},
-                   {"fits", resident <= gpu.memory_bytes}});
+  size_t stage = 0;  // est holds every stage (StageDetail::kAll), in order
+  for (const StageGpus& part : parts) {
+    const GpuType& gpu = *part.gpu;
+    for (int64_t k = 0; k < part.stages && stage < est.stages.size(); ++k, ++stage) {
+      const StageEstimate& s = est.stages[stage];
+      const int64_t resident = s.device_bytes - s.pageable_bytes;
+      out.push_back({{"stage", s.stage},
+                     {"gpu", gpu.name},
+                     {"gpu_memory_bytes", gpu.memory_bytes},
+                     {"resident_bytes", resident},
+                     {"headroom_bytes", gpu.memory_bytes - resident},
+                     {"fits", resident <= gpu.memory_bytes}});
+    }
   }
   return out;
 }

@@ -204,7 +204,6 @@ States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageP
     st.autocast_cache = 2 * ((ab == 4 ? sp.adapters : 0) + head);
   }
   if (p.dp > 1 && p.zero == 0) st.buckets = st.grads;  // DDP's bucket copy
-  st.grads_persist = t.zero_grad_keeps;
   return st;
 }
 
@@ -253,7 +252,6 @@ States FullTrainingStates(const TrainingSpec& t, const ParallelPlan& p, const St
       break;
   }
   st.optimizer_temp = OptimizerStepTemp(t, p, sp, in);
-  if (t.zero_grad_keeps) st.grads_persist = true;
   ApplyOffload(t, p, in, st);
   return st;
 }
@@ -290,6 +288,8 @@ States ModelStates(const TrainingSpec& t, const ParallelPlan& p, const StagePara
     st = FullTrainingStates(t, p, sp);
   }
   ApplyFp8(t, p, sp, st);
+  // zero_grad(set_to_none=False) keeps whatever gradients there are (TrainingSpec).
+  if (t.zero_grad_keeps) st.grads_persist = true;
   // bitsandbytes allocates paged states in CUDA unified memory (cudaMallocManaged): resident
   // while the GPU has room, paged to host memory under pressure (Dettmers et al., "QLoRA",
   // 2023, §3 "Paged Optimizers"). Megatron and DeepSpeed run their own optimizers.

@@ -16,16 +16,13 @@ namespace {
 // remainders take the leftovers).
 std::vector<int64_t> SplitByRate(const std::vector<double>& rate, int64_t layers) {
   double sum = std::accumulate(rate.begin(), rate.end(), 0.0);
-  std::vector<double> even;
-  if (!(sum > 0)) {  // no rates known: an even split
-    even.assign(rate.size(), 1.0);
-    return SplitByRate(even, layers);
-  }
+  const bool even = !(sum > 0);  // no rates known: an even split
+  if (even) sum = static_cast<double>(rate.size());
   std::vector<int64_t> out(rate.size());
   std::vector<std::pair<double, size_t>> rest;
   int64_t given = 0;
   for (size_t i = 0; i < rate.size(); ++i) {
-    const double x = static_cast<double>(layers) * rate[i] / sum;
+    const double x = static_cast<double>(layers) * (even ? 1.0 : rate[i]) / sum;
     out[i] = std::max<int64_t>(1, static_cast<int64_t>(std::floor(x)));
     rest.emplace_back(x - std::floor(x), i);
     given += out[i];
@@ -129,7 +126,6 @@ std::optional<MixedPlan> Evaluate(const JobSpec& job, TrainingSpec t, ParallelPl
   plan.tokens_per_s = perf->estimate.tokens_per_s;
   plan.mfu = perf->estimate.mfu;
   plan.total_s = job.tokens > 0 ? job.tokens / plan.tokens_per_s : 0;
-  if (job.gpus && *job.gpus != plan.gpus) return std::nullopt;
   return plan;
 }
 
@@ -201,8 +197,11 @@ Result<MixedResult> PlanMixedPipelines(const JobSpec& job, const Cluster& cluste
               limit.push_back(static_cast<double>(g.memory_bytes) / (1 + options.memory_margin));
             }
           }
+          // The pins on the whole layout, before any prediction.
+          const bool pinned_out = pp > m.num_layers || (job.pp && *job.pp != pp) ||
+                                  (job.gpus && *job.gpus != tp * pp * dp);
           for (Recompute rc : {Recompute::kNone, Recompute::kFull}) {
-            if (pp > m.num_layers || (job.pp && *job.pp != pp)) break;
+            if (pinned_out) break;
             if (job.recompute && *job.recompute != rc) continue;
             if (rc != Recompute::kNone && !job.limits.recompute) continue;
             ParallelPlan p;
