@@ -3,7 +3,7 @@
 #include "cli/finetune_flags.h"
 #include "cli/fp8_flags.h"
 #include "cli/recompute_flags.h"
-#include "cli/stage_gpus.h"
+#include "cli/mixed_layouts.h"
 
 #include <algorithm>
 #include <iostream>
@@ -45,13 +45,12 @@ std::string Gib(int64_t bytes) {
   return fmt::format("{:.2f}", static_cast<double>(bytes) / static_cast<double>(1LL << 30));
 }
 
-namespace {
-
-// The command-line flag of a layout field ("micro_batch" -> "--micro-batch").
 std::string FlagOf(std::string field) {
   std::replace(field.begin(), field.end(), '_', '-');
   return "--" + field;
 }
+
+namespace {
 
 std::string Fmt1(double v) {
   std::string s = fmt::format("{:.1f}", v);
@@ -254,7 +253,8 @@ void RunClusterList(bool json) {
 struct PredictOptions {
   std::string model;
   std::string gpu;
-  std::string stage_gpus;  // a heterogeneous pipeline: TYPE:STAGES,... (cli/stage_gpus.h)
+  std::string stage_gpus;  // a heterogeneous pipeline: TYPE:STAGES,... (cli/mixed_layouts.h)
+  std::string data_groups;  // heterogeneous data parallelism: TYPE:REPLICAS:BATCH[:MICRO],...
   std::string precision = "bf16";
   std::string optimizer = "adamw";
   RecomputeFlags rc;
@@ -340,6 +340,13 @@ void RunPredict(PredictOptions o) {
   nlohmann::json stage_fits;
   if (!o.stage_gpus.empty() && gpu != nullptr) {
     return Fail(InvalidArgument("give the GPU types with --stage-gpus only", {}, "--gpu"));
+  }
+  if (!o.data_groups.empty()) {
+    if (gpu != nullptr || !o.stage_gpus.empty()) {
+      return Fail(InvalidArgument("give the GPU types with --data-groups only", {},
+                                  gpu != nullptr ? "--gpu" : "--stage-gpus"));
+    }
+    return PredictDataGroups(o.data_groups, *spec, o.train, o.plan, o.json);
   }
   if (!o.stage_gpus.empty()) {
     auto parts = ParseStageGpus(o.stage_gpus, o.plan.pp);
@@ -432,95 +439,22 @@ struct PerfOptions : PredictOptions {
   bool uncalibrated = false;
 };
 
-// The network of `gpu` nodes in `cluster`, or the class's default (DefaultNetwork); `why`
-// names the one assumed.
-Result<Network> NetworkFor(const std::string& cluster, const GpuType& gpu, int64_t gpus,
-                           std::string* why) {
-  Network net;
-  if (cluster.empty()) return DefaultNetwork(gpu, gpus, why);
-  ASSIGN_OR_RETURN(Cluster c, ResolveCluster(cluster, GpuCatalog::Default()));
-  bool found = false;
-  for (const auto& node : c.nodes) {
-    if (node.gpu != gpu.name) continue;
-    if (!found || node.gpus > net.gpus_per_node) net.gpus_per_node = node.gpus;
-    net.inter_node_gbs = found ? std::min(net.inter_node_gbs, node.network_gbs) : node.network_gbs;
-    found = true;
-  }
-  if (!found) return InvalidArgument("cluster " + c.name + " has no " + gpu.name, {}, "--gpu");
-  *why = fmt::format("{}'s {} nodes: {} GPUs each, {:g} GB/s per node", c.name, gpu.name,
-                     net.gpus_per_node, net.inter_node_gbs);
-  return net;
-}
-
-// The figures of a perf estimate that `perf --json` prints for every layout.
-nlohmann::json PerfFiguresJson(const std::string& model, const PerfEstimate& e) {
-  return {{"model", model},
-          {"gpus", e.gpus},
-          {"iteration_s", e.iteration_s},
-          {"tokens_per_s", e.tokens_per_s},
-          {"tokens_per_s_per_gpu", e.tokens_per_s_per_gpu},
-          {"tflops_per_gpu", e.tflops_per_gpu},
-          {"mfu", e.mfu},
-          {"model_flops_per_token", e.model_flops_per_token}};
-}
-
-// perf --stage-gpus: every stage on its own type, at the slowest stage's pace.
-void RunMixedPerf(const PerfOptions& o, const ModelSpec& spec) {
-  auto parsed = ParseStageGpus(o.stage_gpus, o.plan.pp);
-  if (!parsed.ok()) return Fail(parsed.status());
-  std::vector<StageGpus> parts = *parsed;
-  nlohmann::json nets = nlohmann::json::array();
-  for (StageGpus& part : parts) {
-    std::string why;
-    auto net = NetworkFor(o.cluster, *part.gpu, part.stages * o.plan.tp * o.plan.dp * o.plan.cp,
-                          &why);
-    if (!net.ok()) return Fail(net.status().WithWhere("--stage-gpus"));
-    part.net = *net;
-    nets.push_back({{"gpu", part.gpu->name}, {"stages", part.stages}, {"assumed", why}});
-  }
-  auto mixed = PredictMixedPerf(spec, o.train, o.plan, parts);
-  if (!mixed.ok()) {
-    Status s = mixed.status();
-    return Fail(InvalidArgument("impossible layout for " + spec.name + ": " + s.message(),
-                                FlagOf(s.field())));
-  }
-  const PerfEstimate& e = mixed->estimate;
-  if (o.json) {
-    nlohmann::json j = PerfFiguresJson(spec.name, e);
-    j["stage_iteration_s"] = mixed->stage_iteration_s;
-    j["slowest_stage"] = mixed->slowest_stage;
-    j["parts"] = nets;
-    j["layout"] = LayoutToJson(o.train, o.plan);
-    return PrintJson(j);
-  }
-  fmt::print("{} on {} GPUs in a {}-stage pipeline over {} GPU types, micro-batch {} x {} "
-             "tokens, {}\n",
-             spec.name, e.gpus, o.plan.pp, parts.size(), o.train.micro_batch, o.train.seq_len,
-             FrameworkName(o.train.framework));
-  fmt::print("  iteration {:.3f} s at stage {}'s pace, {:.0f} tokens/s ({:.0f} per GPU), MFU "
-             "{:.1f}% of the GPUs' summed peaks\n",
-             e.iteration_s, mixed->slowest_stage, e.tokens_per_s, e.tokens_per_s_per_gpu,
-             100 * e.mfu);
-  int64_t stage = 0;
-  for (const StageGpus& part : parts) {
-    for (int64_t k = 0; k < part.stages; ++k, ++stage) {
-      fmt::print("    stage {:<3} {:<12} {:>3} layers  {:.3f} s\n", stage, part.gpu->name,
-                 o.plan.LayersOfStage(stage, spec.num_layers),
-                 mixed->stage_iteration_s[static_cast<size_t>(stage)]);
-    }
-  }
-  for (const auto& n : nets) fmt::print("  network: {}\n", n["assumed"].get<std::string>());
-}
-
 void RunPerf(PerfOptions o) {
   auto spec = ResolveModel(o.model);
   if (!spec.ok()) return Fail(spec.status());
   if (Status s = ResolveLayout(o, *spec); !s.ok()) return Fail(s);
+  if (!o.data_groups.empty()) {
+    if (!o.gpu.empty() || !o.stage_gpus.empty()) {
+      return Fail(InvalidArgument("give the GPU types with --data-groups only", {},
+                                  o.gpu.empty() ? "--stage-gpus" : "--gpu"));
+    }
+    return PerfDataGroups(o.data_groups, *spec, o.train, o.plan, o.cluster, o.json);
+  }
   if (!o.stage_gpus.empty()) {
     if (!o.gpu.empty()) {
       return Fail(InvalidArgument("give the GPU types with --stage-gpus only", {}, "--gpu"));
     }
-    return RunMixedPerf(o, *spec);
+    return PerfStageGpus(o.stage_gpus, *spec, o.train, o.plan, o.cluster, o.json);
   }
   if (o.gpu.empty()) {
     return Fail(InvalidArgument("a GPU type is needed (or --stage-gpus)", {}, "--gpu"));
@@ -588,6 +522,9 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
     cmd->add_option("--dp", o->plan.dp, "Data parallel size")->capture_default_str();
     cmd->add_option("--vpp", o->plan.vpp, "Virtual (interleaved) stages per rank")
         ->capture_default_str();
+    cmd->add_option("--data-groups", o->data_groups,
+                    "Heterogeneous data parallelism: TYPE:REPLICAS:BATCH[:MICRO],... (each "
+                    "group's replicas, its sequences of every global batch, its micro-batch)");
     cmd->add_option("--stage-gpus", o->stage_gpus,
                     "A heterogeneous pipeline: TYPE:STAGES,... first to last (e.g. "
                     "A100-40GB:2,V100-32GB:2); each stage judged on its own type");

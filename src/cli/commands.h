@@ -30,6 +30,8 @@ void SetExitCode(int code);
 void PrintJson(const nlohmann::json& j);
 // Bytes as GiB with two decimals.
 std::string Gib(int64_t bytes);
+// The command-line flag of a layout field ("micro_batch" -> "--micro-batch").
+std::string FlagOf(std::string field);
 
 // plan_command.cc: `frenzy plan`.
 void RegisterPlanCommand(CLI::App& app);

@@ -122,28 +122,47 @@ void PrintPlanJson(const PlanOptions& o, const JobSpec& job, const Cluster& clus
   PrintJson(j);
 }
 
-// What no single type holds, a heterogeneous pipeline may (planner/mixed.h): its plans, fastest
-// first.
-void PrintMixedPlans(const MixedResult& mixed) {
+// Plans over several GPU types (planner/mixed.h), fastest first: what no single type holds, or
+// what beats every single type (`single` true).
+void PrintMixedPlans(const MixedResult& mixed, bool single) {
   if (mixed.plans.empty()) {
-    fmt::print("  no heterogeneous pipeline over the cluster's types holds it either ({} layouts "
-               "considered)\n", mixed.layouts_considered);
+    if (!single) {
+      fmt::print("  no plan over several of the cluster's types holds it either ({} layouts "
+                 "considered)\n", mixed.layouts_considered);
+    }
     return;
   }
-  fmt::print("  no single GPU type holds it; heterogeneous pipelines do ({} layouts "
-             "considered), each stage fitting its own type:\n", mixed.layouts_considered);
+  fmt::print("  {} ({} layouts considered), each part fitting its own type:\n",
+             single ? "faster over several GPU types" : "no single GPU type holds it; plans over "
+                                                       "several do",
+             mixed.layouts_considered);
   int i = 0;
   for (const MixedPlan& p : mixed.plans) {
+    const bool data = p.family == MixedFamily::kData;
     std::string parts;
     for (const MixedPart& part : p.parts) {
-      parts += fmt::format("{}{} x {} ({} stage{})", parts.empty() ? "" : " + ", part.gpus,
-                           part.gpu, part.stages, part.stages == 1 ? "" : "s");
+      parts += data ? fmt::format("{}{} x {} ({} replica{})", parts.empty() ? "" : " + ",
+                                  part.gpus, part.gpu, part.dp, part.dp == 1 ? "" : "s")
+                    : fmt::format("{}{} x {} ({} stage{})", parts.empty() ? "" : " + ", part.gpus,
+                                  part.gpu, part.stages, part.stages == 1 ? "" : "s");
     }
     std::string time = p.total_s < 86400 * 2 ? fmt::format("{:.1f} h", p.total_s / 3600)
                                               : fmt::format("{:.1f} d", p.total_s / 86400);
-    fmt::print("  {:<3} {}: TP {} PP {} DP {}, {}, {} recomputation, {}, MFU {:.1f}%\n", ++i,
-               parts, p.tp, p.pp, p.dp, PrecisionName(p.precision), RecomputeName(p.recompute),
-               time, 100 * p.mfu);
+    fmt::print("  {:<3} {} {}: TP {} PP {} DP {}{}, {}, {} recomputation, {}, MFU {:.1f}%\n", ++i,
+               data ? "data parallel" : "pipeline", parts, p.tp, p.pp, p.dp,
+               data && p.zero > 0 ? fmt::format(" ZeRO {}", p.zero) : "",
+               PrecisionName(p.precision), RecomputeName(p.recompute), time, 100 * p.mfu);
+    if (data) {
+      for (const MixedPart& part : p.parts) {
+        fmt::print("      {}: {} sequences a step, micro-batch {} x {} accumulation, step {:.2f} s, "
+                   "{} / {} GiB\n",
+                   part.gpu, part.batch, part.micro_batch, part.accumulation, part.step_s,
+                   Gib(part.device_bytes), Gib(part.gpu_memory_bytes));
+      }
+      fmt::print("      gradients exchanged between the groups: {:.2f} s a step\n",
+                 p.cross_group_s);
+      continue;
+    }
     std::string layers, memory;
     for (size_t s = 0; s < p.stage_layers.size(); ++s) {
       layers += fmt::format("{}{}", s ? "," : "", p.stage_layers[s]);
@@ -152,6 +171,20 @@ void PrintMixedPlans(const MixedResult& mixed) {
     }
     fmt::print("      layers per stage {}; GiB per stage {}\n", layers, memory);
   }
+}
+
+// Plans over several types (planner/mixed.h): any that fit when no single type holds the job,
+// data-parallel ones faster than the best single-type plan when one does; none when the job is
+// infeasible for another reason.
+Result<std::optional<MixedResult>> MixedFor(const JobSpec& job, const Cluster& cluster,
+                                            const PlanResult& r, const PlannerOptions& popt) {
+  const bool too_little = r.plans.empty() && r.infeasible &&
+                          r.infeasible->kind == InfeasibleKind::kTooLittleMemory;
+  if (!too_little && r.plans.empty()) return std::optional<MixedResult>();
+  double best = 0;
+  for (const Plan& p : r.plans) best = std::max(best, p.tokens_per_s);
+  ASSIGN_OR_RETURN(MixedResult m, PlanMixed(job, cluster, GpuCatalog::Default(), popt, best));
+  return std::optional<MixedResult>(std::move(m));
 }
 
 // The planner's options from the flags: the objective and reading by name, the margin (raised
@@ -229,16 +262,10 @@ void RunPlan(const PlanOptions& o) {
   const PlannerOptions& popt = *planner;
   auto r = PlanJob(job, *cluster, GpuCatalog::Default(), popt);
   if (!r.ok()) return Fail(r.status());
-  // Too little memory on every single type: try pipelines over several (planner/mixed.h).
-  std::optional<MixedResult> mixed;
-  if (r->plans.empty() && r->infeasible &&
-      r->infeasible->kind == InfeasibleKind::kTooLittleMemory) {
-    auto m = PlanMixedPipelines(job, *cluster, GpuCatalog::Default(), popt);
-    if (!m.ok()) return Fail(m.status());
-    mixed = std::move(m).value();
-  }
+  auto mixed = MixedFor(job, *cluster, *r, popt);
+  if (!mixed.ok()) return Fail(mixed.status());
   if (o.json) {
-    PrintPlanJson(o, job, *cluster, *r, popt, *launcher, mixed ? &*mixed : nullptr);
+    PrintPlanJson(o, job, *cluster, *r, popt, *launcher, *mixed ? &**mixed : nullptr);
   } else {
     fmt::print("{} on {} ({}): {} layouts considered, {} fit\n", spec->name, cluster->name,
                FrameworkName(job.framework), r->layouts_considered, r->layouts_fitting);
@@ -287,10 +314,10 @@ void RunPlan(const PlanOptions& o) {
       }
     }
     fmt::print("  {}\n", ExplainPlan(*r, popt));
-    if (mixed) PrintMixedPlans(*mixed);
+    if (*mixed) PrintMixedPlans(**mixed, !r->plans.empty());
   }
   // An answer, not an error, when nothing fits.
-  if (r->plans.empty() && (!mixed || mixed->plans.empty())) SetExitCode(3);
+  if (r->plans.empty() && (!*mixed || (*mixed)->plans.empty())) SetExitCode(3);
 }
 
 }  // namespace

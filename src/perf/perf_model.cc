@@ -65,6 +65,13 @@ double AllGatherS(double bytes, int64_t n, double gbs) {
 
 }  // namespace
 
+double GradReduceBytes(const TrainingSpec& t) {
+  const bool fp32_grads = t.precision == Precision::kFp32 ||
+                          (t.framework == Framework::kMegatron &&
+                           (t.precision == Precision::kBf16 || t.fp8()));
+  return fp32_grads ? 4.0 : 2.0;
+}
+
 double PeakTflops(const GpuType& g, Precision p) {
   switch (p) {
     case Precision::kFp32:
@@ -407,11 +414,7 @@ double OptimizerS(const ParallelPlan& p, const PerfInputs& in) {
 // instead of 6) and no reduction or optimizer step; the adapters train in fp32 (PEFT).
 void SetTrainedShare(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
                      PerfInputs& in) {
-  // Megatron reduces bf16 runs' gradients in fp32 (its main grads); the others in 16 bits.
-  const bool fp32_grads = t.precision == Precision::kFp32 ||
-                          (t.framework == Framework::kMegatron &&
-                           (t.precision == Precision::kBf16 || t.fp8()));
-  in.grad_bytes = fp32_grads ? 4.0 : 2.0;
+  in.grad_bytes = GradReduceBytes(t);
   in.state_bytes = t.precision == Precision::kBf16Pure ? 2.0 : 4.0;
   in.trained_params = static_cast<double>(in.counts.total);
   if (t.finetune == FineTune::kFull) return;
@@ -655,47 +658,6 @@ Network DefaultNetwork(const GpuType& gpu, int64_t gpus, std::string* why) {
   }
   if (why) *why = what;
   return net;
-}
-
-Result<MixedPerfEstimate> PredictMixedPerf(const ModelSpec& m, const TrainingSpec& t,
-                                           const ParallelPlan& p,
-                                           const std::vector<StageGpus>& parts) {
-  int64_t stages = 0;
-  for (const StageGpus& g : parts) {
-    if (g.gpu == nullptr || g.stages < 1) {
-      return InvalidArgument("every part needs a GPU type and at least one stage", {},
-                             "stage_gpus");
-    }
-    stages += g.stages;
-  }
-  if (stages != p.pp) {
-    return InvalidArgument("names " + std::to_string(stages) + " stages; the layout has pp = " +
-                               std::to_string(p.pp),
-                           {}, "stage_gpus");
-  }
-  MixedPerfEstimate out;
-  double peak_flops = 0;  // the job's GPUs' dense peaks, summed
-  const int64_t ranks_per_stage = p.tp * p.dp * p.cp;
-  int64_t stage = 0;
-  for (const StageGpus& g : parts) {
-    peak_flops += PeakTflops(*g.gpu, t.precision) * 1e12 *
-                  static_cast<double>(g.stages * ranks_per_stage);
-    for (int64_t k = 0; k < g.stages; ++k, ++stage) {
-      ASSIGN_OR_RETURN(PerfEstimate e, PredictPerf(m, t, p, *g.gpu, g.net, nullptr, stage));
-      out.stage_iteration_s.push_back(e.iteration_s);
-      if (e.iteration_s > out.estimate.iteration_s) {
-        out.estimate = e;
-        out.slowest_stage = stage;
-      }
-    }
-  }
-  // The slowest stage sets the pace; throughput and utilisation are the whole job's.
-  PerfEstimate& e = out.estimate;
-  e.gpus = p.gpus();
-  e.tokens_per_s_per_gpu = e.tokens_per_s / static_cast<double>(e.gpus);
-  e.tflops_per_gpu = e.tokens_per_s_per_gpu * e.model_flops_per_token / 1e12;
-  e.mfu = peak_flops > 0 ? e.tokens_per_s * e.model_flops_per_token / peak_flops : 0;
-  return out;
 }
 
 }  // namespace frenzy

@@ -94,23 +94,9 @@ Result<PerfEstimate> PredictPerf(const ModelSpec& model, const TrainingSpec& tra
                                  const GpuEfficiency* efficiency = nullptr,
                                  int64_t pace_stage = -1);
 
-// A heterogeneous pipeline (issue 19): consecutive stages on one GPU type each, first to last.
-struct StageGpus {
-  const GpuType* gpu = nullptr;
-  Network net;  // the links of that type's nodes
-  int64_t stages = 0;
-};
-struct MixedPerfEstimate {
-  // At the slowest stage's pace (every stage computed on its own type, with its own layers),
-  // with tokens/s, TFLOP/s per GPU and MFU over the whole job (MFU against the summed peaks).
-  PerfEstimate estimate;
-  std::vector<double> stage_iteration_s;  // each stage's pace
-  int64_t slowest_stage = 0;
-};
-// REQUIRES: as PredictPerf. The parts' stages must add up to plan.pp.
-Result<MixedPerfEstimate> PredictMixedPerf(const ModelSpec& model, const TrainingSpec& train,
-                                           const ParallelPlan& plan,
-                                           const std::vector<StageGpus>& parts);
+// Bytes of one gradient element in the data-parallel reduction: Megatron reduces bf16 and fp8
+// runs' gradients in fp32 (its main grads), fp32 runs reduce fp32, the others 16 bits.
+double GradReduceBytes(const TrainingSpec& t);
 
 }  // namespace frenzy
 

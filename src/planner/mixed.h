@@ -1,7 +1,10 @@
-// Heterogeneous pipelines (issue 19): one job over several GPU types, consecutive pipeline stages
-// on each, when no single type holds it.
+// Mixed plans (issue 19): one job over several GPU types. Two families:
+//  * heterogeneous pipelines (PlanMixedPipelines): consecutive pipeline stages on each type,
+//    when no single type holds the job;
+//  * heterogeneous data parallelism (PlanMixedDataParallel): groups of whole replicas on each
+//    type, each group with its own share of the global batch, micro-batch and accumulation.
 //
-// The family: Megatron-style tensor parallelism inside a node (the same degree on every type),
+// The pipeline family: Megatron-style tensor parallelism inside a node (the same degree on every type),
 // data parallelism over whole pipelines, and a pipeline whose first stages sit on the type with
 // the most memory per GPU (the first stage keeps the most micro-batches in flight) and the last
 // on the least. Layers are split first by speed (each stage's share of the layers in proportion
@@ -17,6 +20,19 @@
 // values x 2 candidates, each fitted in at most 2 pp + 4 memory predictions (sia64's three
 // types: 4,740 predictions for Llama-3.1-70B, 0.03 s). Only full training under frameworks with
 // pipeline parallelism and no required ZeRO stage; fits judged on the planner's reading.
+//
+// The data-parallel family: every replica has the same model-parallel layout (tp inside a node,
+// pp with an even split, one ZeRO stage or Megatron's distributed optimizer, sharded inside each
+// group, recomputation none or full); a group of dp_g replicas on one type takes b_g sequences
+// of every global batch B (sum of b_g = B) as micro-batches of m_g, the largest of 1, 2, 4, 8
+// that fits its type's memory with the margin. The batch is split so that the groups' steps
+// take the same time: each group's step is linear in its sequences per replica s (t_g(s) =
+// a_g + c_g s, two PredictPerf points), the continuous balance s_g = (T - a_g) / c_g with
+// sum dp_g s_g = B, rounded down to whole micro-batches, the rest given a micro-batch at a time
+// to the group that finishes it soonest. Timed by PredictMixedDataPerf (the slowest group plus
+// the exchange between groups). Pruned: two to four types; tp and pp powers of two (pp up to 8);
+// on each type all the replicas its GPUs hold or half of them; every group takes at least one
+// micro-batch per replica. Only full training without context or expert parallelism.
 #ifndef FRENZY_PLANNER_MIXED_H_
 #define FRENZY_PLANNER_MIXED_H_
 
@@ -33,21 +49,34 @@
 
 namespace frenzy {
 
+enum class MixedFamily { kPipeline, kData };
+const char* MixedFamilyName(MixedFamily f);  // "pipeline", "data"
+
 struct MixedPart {
   std::string gpu;
-  int64_t stages = 0;
-  int64_t gpus = 0;  // stages x tp x dp
+  int64_t stages = 0;  // pipeline: the stages on this type; data: the replicas' pp
+  int64_t gpus = 0;    // pipeline: stages x tp x dp; data: dp x tp x pp
+  // The data-parallel family: the group's replicas, micro-batch, sequences of every global
+  // batch, accumulation steps (batch / (dp x micro_batch)), its own step time (without the
+  // exchange between groups) and the device bytes of the planner's reading on its GPU type.
+  int64_t dp = 0, micro_batch = 0, batch = 0, accumulation = 0;
+  double step_s = 0;
+  int64_t device_bytes = 0, gpu_memory_bytes = 0;
 };
 
 struct MixedPlan {
-  std::vector<MixedPart> parts;  // first stages first
-  int64_t gpus = 0, tp = 1, pp = 1, dp = 1, micro_batch = 1;
+  MixedFamily family = MixedFamily::kPipeline;
+  std::vector<MixedPart> parts;  // pipeline: first stages first; data: cluster order
+  int64_t gpus = 0, tp = 1, pp = 1, dp = 1, micro_batch = 1;  // data: dp summed, micro-batch 0
+  int64_t zero = 0;  // the data family's ZeRO stage (sharded inside each group)
   bool distributed_optimizer = false;
   Recompute recompute = Recompute::kNone;
   Precision precision = Precision::kBf16;
+  // Pipeline family only:
   std::vector<int64_t> stage_layers;
   std::vector<int64_t> stage_device_bytes;  // each stage's bytes of the planner's reading
   std::vector<int64_t> stage_gpu_memory_bytes;
+  double cross_group_s = 0;  // data family: the gradient exchange between groups, per step
   double iteration_s = 0;
   double tokens_per_s = 0;
   double mfu = 0;  // against the summed peaks of all its GPUs
@@ -63,6 +92,19 @@ struct MixedResult {
 // fine-tuning, a framework without pipelines) or nothing fits.
 Result<MixedResult> PlanMixedPipelines(const JobSpec& job, const Cluster& cluster,
                                        const GpuCatalog& catalog, const PlannerOptions& options);
+
+// REQUIRES: job.model.Validate().ok(). Empty when the job cannot split its batch so (fine-tuning,
+// a pinned GPU type, context or expert parallelism pinned) or nothing fits.
+Result<MixedResult> PlanMixedDataParallel(const JobSpec& job, const Cluster& cluster,
+                                          const GpuCatalog& catalog,
+                                          const PlannerOptions& options);
+
+// The mixed plans worth offering beside the single-type ones, fastest first: when no single
+// type holds the job (`best_single_tokens_per_s` 0), both families; otherwise only
+// data-parallel plans faster than the best single-type plan.
+Result<MixedResult> PlanMixed(const JobSpec& job, const Cluster& cluster,
+                              const GpuCatalog& catalog, const PlannerOptions& options,
+                              double best_single_tokens_per_s);
 
 nlohmann::json MixedPlanToJson(const MixedPlan& p);
 

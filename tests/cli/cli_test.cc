@@ -1,4 +1,5 @@
 // Runs the real `frenzy` binary as a user would and checks its output and exit codes.
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -416,7 +417,73 @@ TEST(Cli, PlanFallsBackToAHeterogeneousPipeline) {
   CliRun text = Frenzy("plan --model llama-3.1-70b --tokens 1e10 --global-batch 64 "
                        "--cluster sia64 --top 1");
   EXPECT_EQ(text.exit_code, 0) << text.out;
-  EXPECT_NE(text.out.find("heterogeneous pipelines do"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("plans over several do"), std::string::npos) << text.out;
+}
+
+// Where a single type holds the job, plan lists the data-parallel mixes that beat it; predict and
+// perf take such a layout with --data-groups, and refuse a malformed one naming the flag.
+TEST(Cli, DataParallelGroupsOverSeveralTypes) {
+  CliRun r = Frenzy("plan --model llama-2-7b --tokens 1e10 --global-batch 512 --seq-len 4096 "
+                    "--cluster sia64 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_FALSE(j["plans"].empty());
+  ASSERT_FALSE(j["mixed_plans"].empty()) << r.out;
+  const auto& best = j["mixed_plans"][0];
+  EXPECT_EQ(best["family"], "data");
+  EXPECT_GT(best["tokens_per_s"].get<double>(), j["plans"][0]["tokens_per_s"].get<double>());
+  int64_t batch = 0;
+  std::string groups;
+  for (const auto& part : best["parts"]) {
+    batch += part["batch"].get<int64_t>();
+    groups += (groups.empty() ? "" : ",") + part["gpu"].get<std::string>() + ":" +
+              std::to_string(part["dp"].get<int64_t>()) + ":" +
+              std::to_string(part["batch"].get<int64_t>()) + ":" +
+              std::to_string(part["micro_batch"].get<int64_t>());
+  }
+  EXPECT_EQ(batch, 512);
+  // The same layout through perf: the same step.
+  std::string layout = fmt::format(
+      "--model llama-2-7b --seq-len 4096 --precision {} --tp {} --pp {} {} --cluster sia64 "
+      "--data-groups {}",
+      best["precision"].get<std::string>(), best["tp"].get<int64_t>(), best["pp"].get<int64_t>(),
+      best["distributed_optimizer"].get<bool>() ? "--distributed-optimizer" : "", groups);
+  CliRun perf = Frenzy("perf " + layout + " --json", false);
+  ASSERT_EQ(perf.exit_code, 0) << perf.out;
+  auto pj = nlohmann::json::parse(perf.out);
+  EXPECT_NEAR(pj["iteration_s"].get<double>(), best["iteration_s"].get<double>(), 1e-6);
+  CliRun bad = Frenzy("perf --model llama-2-7b --data-groups A100-40GB:2");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("--data-groups"), std::string::npos) << bad.out;
+  bad = Frenzy("predict --model llama-2-7b --data-groups A100-40GB:2:30,V100-32GB:3:130");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("multiple of replicas x micro-batch"), std::string::npos) << bad.out;
+  // Each group is accounted on its own: with the same micro-batch and nothing sharded both need
+  // the same bytes, and each fits by its own GPU's memory; with the distributed optimizer the
+  // group of 3 replicas shards its optimizer states 3 ways and needs less than the group of 2.
+  const std::string groups_flag = "--data-groups A100-40GB:2:380,V100-32GB:3:132";
+  for (bool sharded : {false, true}) {
+    CliRun pred = Frenzy("predict --model llama-2-7b --seq-len 4096 --pp 8 --precision fp16 " +
+                             groups_flag + (sharded ? " --distributed-optimizer" : "") + " --json",
+                         false);
+    ASSERT_EQ(pred.exit_code, 0) << pred.out;
+    auto dj = nlohmann::json::parse(pred.out);
+    ASSERT_EQ(dj["data_groups"].size(), 2u);
+    const auto& a = dj["data_groups"][0];
+    const auto& v = dj["data_groups"][1];
+    if (sharded) {
+      EXPECT_LT(v["device_bytes"].get<int64_t>(), a["device_bytes"].get<int64_t>());
+    } else {
+      EXPECT_EQ(v["device_bytes"].get<int64_t>(), a["device_bytes"].get<int64_t>());
+    }
+    bool all = true;
+    for (const auto& g : {a, v}) {
+      EXPECT_EQ(g["fits"].get<bool>(),
+                g["resident_bytes"].get<int64_t>() <= g["gpu_memory_bytes"].get<int64_t>());
+      all = all && g["fits"].get<bool>();
+    }
+    EXPECT_EQ(dj["fits"].get<bool>(), all);
+  }
 }
 
 TEST(Cli, HelpForEverySubcommand) {

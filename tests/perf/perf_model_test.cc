@@ -1,4 +1,5 @@
 #include "perf/perf_model.h"
+#include "perf/mixed_perf.h"
 
 #include <gtest/gtest.h>
 
@@ -338,6 +339,42 @@ TEST(PerfModel, AHeterogeneousPipelineRunsAtItsSlowestStagesPace) {
   auto wrong = PredictMixedPerf(m, t, p, {{&Gpu("A100-80GB"), net, 1}});
   ASSERT_FALSE(wrong.ok());
   EXPECT_EQ(wrong.status().field(), "stage_gpus");
+}
+
+// Heterogeneous data parallelism: two groups of 8 replicas of Llama-2-7B (6,738,415,616
+// parameters, Meta's model card) on A100-80GB and H100 nodes of 8 with 25 GB/s a node. Each
+// group reduces inside itself; the groups then all-reduce Megatron's fp32 gradients (4 bytes a
+// parameter), each GPU its 1/8 slice: 2 x (2 - 1) / 2 x 6,738,415,616 x 4 / 8 bytes at
+// 25 / 8 GB/s = 1.078 s. The job runs at the slower group's step plus that.
+TEST(PerfModel, HeterogeneousDataParallelRunsAtTheSlowestGroupPlusTheExchange) {
+  ModelSpec m = *ResolveModel("llama-2-7b");
+  TrainingSpec t;
+  t.seq_len = 2048;
+  t.global_batch = 128;
+  ParallelPlan p;
+  const Network net{8, 25};
+  const std::vector<DataGroup> groups = {{&Gpu("A100-80GB"), net, 8, 1, 64},
+                                         {&Gpu("H100-80GB"), net, 8, 1, 64}};
+  auto r = PredictMixedDataPerf(m, t, p, groups);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NEAR(r->cross_group_s, 6738415616.0 * 4 / 8 / 3.125e9, 0.002);
+  ASSERT_EQ(r->group_step_s.size(), 2u);
+  EXPECT_EQ(r->slowest_group, 0);  // the A100s, on an equal share of the batch
+  EXPECT_GT(r->group_step_s[0], 1.5 * r->group_step_s[1]);
+  EXPECT_NEAR(r->estimate.iteration_s, r->group_step_s[0] + r->cross_group_s, 1e-9);
+  EXPECT_NEAR(r->estimate.tokens_per_s, 128.0 * 2048 / r->estimate.iteration_s, 1e-6);
+  EXPECT_EQ(r->estimate.gpus, 16);
+  // Batches that do not add up to the global batch, or that leave a replica a fraction of a
+  // micro-batch, are refused naming the field.
+  t.global_batch = 100;
+  auto wrong = PredictMixedDataPerf(m, t, p, groups);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().field(), "data_groups");
+  t.global_batch = 128;
+  auto split = PredictMixedDataPerf(m, t, p, {{&Gpu("A100-80GB"), net, 8, 1, 60},
+                                              {&Gpu("H100-80GB"), net, 8, 1, 68}});
+  ASSERT_FALSE(split.ok());
+  EXPECT_EQ(split.status().field(), "data_groups");
 }
 
 }  // namespace

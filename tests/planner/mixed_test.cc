@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <numeric>
 #include <string>
@@ -94,6 +95,80 @@ TEST(MixedPipelines, NoneWhereTheJobCannotPipeline) {
   job.pp.reset();
   job.finetune = FineTune::kLora;
   r = PlanMixedPipelines(job, c, GpuCatalog::Default(), {});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->plans.empty());
+}
+
+// Heterogeneous data parallelism over one node of 8 A100-40GB and two of 4 V100-32GB, Llama-2-7B
+// at a global batch of 512: every part fits its own GPU with the margin, the parts' batches add
+// up to the global batch in whole micro-batches, and the split balances the groups' steps: an
+// A100 replica takes 3 to 4.6 times a V100 replica's sequences (in fp16 the A100's dense peak is
+// 312 TFLOP/s against the V100's 125, and measured training runs reach about 60% of the A100's
+// and 40% of the V100's (llm-foundry's MPT table, OneFlow's DLPerf; data/perf_calibration.json):
+// 312 x 0.6 / (125 x 0.4) = 3.7), and the two groups' steps end within 10% of each other. The
+// fastest such plan beats the A100s alone.
+TEST(MixedDataParallel, TwoTypesSplitTheBatchSoThatTheirStepsMatch) {
+  const char* text = R"({"name": "a100-v100", "node_groups": [
+      {"prefix": "a", "count": 1, "gpu": "A100-40GB", "gpus_per_node": 8, "network_gbs": 25},
+      {"prefix": "v", "count": 2, "gpu": "V100-32GB", "gpus_per_node": 4, "network_gbs": 25}]})";
+  auto c = Cluster::Parse(text, "test", GpuCatalog::Default());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const JobSpec job = Job("llama-2-7b", 512);
+  PlannerOptions o;
+  auto r = PlanMixedDataParallel(job, *c, GpuCatalog::Default(), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_FALSE(r->plans.empty());
+  std::map<std::string, int64_t> have = {{"A100-40GB", 8}, {"V100-32GB", 8}};
+  for (const MixedPlan& p : r->plans) {
+    EXPECT_EQ(p.family, MixedFamily::kData);
+    ASSERT_EQ(p.parts.size(), 2u);
+    int64_t batch = 0, gpus = 0;
+    for (const MixedPart& part : p.parts) {
+      EXPECT_LE(part.gpus, have[part.gpu]);
+      EXPECT_EQ(part.gpus, part.dp * p.tp * p.pp);
+      EXPECT_EQ(part.batch, part.dp * part.micro_batch * part.accumulation);
+      EXPECT_LE(static_cast<double>(part.device_bytes) * (1 + o.memory_margin),
+                static_cast<double>(part.gpu_memory_bytes))
+          << part.gpu;
+      batch += part.batch;
+      gpus += part.gpus;
+    }
+    EXPECT_EQ(batch, 512);
+    EXPECT_EQ(gpus, p.gpus);
+    EXPECT_EQ(p.precision, Precision::kFp16);  // V100s have no bf16
+  }
+  const MixedPlan& best = r->plans.front();
+  const MixedPart& a100 = best.parts[0].gpu == "A100-40GB" ? best.parts[0] : best.parts[1];
+  const MixedPart& v100 = best.parts[0].gpu == "A100-40GB" ? best.parts[1] : best.parts[0];
+  const double ratio = (static_cast<double>(a100.batch) / static_cast<double>(a100.dp)) /
+                       (static_cast<double>(v100.batch) / static_cast<double>(v100.dp));
+  EXPECT_GT(ratio, 3.0);
+  EXPECT_LT(ratio, 4.6);
+  EXPECT_LT(std::max(a100.step_s, v100.step_s) / std::min(a100.step_s, v100.step_s), 1.10);
+  auto single = PlanJob(job, *c, GpuCatalog::Default(), o);
+  ASSERT_TRUE(single.ok());
+  ASSERT_FALSE(single->plans.empty());
+  EXPECT_GT(best.tokens_per_s, single->plans.front().tokens_per_s);
+  // PlanMixed keeps only what beats the best single type.
+  auto kept = PlanMixed(job, *c, GpuCatalog::Default(), o, single->plans.front().tokens_per_s);
+  ASSERT_TRUE(kept.ok());
+  ASSERT_FALSE(kept->plans.empty());
+  for (const MixedPlan& p : kept->plans) {
+    EXPECT_GT(p.tokens_per_s, single->plans.front().tokens_per_s);
+  }
+}
+
+// Fine-tuning or a pinned GPU type gets no data-parallel mix.
+TEST(MixedDataParallel, NoneForFineTuningOrAPinnedType) {
+  const Cluster c = *ResolveCluster("sia64", GpuCatalog::Default());
+  JobSpec job = Job("llama-2-7b", 512);
+  job.gpu = "A100-40GB";
+  auto r = PlanMixedDataParallel(job, c, GpuCatalog::Default(), {});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->plans.empty());
+  job.gpu.reset();
+  job.finetune = FineTune::kLora;
+  r = PlanMixedDataParallel(job, c, GpuCatalog::Default(), {});
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->plans.empty());
 }
