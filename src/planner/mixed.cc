@@ -410,7 +410,7 @@ std::vector<std::pair<int, bool>> ShardingChoices(const JobSpec& job) {
 
 Result<MixedResult> PlanMixedDataParallel(const JobSpec& job, const Cluster& cluster,
                                           const GpuCatalog& catalog,
-                                          const PlannerOptions& options) {
+                                          const PlannerOptions& options, bool every_count) {
   MixedResult out;
   const ModelSpec& m = job.model;
   if (job.finetune != FineTune::kFull || job.gpu || (job.cp && *job.cp != 1) ||
@@ -446,7 +446,12 @@ Result<MixedResult> PlanMixedDataParallel(const JobSpec& job, const Cluster& clu
             for (const auto* u : use) {
               std::vector<GroupFit> f;
               const int64_t most = u->count / (tp * pp);
-              for (int64_t dp : StageChoices(std::max<int64_t>(most, 1))) {
+              std::vector<int64_t> counts = StageChoices(std::max<int64_t>(most, 1));
+              if (every_count) {
+                counts = {most};
+                for (int64_t n = 1; n < most; n *= 2) counts.push_back(n);
+              }
+              for (int64_t dp : counts) {
                 if (most < 1) break;
                 auto g = FitGroup(job, t, p, *u, dp, options, &out.layouts_considered);
                 if (!g) continue;

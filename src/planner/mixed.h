@@ -95,9 +95,12 @@ Result<MixedResult> PlanMixedPipelines(const JobSpec& job, const Cluster& cluste
 
 // REQUIRES: job.model.Validate().ok(). Empty when the job cannot split its batch so (fine-tuning,
 // a pinned GPU type, context or expert parallelism pinned) or nothing fits.
+// `every_count`: on each type every power of two of replicas up to all it holds (and all), not
+// only all or half: the smaller mixes a scheduler places on the GPUs left free.
 Result<MixedResult> PlanMixedDataParallel(const JobSpec& job, const Cluster& cluster,
                                           const GpuCatalog& catalog,
-                                          const PlannerOptions& options);
+                                          const PlannerOptions& options,
+                                          bool every_count = false);
 
 // The mixed plans worth offering beside the single-type ones, fastest first: when no single
 // type holds the job (`best_single_tokens_per_s` 0), both families; otherwise only

@@ -148,8 +148,8 @@ std::vector<MemoryAction> PlanMemoryActions(const Snapshot& s, const MemoryMonit
     std::optional<std::vector<std::pair<int, int64_t>>> best_place;
     for (size_t i = 0; i < j.options->options.size(); ++i) {
       int oi = static_cast<int>(i);
-      if (oi == j.alloc.option || j.Failed(oi)) continue;
       const RunOption& o = j.options->options[i];
+      if (oi == j.alloc.option || j.Failed(oi) || o.mixed()) continue;  // mixed: the policy's
       int layout = FittingLayout(o, u.factor, Capacity(c, o.type));
       if (layout < 0) continue;
       const Plan& p = LayoutPlan(o, layout);
@@ -199,7 +199,7 @@ OomRecovery RecoverFromOom(const JobView& j, const MemoryMonitor& monitor, const
   bool any = false;
   for (size_t i = 0; i < j.options->options.size(); ++i) {
     const RunOption& o = j.options->options[i];
-    if (j.Failed(static_cast<int>(i)) || o.gpus > c.TotalOfType(o.type)) continue;
+    if (j.Failed(static_cast<int>(i)) || o.mixed() || o.gpus > c.TotalOfType(o.type)) continue;
     double need = static_cast<double>(o.plan.device_bytes);
     for (const Plan& p : o.leaner) need = std::min(need, static_cast<double>(p.device_bytes));
     need *= r.factor;

@@ -31,11 +31,24 @@ class Ledger {
     const RunOption& o = job.option(a.option);
     int64_t sum = 0;
     std::set<int> seen;
+    // A mixed option's GPUs per type must be its parts'; a single-type option's all of its type.
+    std::vector<int64_t> left(cluster_.types.size(), 0);
+    if (o.mixed()) {
+      for (const auto& [t, g] : o.parts) {
+        if (t >= 0 && static_cast<size_t>(t) < left.size()) left[static_cast<size_t>(t)] += g;
+      }
+    } else if (o.type >= 0 && static_cast<size_t>(o.type) < left.size()) {
+      left[static_cast<size_t>(o.type)] = o.gpus;
+    }
     for (const auto& [n, g] : a.placement) {
       if (n < 0 || static_cast<size_t>(n) >= free_.size()) return fmt::format("no such node {}", n);
       const NodeView& node = cluster_.nodes[static_cast<size_t>(n)];
       if (!seen.insert(n).second) return fmt::format("node {} named twice", n);
-      if (node.type != o.type) return fmt::format("node {} is of another GPU type", n);
+      if (left[static_cast<size_t>(node.type)] < g) {
+        return fmt::format("node {} is of another GPU type, or more of its type than the option "
+                           "has", n);
+      }
+      left[static_cast<size_t>(node.type)] -= g;
       if (!node.up) return fmt::format("node {} is down", n);
       if (g < 1 || g > free_[static_cast<size_t>(n)]) {
         return fmt::format("node {} has {} free GPUs, not {}", n, free_[static_cast<size_t>(n)], g);

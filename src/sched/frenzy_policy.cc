@@ -32,6 +32,7 @@ class FrenzyPolicy final : public Policy {
   }
   double round_s() const override { return k_.round_s; }
   bool uses_runtime() const override { return k_.dynamic_memory; }
+  bool mixed_options() const override { return k_.mixed && k_.memory_aware; }
 
   Decisions Schedule(const Snapshot& s) override {
     const std::vector<int64_t> capacity = Describe(s);
@@ -81,6 +82,7 @@ class FrenzyPolicy final : public Policy {
       } else {
         for (size_t k = 0; k < n; ++k) {
           const int o = static_cast<int>(k);
+          if (j.option(o).mixed() && !mixed_options()) continue;  // the ablation's
           const int layout = j.Layout(o, c);  // JobView::Runnable, with its layout kept
           if (layout < 0 || j.option(o).plan.tokens_per_s <= 0) continue;
           speed[k] = j.PlanOf(o, layout).tokens_per_s * learned(k);
@@ -118,7 +120,11 @@ class FrenzyPolicy final : public Policy {
                                           });
         cj.pinned = settling || stranded || cordoned || cj.current_extra_s > 0 ||
                     speed[static_cast<size_t>(cj.current)] <= 0;
-        if (!cj.pinned) capacity[static_cast<size_t>(o.type)] += o.gpus;
+        if (!cj.pinned && o.mixed()) {
+          for (const auto& [t, g] : o.parts) capacity[static_cast<size_t>(t)] += g;
+        } else if (!cj.pinned) {
+          capacity[static_cast<size_t>(o.type)] += o.gpus;
+        }
       } else if (!any) {
         continue;  // nothing it can run now (e.g. nodes down); it waits
       }
@@ -171,6 +177,7 @@ class FrenzyPolicy final : public Policy {
   static std::optional<Allocation> PlaceAtMost(const JobView& j, const CoreJob& cj, int o,
                                                const ClusterView& c, FreeMap& free) {
     const auto& opts = j.options->options;
+    if (opts[static_cast<size_t>(o)].mixed()) return PlaceMixed(j, o, c, free);
     const int type = opts[static_cast<size_t>(o)].type;
     const bool grow = cj.current >= 0 && opts[static_cast<size_t>(cj.current)].type == type &&
                       o > cj.current;
@@ -183,6 +190,24 @@ class FrenzyPolicy final : public Policy {
       }
     }
     return std::nullopt;
+  }
+
+  // A mixed option: each part on its type, TP groups inside nodes; all parts or nothing.
+  static std::optional<Allocation> PlaceMixed(const JobView& j, int o, const ClusterView& c,
+                                              FreeMap& free) {
+    if (!j.Runnable(o, c)) return std::nullopt;
+    const RunOption& r = j.option(o);
+    const int64_t tp = std::max<int64_t>(1, j.PlanOf(o, j.Layout(o, c)).tp);
+    Allocation alloc{o, {}};
+    for (const auto& [t, g] : r.parts) {
+      auto p = free.Place(t, g, tp);
+      if (!p) {
+        free.Release(alloc.placement);
+        return std::nullopt;
+      }
+      alloc.placement.insert(alloc.placement.end(), p->begin(), p->end());
+    }
+    return alloc;
   }
 
   FrenzyKnobs k_;

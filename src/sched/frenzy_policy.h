@@ -26,6 +26,10 @@ struct FrenzyKnobs {
   // and a crash is recovered with a safer plan. Off: an out-of-memory crash only marks the
   // option that crashed as failed.
   bool dynamic_memory = true;
+  // Offer jobs mixed options (one job over several GPU types, planner/mixed.h): a job the core
+  // leaves waiting starts on the fastest mixed option that the GPUs left free hold, and keeps it
+  // until it ends or the runtime moves it. Off: single-type options only.
+  bool mixed = true;
   // The allocation core's own switches and constants (sched/has_core.h).
   CoreKnobs core;
   // A running job keeps its option for at least `residence` x the restart cost after it

@@ -35,8 +35,14 @@ const std::vector<int>& AllocationCore::Allocate(std::span<const CoreJob> jobs,
   inv_t_.resize(first_.back());
   gpus_.resize(first_.back());
   type_.resize(first_.back());
+  single_.assign(jobs.size(), 0);
   for (size_t i = 0; i < jobs.size(); ++i) {
     const CoreJob& j = jobs[i];
+    const auto& opts = j.options->options;
+    single_[i] = static_cast<size_t>(
+        std::partition_point(opts.begin(), opts.begin() + static_cast<std::ptrdiff_t>(j.speed.size()),
+                             [](const RunOption& r) { return !r.mixed(); }) -
+        opts.begin());
     for (size_t o = 0; o < j.speed.size(); ++o) {
       const RunOption& r = j.options->options[o];
       inv_t_[first_[i] + o] = j.speed[o] > 0 ? 1.0 / T(i, static_cast<int>(o)) : 0.0;
@@ -74,8 +80,7 @@ void AllocationCore::Greedy() {
     const Step s = heap_.back();
     heap_.pop_back();
     if (s.version != version_[s.job]) continue;  // superseded by a later proposal
-    const size_t row = first_[s.job] + static_cast<size_t>(s.option);
-    if (Need(s.job, s.option) <= cap_[static_cast<size_t>(type_[row])]) {
+    if (Fits(s.job, s.option)) {
       Grant(s.job, s.option);
     } else {
       contended_ = true;
@@ -98,8 +103,37 @@ double AllocationCore::T(size_t i, int o) const {
 int64_t AllocationCore::Need(size_t i, int o) const {
   const CoreJob& j = jobs_[i];
   const int c = choice_[i];
-  if (c >= 0 && Opt(j, c).type == Opt(j, o).type) return Opt(j, o).gpus - Opt(j, c).gpus;
+  if (c >= 0 && !Mixed(i, c) && !Mixed(i, o) && Opt(j, c).type == Opt(j, o).type) {
+    return Opt(j, o).gpus - Opt(j, c).gpus;
+  }
   return Opt(j, o).gpus;
+}
+
+// Whether option `o` of job i fits what is left, given what the job holds (its GPUs return to
+// the pool when it changes option).
+bool AllocationCore::Fits(size_t i, int o) const {
+  const CoreJob& j = jobs_[i];
+  if (!Mixed(i, o)) {
+    const int c = choice_[i];
+    const RunOption& r = Opt(j, o);
+    int64_t back = 0;  // of its type, what the job's current choice gives back
+    if (c >= 0 && Mixed(i, c)) {
+      for (const auto& [t, g] : Opt(j, c).parts) back += t == r.type ? g : 0;
+      return r.gpus <= cap_[static_cast<size_t>(r.type)] + back;
+    }
+    return Need(i, o) <= cap_[static_cast<size_t>(r.type)];
+  }
+  for (const auto& [t, g] : Opt(j, o).parts) {
+    int64_t back = 0;
+    const int c = choice_[i];
+    if (c >= 0 && Mixed(i, c)) {
+      for (const auto& [t2, g2] : Opt(j, c).parts) back += t2 == t ? g2 : 0;
+    } else if (c >= 0) {
+      back = Opt(j, c).type == t ? Opt(j, c).gpus : 0;
+    }
+    if (g > cap_[static_cast<size_t>(t)] + back) return false;
+  }
+  return true;
 }
 
 void AllocationCore::Seed() {
@@ -111,7 +145,7 @@ void AllocationCore::Seed() {
       continue;
     }
     // Options are sorted by (type, GPUs): the first usable one of a type is its smallest.
-    for (size_t o = j.speed.size(); !k_->elastic && o-- > 0;) {
+    for (size_t o = single_[i]; !k_->elastic && o-- > 0;) {
       const RunOption& r = j.options->options[o];
       if (j.speed[o] > 0) smallest_[i * types + static_cast<size_t>(r.type)] = r.gpus;
     }
@@ -153,6 +187,7 @@ bool AllocationCore::Allowed(size_t i, int o) const {
   const RunOption& r = Opt(j, o);
   if (o == j.current) return true;
   if (j.current >= 0 && !k_->move) return false;
+  if (Mixed(i, o)) return true;  // one count per composition: nothing to bound
   return k_->elastic || r.gpus <= smallest_[i * cap_.size() + static_cast<size_t>(r.type)];
 }
 
@@ -184,11 +219,11 @@ AllocationCore::Step AllocationCore::BestStep(size_t i) {
   const int c = choice_[i];
   const size_t base = first_[i];
   const double have = c >= 0 ? inv_t_[base + static_cast<size_t>(c)] : 0.0;
-  const int c_type = c >= 0 ? type_[base + static_cast<size_t>(c)] : -1;
+  const int c_type = c >= 0 && !Mixed(i, c) ? type_[base + static_cast<size_t>(c)] : -1;
   const int64_t c_gpus = c >= 0 ? gpus_[base + static_cast<size_t>(c)] : 0;
   // A job that runs nowhere yet, with every count allowed, may take any option (Allowed).
   const bool free_choice = j.current < 0 && k_->elastic;
-  const size_t n = j.speed.size();
+  const size_t n = single_[i];  // the single-type options; the mixed ones after them
   // Second pass, a job holding nothing: its fallback is its best 1 / T on the idle GPUs of the
   // first pass (those still free now), and a step onto a type gains over the best fallback on
   // the other types.
@@ -219,7 +254,10 @@ AllocationCore::Step AllocationCore::BestStep(size_t i) {
     for (size_t o = 0; o < n;) {
       const int type = type_[base + o];
       const int64_t held = type == c_type ? c_gpus : 0;
-      const int64_t cap = cap_[static_cast<size_t>(type)] + held;
+      int64_t cap = cap_[static_cast<size_t>(type)] + held;
+      if (c >= 0 && Mixed(i, c)) {  // a mixed choice gives its GPUs of this type back
+        for (const auto& [t, g] : Opt(j, c).parts) cap += t == type ? g : 0;
+      }
       const double from = !fall ? have : type == fallback_type ? runner_up : fallback;
       for (; o < n && type_[base + o] == type; ++o) {
         const int64_t gpus = gpus_[base + o];
@@ -246,10 +284,28 @@ AllocationCore::Step AllocationCore::BestStep(size_t i) {
     }
     return best;
   };
-  Step best = scan(over_fallback);
+  // Mixed options: a job that holds nothing, or a mixed option, may step to one (no growth from
+  // or into one: one count per composition; growing a single-type job into a mix that keeps its
+  // GPUs measured no gain, docs/scheduling.md).
+  auto scan_mixed = [&](bool fall, Step best) {
+    if (c >= 0 && !Mixed(i, c)) return best;
+    const double from = !fall ? have : fallback;
+    for (size_t o = n; o < j.speed.size(); ++o) {
+      const double gain = inv_t_[base + o] - from;
+      if (gain <= 0 || static_cast<int>(o) == c) continue;
+      const double need = static_cast<double>(gpus_[base + o]);
+      if (gain < best.key * need) continue;
+      const int oi = static_cast<int>(o);
+      if (!Fits(i, oi) || (!free_choice && !Allowed(i, oi))) continue;
+      best.key = gain / need;
+      best.option = oi;
+    }
+    return best;
+  };
+  Step best = scan_mixed(over_fallback, scan(over_fallback));
   // Nothing beats its fallback (it ties on two idle types): its best by whole gain, as in the
   // first pass, rather than nothing.
-  if (best.option < 0 && over_fallback) best = scan(false);
+  if (best.option < 0 && over_fallback) best = scan_mixed(false, scan(false));
   // First come, first served: every start outranks every growth (whose keys are gains in 1/s
   // per GPU, below 1), in arrival order; the job's option still by its own gain per GPU.
   if (best.option >= 0 && !k_->shortest_first && c < 0) {
@@ -281,7 +337,7 @@ void AllocationCore::SwapTypes() {
   held_.clear();
   holder_.assign(jobs_.size(), 0);
   for (size_t i = 0; i < jobs_.size(); ++i) {
-    if (choice_[i] >= 0 && !jobs_[i].pinned) {
+    if (choice_[i] >= 0 && !jobs_[i].pinned && !Mixed(i, choice_[i])) {
       holder_[i] = held_.size();
       held_.push_back({Opt(jobs_[i], choice_[i]).type, Opt(jobs_[i], choice_[i]).gpus, i});
     }
@@ -316,7 +372,7 @@ void AllocationCore::SwapTypes() {
     size_t at = 0;
     int pa = -1, pb = -1;
     double best = 0;
-    for (size_t o = 0; o < jobs_[a].speed.size(); ++o) {
+    for (size_t o = 0; o < single_[a]; ++o) {
       const size_t row = first_[a] + o;
       if (type_[row] == held_[h].type || inv_t_[row] <= a_now) continue;
       const int oa = static_cast<int>(o);
@@ -371,9 +427,16 @@ double AllocationCore::PairSum(size_t a, int pa, int alt_a, size_t b, int pb, in
 
 void AllocationCore::Grant(size_t i, int o) {
   const CoreJob& j = jobs_[i];
-  const int c = choice_[i];
-  if (c >= 0) cap_[static_cast<size_t>(Opt(j, c).type)] += Opt(j, c).gpus;
-  cap_[static_cast<size_t>(Opt(j, o).type)] -= Opt(j, o).gpus;
+  auto add = [&](int option, int64_t sign) {
+    const RunOption& r = Opt(j, option);
+    if (r.mixed()) {
+      for (const auto& [t, g] : r.parts) cap_[static_cast<size_t>(t)] += sign * g;
+    } else {
+      cap_[static_cast<size_t>(r.type)] += sign * r.gpus;
+    }
+  };
+  if (choice_[i] >= 0) add(choice_[i], +1);
+  add(o, -1);
   choice_[i] = o;
 }
 

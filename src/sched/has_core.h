@@ -33,6 +33,11 @@
 // another job holds of another type trades places with the one whose trade shortens the pair's
 // summed completion time most (both finish, the first to end leaving its GPUs to the other).
 //
+// Mixed options (RunOption::parts, after a table's single-type ones): GPUs of several types at
+// once. A job holding nothing (or a mixed option) may step to one, scored as any step (gain in
+// 1 / T per GPU taken) when every part fits what is left; it does not grow there, and the type
+// swap leaves mixed options out.
+//
 // Cost for J jobs with at most K options: O(J K) for the first proposals, O(S (K + log J)) for S
 // grants and re-proposals (S <= J K; in practice a few per job), twice with a fallback pass (only
 // when GPUs are left free and some step found its GPUs taken), and O(P K log P + M) for the swap
@@ -113,6 +118,8 @@ class AllocationCore {
   double T(size_t i, int o) const;
   double Inv(size_t i, int o) const { return inv_t_[first_[i] + static_cast<size_t>(o)]; }
   int64_t Need(size_t i, int o) const;
+  bool Fits(size_t i, int o) const;
+  bool Mixed(size_t i, int o) const { return static_cast<size_t>(o) >= single_[i]; }
   void Seed();
   void Greedy();
   double PairSum(size_t a, int pa, int alt_a, size_t b, int pb, int alt_b) const;
@@ -131,6 +138,7 @@ class AllocationCore {
   std::vector<int64_t> version_;
   std::vector<int64_t> smallest_;  // per (job, type): GPUs of its smallest usable option
   std::vector<size_t> first_;      // per job: its first row in the flat tables below
+  std::vector<size_t> single_;     // per job: its single-type options (the mixed ones follow)
   std::vector<double> inv_t_;      // per (job, option): 1 / T, 0 where it may not run
   std::vector<int64_t> gpus_;
   std::vector<int> type_;

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "memory/memory_model.h"
+#include "planner/mixed.h"
 #include "perf/perf_model.h"
 
 namespace frenzy {
@@ -46,21 +48,108 @@ std::optional<RunOption> PlainDataParallel(const JobSpec& job, const TypeOfClust
   return o;
 }
 
+constexpr bool kMixedPipelinesAlways = true;
+
+// A mixed plan as an option: its parts' GPUs per type, judged by its tightest part.
+RunOption MixedOption(const JobSpec& job, const MixedPlan& p,
+                      const std::vector<std::string>& types) {
+  auto type_of = [&](const std::string& name) {
+    return static_cast<int>(std::find(types.begin(), types.end(), name) - types.begin());
+  };
+  RunOption o;
+  o.gpus = p.gpus;
+  o.fits_prediction = true;
+  Plan& plan = o.plan;
+  double tightest = -1;
+  size_t stage = 0;
+  for (const MixedPart& part : p.parts) {
+    o.parts.emplace_back(type_of(part.gpu), part.gpus);
+    plan.gpu += (plan.gpu.empty() ? "" : "+") + part.gpu;
+    // Its bytes on its GPU: the group's, or its stages' largest.
+    int64_t bytes = part.device_bytes, memory = part.gpu_memory_bytes;
+    auto share_of = [](int64_t b, int64_t m) {
+      return m > 0 ? static_cast<double>(b) / static_cast<double>(m) : 0.0;
+    };
+    if (p.family == MixedFamily::kPipeline) {
+      for (int64_t k = 0; k < part.stages; ++k, ++stage) {
+        if (memory == 0 || share_of(p.stage_device_bytes[stage], p.stage_gpu_memory_bytes[stage]) >
+                               share_of(bytes, memory)) {
+          bytes = p.stage_device_bytes[stage];
+          memory = p.stage_gpu_memory_bytes[stage];
+        }
+      }
+    }
+    const double share = share_of(bytes, memory);
+    if (share > tightest) {
+      tightest = share;
+      o.type = o.parts.back().first;
+      plan.device_bytes = bytes;
+      plan.gpu_memory_bytes = memory;
+      if (p.family == MixedFamily::kData) plan.micro_batch = part.micro_batch;
+    }
+  }
+  plan.peak_bytes = plan.reserved_bytes = plan.resident_bytes = plan.device_bytes;
+  plan.gpus = p.gpus;
+  plan.tp = p.tp;
+  plan.pp = p.pp;
+  plan.dp = p.dp;
+  plan.zero = p.zero;
+  plan.distributed_optimizer = p.distributed_optimizer;
+  plan.recompute = p.recompute;
+  plan.precision = p.precision;
+  plan.iteration_s = p.iteration_s;
+  plan.tokens_per_s = p.tokens_per_s;
+  plan.mfu = p.mfu;
+  plan.total_s = job.tokens / p.tokens_per_s;
+  return o;
+}
+
+// The table's mixed options: the fastest data-parallel plan of each composition, and where no
+// single type holds the job with the margin (`none_single`) the fastest pipelines too, at most
+// kMaxMixedOptions, fastest first.
+Result<std::vector<RunOption>> MixedOptions(const JobSpec& job, const Cluster& cluster,
+                                            const GpuCatalog& catalog, PlannerOptions po,
+                                            bool none_single,
+                                            const std::vector<std::string>& types) {
+  po.top = std::numeric_limits<int64_t>::max();
+  ASSIGN_OR_RETURN(MixedResult r,
+                   PlanMixedDataParallel(job, cluster, catalog, po, /*every_count=*/true));
+  if (none_single || kMixedPipelinesAlways) {
+    ASSIGN_OR_RETURN(MixedResult pipes, PlanMixedPipelines(job, cluster, catalog, po));
+    for (MixedPlan& p : pipes.plans) r.plans.push_back(std::move(p));
+  }
+  std::stable_sort(r.plans.begin(), r.plans.end(), [](const MixedPlan& a, const MixedPlan& b) {
+    return a.tokens_per_s > b.tokens_per_s;
+  });
+  std::vector<RunOption> out;
+  std::set<std::vector<std::pair<int, int64_t>>> seen;
+  for (const MixedPlan& p : r.plans) {
+    if (out.size() >= kMaxMixedOptions) break;
+    RunOption o = MixedOption(job, p, types);
+    std::vector<std::pair<int, int64_t>> key = o.parts;
+    std::sort(key.begin(), key.end());
+    if (seen.insert(key).second) out.push_back(std::move(o));
+  }
+  return out;
+}
+
 }  // namespace
 
 const RunOption* JobOptions::Find(int type, int64_t gpus) const {
-  auto it = std::lower_bound(options.begin(), options.end(), std::make_pair(type, gpus),
+  const auto end = std::partition_point(options.begin(), options.end(),
+                                        [](const RunOption& o) { return !o.mixed(); });
+  auto it = std::lower_bound(options.begin(), end, std::make_pair(type, gpus),
                              [](const RunOption& o, const std::pair<int, int64_t>& k) {
                                return std::make_pair(o.type, o.gpus) < k;
                              });
-  if (it == options.end() || it->type != type || it->gpus != gpus) return nullptr;
+  if (it == end || it->type != type || it->gpus != gpus) return nullptr;
   return &*it;
 }
 
 const RunOption* JobOptions::Fastest(int type) const {
   const RunOption* best = nullptr;
   for (const auto& o : options) {
-    if (o.type != type) continue;
+    if (o.type != type || o.mixed()) continue;
     if (best == nullptr || o.plan.tokens_per_s > best->plan.tokens_per_s) best = &o;
   }
   return best;
@@ -69,7 +158,7 @@ const RunOption* JobOptions::Fastest(int type) const {
 std::vector<const RunOption*> JobOptions::OfType(int type) const {
   std::vector<const RunOption*> out;
   for (const auto& o : options) {
-    if (o.type == type) out.push_back(&o);
+    if (o.type == type && !o.mixed()) out.push_back(&o);
   }
   return out;
 }
@@ -84,7 +173,8 @@ int64_t CheckpointBytes(const JobSpec& job) {
 }
 
 Result<JobOptions> BuildJobOptions(const JobSpec& job_in, const Cluster& cluster,
-                                   const GpuCatalog& catalog, OptionKind kind, double margin) {
+                                   const GpuCatalog& catalog, OptionKind kind, double margin,
+                                   bool mixed) {
   JobSpec job = job_in;
   job.gpu.reset();
   job.gpus.reset();
@@ -93,6 +183,8 @@ Result<JobOptions> BuildJobOptions(const JobSpec& job_in, const Cluster& cluster
   po.memory_margin = kind == OptionKind::kMarp ? margin : 0.0;
   po.top = std::numeric_limits<int64_t>::max();
   ASSIGN_OR_RETURN(PlanResult planned, PlanJob(job, cluster, catalog, po));
+  const PlannerOptions full_margin = po;
+  const bool none_with_margin = planned.plans.empty();
   // A job that fits nowhere with the margin would never run: it is offered what fits with half
   // of it, then with none (the runtime's memory monitor watches it, and re-plans or requeues it
   // before it runs out of memory).
@@ -119,7 +211,7 @@ Result<JobOptions> BuildJobOptions(const JobSpec& job_in, const Cluster& cluster
   for (const Plan& p : planned.plans) {
     int type = type_index(p.gpu);
     if (type < 0) continue;
-    auto [it, fresh] = by_pair.try_emplace({type, p.gpus}, RunOption{type, p.gpus, p, true, {}});
+    auto [it, fresh] = by_pair.try_emplace({type, p.gpus}, RunOption{type, p.gpus, p, true, {}, {}});
     if (fresh || kind != OptionKind::kMarp) continue;
     RunOption& o = it->second;
     int64_t least = o.leaner.empty() ? o.plan.device_bytes : o.leaner.back().device_bytes;
@@ -154,11 +246,19 @@ Result<JobOptions> BuildJobOptions(const JobSpec& job_in, const Cluster& cluster
       return std::make_pair(a.type, a.gpus) < std::make_pair(b.type, b.gpus);
     });
   }
+  if (mixed && kind == OptionKind::kMarp) {
+    // With the full margin: where single types hold the job only with less, a pipeline over
+    // several may hold it with all of it.
+    ASSIGN_OR_RETURN(std::vector<RunOption> m, MixedOptions(job, cluster, catalog, full_margin,
+                                                            none_with_margin, out.types));
+    for (RunOption& o : m) out.options.push_back(std::move(o));
+  }
   return out;
 }
 
 Result<std::shared_ptr<const JobOptions>> OptionCache::Get(const std::string& model_key,
-                                                           const JobSpec& job, OptionKind kind) {
+                                                           const JobSpec& job, OptionKind kind,
+                                                           bool mixed) {
   // What else changes the table: the framework, the optimizer and what is trained.
   std::string variant = std::string(FrameworkName(job.framework)) + "/" +
                         OptimizerName(job.optimizer) + "/" + FineTuneName(job.finetune);
@@ -182,13 +282,15 @@ Result<std::shared_ptr<const JobOptions>> OptionCache::Get(const std::string& mo
                std::to_string(l.dropout);
   }
   auto key = std::make_tuple(model_key, job.global_batch, job.seq_len,
-                             static_cast<int>(job.precision), static_cast<int>(kind), variant);
+                             static_cast<int>(job.precision), static_cast<int>(kind), variant,
+                             mixed);
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
   }
-  ASSIGN_OR_RETURN(JobOptions built, BuildJobOptions(job, cluster_, catalog_, kind, margin_));
+  ASSIGN_OR_RETURN(JobOptions built,
+                   BuildJobOptions(job, cluster_, catalog_, kind, margin_, mixed));
   auto shared = std::make_shared<const JobOptions>(std::move(built));
   std::lock_guard<std::mutex> lock(mu_);
   return cache_.emplace(key, shared).first->second;

@@ -41,6 +41,13 @@ struct RunOption {
   // recomputation, a smaller micro-batch, more TP/PP, a higher ZeRO stage), each leaner than the
   // one before — what the runtime re-plans to when a job needs more memory than predicted.
   std::vector<Plan> leaner;
+  // A mixed option (planner/mixed.h, issue 19): the GPUs it takes of each type, (type, GPUs) in
+  // the plan's order; empty for a single-type option. Then `type` is the type of its tightest
+  // part (the largest share of its GPU's memory predicted), `plan.device_bytes` and
+  // `plan.gpu_memory_bytes` that part's, `plan.gpu` the types joined with '+', `plan.tp` the TP
+  // every part keeps inside a node, and `gpus` the total.
+  std::vector<std::pair<int, int64_t>> parts;
+  bool mixed() const { return !parts.empty(); }
 };
 
 struct JobOptions {
@@ -49,7 +56,8 @@ struct JobOptions {
   // precision plus AdamW's state (fp32 master weights in mixed precision, two moments) — what a
   // restart loads (RestartModel).
   int64_t checkpoint_bytes = 0;
-  // Sorted by (type, gpus); at most one option per pair.
+  // The single-type options sorted by (type, gpus), at most one per pair; then the mixed ones
+  // (RunOption::parts), fastest first. Find, Fastest and OfType see single-type options only.
   std::vector<RunOption> options;
 
   // The option for exactly (type, gpus), or nullptr.
@@ -67,9 +75,14 @@ int64_t CheckpointBytes(const JobSpec& job);
 
 // The option table of `job` (its model, tokens, batch, sequence length and precision; GPU pins
 // are ignored) on `cluster`. Counts are limited to what the cluster has of each type.
-// `margin` is the MARP safety margin used for kMarp.
+// `margin` is the MARP safety margin used for kMarp. With `mixed` (kMarp only) the table also
+// holds plans over several types: the fastest heterogeneous data-parallel plan of each
+// composition (GPUs per type), and heterogeneous pipelines when no single type holds the job
+// with the margin, at most kMaxMixedOptions (found with the whole margin).
+inline constexpr size_t kMaxMixedOptions = 12;
 Result<JobOptions> BuildJobOptions(const JobSpec& job, const Cluster& cluster,
-                                   const GpuCatalog& catalog, OptionKind kind, double margin);
+                                   const GpuCatalog& catalog, OptionKind kind, double margin,
+                                   bool mixed = false);
 
 // Caches option tables by (model name, global batch, seq len, precision, kind, and the
 // framework with the layouts it can run, optimizer and fine-tuning method with its adapter). Thread-safe: a
@@ -83,7 +96,7 @@ class OptionCache {
   // `model_key` identifies the architecture (the workload's model column). Tokens only scale
   // total time, so they are not part of the key: callers use plan.tokens_per_s.
   Result<std::shared_ptr<const JobOptions>> Get(const std::string& model_key, const JobSpec& job,
-                                                OptionKind kind);
+                                                OptionKind kind, bool mixed = false);
   size_t size() const {
     std::lock_guard<std::mutex> lock(mu_);
     return cache_.size();
@@ -94,7 +107,7 @@ class OptionCache {
   const Cluster& cluster_;
   const GpuCatalog& catalog_;
   double margin_;
-  std::map<std::tuple<std::string, int64_t, int64_t, int, int, std::string>,
+  std::map<std::tuple<std::string, int64_t, int64_t, int, int, std::string, bool>,
            std::shared_ptr<const JobOptions>>
       cache_;
 };

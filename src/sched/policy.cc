@@ -111,6 +111,7 @@ constexpr Ablation kFrenzyAblations[] = {
     {"frenzy-no-preempt", [](FrenzyKnobs& k) { k.core.preempt = false; }},
     {"frenzy-no-move", [](FrenzyKnobs& k) { k.core.move = false; }},
     {"frenzy-no-tick", [](FrenzyKnobs& k) { k.round_s = 0; }},
+    {"frenzy-no-mixed", [](FrenzyKnobs& k) { k.mixed = false; }},
     {"frenzy-no-dynamic", [](FrenzyKnobs& k) { k.dynamic_memory = false; }},
 };
 

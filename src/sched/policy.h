@@ -208,6 +208,9 @@ class Policy {
   // reports to a memory monitor, sets memory_factor from what it learned, and applies its
   // actions (re-plan, move, requeue before an out-of-memory crash; safer plans after one).
   virtual bool uses_runtime() const { return false; }
+  // True for policies that place jobs over several GPU types at once: their kMarp option
+  // tables also hold mixed options (RunOption::parts; planner/mixed.h).
+  virtual bool mixed_options() const { return false; }
   // Called after every batch of simultaneous events (arrival, completion, crash, failure).
   virtual bool event_driven() const { return true; }
   // > 0: also called every round_s seconds while jobs are active (round-based policies).

@@ -61,7 +61,7 @@ Status Engine::PrepareJob(size_t key, const WorkloadJob& wj,
   js.spec.global_batch = wj.global_batch;
   js.spec.seq_len = wj.seq_len;
   js.spec.precision = wj.precision;
-  auto opts = cache_.Get(wj.model, js.spec, policy_.options_kind());
+  auto opts = cache_.Get(wj.model, js.spec, policy_.options_kind(), policy_.mixed_options());
   if (!opts.ok()) return Status(opts.status().code(), opts.status().ToString(), where, "model");
   js.options = *opts;
   // The memory and speed truth of this job (drawn for every job, in key order, whatever the
@@ -184,13 +184,17 @@ Status Engine::StartRun(JobView& v, const Allocation& a, double now, int layout)
   }
   v.progress_since_s = now + pause;
   // The true speed; a profiled table (below) already holds it.
-  const double known = js.profiled ? js.truth.Speed(o.type) : 1.0;
-  v.rate_tokens_per_s = plan.tokens_per_s * Speed(a) * js.truth.Speed(o.type) / known;
+  // A mixed option runs at the pace of its slowest part: its parts were balanced on predicted
+  // speeds, so the type whose truth falls furthest below the prediction sets it.
+  double truth = js.truth.Speed(o.type);
+  for (const auto& part : o.parts) truth = std::min(truth, js.truth.Speed(part.first));
+  const double known = js.profiled ? truth : 1.0;
+  v.rate_tokens_per_s = plan.tokens_per_s * Speed(a) * truth / known;
   ++js.version;
-  js.record.gpu = view_.types[static_cast<size_t>(o.type)];
+  js.record.gpu = o.mixed() ? o.plan.gpu : view_.types[static_cast<size_t>(o.type)];
   js.record.gpus = o.gpus;
   js.record.restarts = v.restarts;
-  js.record.speed_factor = js.truth.Speed(o.type);
+  js.record.speed_factor = truth;
   if (js.record.first_start_s < 0) js.record.first_start_s = now;
   // When the run ends: finished, out of memory (at once, or when drift crosses the GPU's
   // memory), or crashed for another reason, whichever comes first.

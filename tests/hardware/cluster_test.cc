@@ -29,11 +29,16 @@ TEST(Cluster, BundledClustersHaveTheAdvertisedShape) {
   Cluster sia64 = Bundled("sia64");  // 16 A100-40GB + 24 V100-32GB + 24 T4
   EXPECT_EQ(sia64.total_gpus(), 64);
   EXPECT_EQ(sia64.totals().size(), 3u);
+  Cluster frag = Bundled("frag64");  // 16 each of A100-40GB, V100-32GB, RTX-3090, T4
+  EXPECT_EQ(frag.total_gpus(), 64);
+  EXPECT_EQ(frag.totals().size(), 4u);
+  for (const GpuTotal& t : frag.totals()) EXPECT_EQ(t.gpus, 16) << t.gpu;
   Cluster b200 = Bundled("b200-128");  // 16 nodes of 8 B200
   EXPECT_EQ(b200.total_gpus(), 128);
   EXPECT_EQ(b200.nodes.size(), 16u);
   EXPECT_EQ(BundledClusterNames(),
-            (std::vector<std::string>{"b200-128", "cluster2048", "cluster64", "lab", "sia64"}));
+            (std::vector<std::string>{"b200-128", "cluster2048", "cluster64", "frag64", "lab",
+                                      "sia64"}));
 }
 
 TEST(Cluster, GroupsExpandToNamedNodes) {

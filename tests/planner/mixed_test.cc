@@ -9,6 +9,7 @@
 #include <string>
 
 #include "memory/memory_model.h"
+#include "sched/job_options.h"
 #include "model/zoo.h"
 
 namespace frenzy {
@@ -171,6 +172,54 @@ TEST(MixedDataParallel, NoneForFineTuningOrAPinnedType) {
   r = PlanMixedDataParallel(job, c, GpuCatalog::Default(), {});
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->plans.empty());
+}
+
+// The scheduler's option table with mixed options (sched/job_options.h): after the single-type
+// options, each mixed one's parts add up to its GPUs, on distinct types, within what the cluster
+// has; Find and OfType never return one. Llama-3.1-70B, which no type of sia64 holds, gets mixed
+// options only; without `mixed` a table has none.
+TEST(MixedOptions, TheOptionTableHoldsMixedPlansAfterTheSingleTypeOnes) {
+  const Cluster c = *ResolveCluster("sia64", GpuCatalog::Default());
+  std::map<std::string, int64_t> have;
+  for (const auto& t : ClusterGpuTypes(c, GpuCatalog::Default())) have[t.gpu->name] = t.count;
+  for (const char* model : {"llama-2-7b", "llama-3.1-70b"}) {
+    auto t = BuildJobOptions(Job(model, 128), c, GpuCatalog::Default(), OptionKind::kMarp, 0.1,
+                             /*mixed=*/true);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    size_t mixed = 0;
+    bool seen_mixed = false;
+    for (const RunOption& o : t->options) {
+      if (!o.mixed()) {
+        EXPECT_FALSE(seen_mixed) << model << ": a single-type option after a mixed one";
+        EXPECT_EQ(t->Find(o.type, o.gpus), &o);
+        continue;
+      }
+      seen_mixed = true;
+      ++mixed;
+      int64_t sum = 0;
+      std::map<int, int64_t> per;
+      for (const auto& [type, gpus] : o.parts) {
+        sum += gpus;
+        per[type] += gpus;
+        EXPECT_LE(gpus, have[t->types[static_cast<size_t>(type)]]);
+      }
+      EXPECT_EQ(per.size(), o.parts.size()) << "a type named twice";
+      EXPECT_EQ(sum, o.gpus);
+      EXPECT_GT(o.plan.tokens_per_s, 0);
+      EXPECT_LE(static_cast<double>(o.plan.device_bytes) * 1.1,
+                static_cast<double>(o.plan.gpu_memory_bytes) + 1);
+      for (const RunOption* s : t->OfType(o.type)) EXPECT_FALSE(s->mixed());
+    }
+    EXPECT_GT(mixed, 0u) << model;
+    EXPECT_LE(mixed, kMaxMixedOptions);
+    if (std::string(model) == "llama-3.1-70b") {
+      EXPECT_EQ(mixed, t->options.size());
+    }
+    auto plain = BuildJobOptions(Job(model, 128), c, GpuCatalog::Default(), OptionKind::kMarp,
+                                 0.1);
+    ASSERT_TRUE(plain.ok());
+    for (const RunOption& o : plain->options) EXPECT_FALSE(o.mixed());
+  }
 }
 
 }  // namespace

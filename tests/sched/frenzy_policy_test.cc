@@ -594,5 +594,87 @@ TEST(FrenzyPolicy, TwoJobsTradeTypesInOneDecision) {
   EXPECT_EQ(c.nodes[1].free, 0);
 }
 
+// A mixed option (RunOption::parts) of 2 fast + 2 slow GPUs at `speed`, after the table's
+// single-type options.
+void AddMix(JobOptions& t, int64_t fast, int64_t slow, double speed) {
+  RunOption r;
+  r.type = 1;  // its tightest part
+  r.gpus = fast + slow;
+  r.parts = {{0, fast}, {1, slow}};
+  r.plan.gpus = r.gpus;
+  r.plan.tp = 1;
+  r.plan.tokens_per_s = speed;
+  r.fits_prediction = true;
+  t.options.push_back(r);
+}
+
+// A job that no single type holds (its table has only a mixed option of 4 fast + 4 slow GPUs)
+// starts over both nodes, 4 GPUs on each, and ApplyDecisions accepts the placement; without
+// mixed options (frenzy-no-mixed) it waits.
+TEST(FrenzyPolicy, AJobThatNoSingleTypeHoldsRunsOverTwoTypes) {
+  ClusterView c = TwoTypes();
+  JobOptions t;
+  t.types = {"fast", "slow"};
+  AddMix(t, 4, 4, 800);
+  std::vector<JobView> jobs = {Waiting(0, t, 1e7)};
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(0, c, jobs));
+  ASSERT_EQ(d.start.size(), 1u);
+  const Allocation& a = d.start[0].second;
+  EXPECT_EQ(a.option, 0);
+  std::vector<std::pair<int, int64_t>> want = {{0, 4}, {1, 4}};
+  std::vector<std::pair<int, int64_t>> got = a.placement;
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, want);
+  ViewsTarget target(c, jobs);
+  ASSERT_TRUE(ApplyDecisions(d, c, "frenzy", 0, target).ok());
+  EXPECT_TRUE(jobs[0].running);
+  EXPECT_EQ(c.nodes[0].free, 0);
+  EXPECT_EQ(c.nodes[1].free, 0);
+
+  ClusterView c2 = TwoTypes();
+  std::vector<JobView> waiting = {Waiting(0, t, 1e7)};
+  FrenzyKnobs no_mixed;
+  no_mixed.mixed = false;
+  d = MakeFrenzyPolicy(no_mixed)->Schedule(At(0, c2, waiting));
+  EXPECT_TRUE(d.start.empty());
+}
+
+// Fragmentation: a long job just started on 2 of the 4 fast GPUs (its residence keeps them). A
+// new job fits 4 fast GPUs (400 tokens/s) or a mix of 2 fast + 2 slow (250 tokens/s). Only the
+// mix can start now, on the 2 fast GPUs left and 2 slow ones; without mixed options it waits.
+TEST(FrenzyPolicy, AMixedOptionStartsAJobThatOneTypeCannotPlaceNow) {
+  ClusterView c = TwoTypes();
+  JobOptions long_t = FastOnly(100, 200, 400);
+  JobOptions t = FastOnly(100, 200, 400);
+  t.options.erase(std::remove_if(t.options.begin(), t.options.end(),
+                                 [](const RunOption& r) { return r.gpus < 4; }),
+                  t.options.end());
+  AddMix(t, 2, 2, 250);
+  std::vector<JobView> jobs = {Waiting(0, long_t, 1e9), Waiting(1, t, 1e6, 7000)};
+  SetRunning(jobs[0], c, 0, 2, 0);
+  jobs[0].run_start_s = jobs[0].progress_since_s = 6900;  // residence: 600 s
+  Decisions d = MakeFrenzyPolicy()->Schedule(At(7200, c, jobs));
+  EXPECT_TRUE(d.stop.empty());
+  ASSERT_EQ(d.start.size(), 1u);
+  EXPECT_EQ(d.start[0].first, 1);
+  EXPECT_TRUE(t.options[static_cast<size_t>(d.start[0].second.option)].mixed());
+  FrenzyKnobs no_mixed;
+  no_mixed.mixed = false;
+  d = MakeFrenzyPolicy(no_mixed)->Schedule(At(7200, c, jobs));
+  EXPECT_TRUE(d.start.empty());
+}
+
+// A mixed allocation is checked part by part: 4 GPUs of the fast node for an option that takes
+// 2 fast and 2 slow is refused.
+TEST(FrenzyPolicy, AMixedPlacementMustMatchItsParts) {
+  ClusterView c = TwoTypes();
+  JobOptions t;
+  t.types = {"fast", "slow"};
+  AddMix(t, 2, 2, 250);
+  JobView j = Waiting(0, t, 1e6);
+  EXPECT_NE(CheckAllocation(j, Allocation{0, {{0, 4}}}, c), "");
+  EXPECT_EQ(CheckAllocation(j, Allocation{0, {{0, 2}, {1, 2}}}, c), "");
+}
+
 }  // namespace
 }  // namespace frenzy

@@ -35,7 +35,7 @@ inline ClusterView MakeCluster(const std::vector<TypeSpec>& specs) {
 }
 
 inline RunOption Opt(int type, int64_t gpus, double tokens_per_s, int64_t device_gib = 10) {
-  RunOption o{type, gpus, Plan{}, true, {}};
+  RunOption o{type, gpus, Plan{}, true, {}, {}};
   o.plan.gpus = gpus;
   o.plan.tp = 1;
   o.plan.tokens_per_s = tokens_per_s;
