@@ -66,6 +66,18 @@ The plan is one JSON object whose fields are named as frenzy's planner names the
     heads         4                   attention heads (must divide hidden)
     vocab         256                 embedding rows; at least 256 (byte-level tokenizer)
     arch          "gpt"               "gpt" or "llama"; --arch wins
+    data_groups   []                  heterogeneous data parallelism (frenzy's mixed
+                                      data-parallel plans): [{"gpu", "dp", "micro_batch",
+                                      "batch"}, ...], consecutive ranks per group (the first dp
+                                      ranks the first group's), each group taking `batch`
+                                      sequences of every global batch as micro-batches of its
+                                      own size (accumulation batch / (dp x micro_batch), so
+                                      groups differ); the dp add up to WORLD_SIZE, the batches
+                                      to global_batch. Gradients are weighted so that the step
+                                      is the mean over the global batch's sequences, whatever
+                                      rank computed them: each micro-batch's mean loss is
+                                      scaled by micro_batch x WORLD_SIZE / global_batch before
+                                      DDP averages over the ranks. zero 0 or 1 only.
 
 Outputs
 -------
@@ -142,6 +154,16 @@ class Refused(Exception):
 # --------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
+class Group:
+    """One group of a heterogeneous data-parallel plan: `dp` consecutive ranks on one GPU type
+    taking `batch` sequences of every global batch in micro-batches of `micro_batch`."""
+    gpu: str
+    dp: int
+    micro_batch: int
+    batch: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Plan:
     """The validated plan, every field filled in (see the module docstring)."""
     gpu: str
@@ -165,6 +187,24 @@ class Plan:
     recompute_every: int = 1  # with "full": every Nth block (1-based) is checkpointed
     shard_group: int = 1      # zero >= 2: ranks one copy of the sharded state spans (dp: full
                               # shard; fewer: hybrid shard, replicated over dp / shard_group)
+    groups: tuple = ()        # heterogeneous data parallelism: Group per consecutive ranks
+
+    def group_of(self, rank: int) -> Optional[Group]:
+        """The data group `rank` belongs to, or None for a homogeneous plan."""
+        first = 0
+        for g in self.groups:
+            if rank < first + g.dp:
+                return g
+            first += g.dp
+        return None
+
+    def rank_micro_batch(self, rank: int) -> int:
+        g = self.group_of(rank)
+        return g.micro_batch if g else self.micro_batch
+
+    def rank_accumulation(self, rank: int) -> int:
+        g = self.group_of(rank)
+        return g.batch // (g.dp * g.micro_batch) if g else self.accumulation
 
     @property
     def accumulation(self) -> int:
@@ -251,7 +291,7 @@ def parse_plan(raw: dict[str, Any], world_size: int, arch_override: Optional[str
 
     micro_batch = integer("micro_batch", 4)
     global_batch = integer("global_batch", micro_batch * dp)
-    if global_batch % (micro_batch * dp) != 0:
+    if global_batch % (micro_batch * dp) != 0 and not raw.get("data_groups"):
         raise Refused(f"global_batch {global_batch} is not a multiple of micro_batch "
                       f"{micro_batch} x dp {dp} = {micro_batch * dp}: gradient accumulation "
                       "must be a whole number of micro-batches")
@@ -299,13 +339,55 @@ def parse_plan(raw: dict[str, Any], world_size: int, arch_override: Optional[str
         raise Refused(f"llama's rotary embeddings need an even head size; "
                       f"hidden {hidden} / heads {heads} is odd")
 
+    groups = parse_groups(raw.get("data_groups", []), dp, zero,
+                          global_batch if "global_batch" in raw else None)
+    if groups:
+        global_batch = sum(g.batch for g in groups)
     tokens = integer("tokens", 100 * global_batch * seq_len)
     gpu = raw.get("gpu", "")
     return Plan(gpu=str(gpu), gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=micro_batch,
                 zero=zero, recompute=recompute, precision=precision, tokens=tokens,
                 global_batch=global_batch, seq_len=seq_len, layers=layers, hidden=hidden,
                 heads=heads, vocab=vocab, arch=arch, recompute_every=recompute_every,
-                shard_group=shard_group)
+                shard_group=shard_group, groups=groups)
+
+
+def parse_groups(raw: Any, dp: int, zero: int, global_batch: Optional[int]) -> tuple:
+    """The plan's data_groups, validated: each {"gpu", "dp", "micro_batch", "batch"} with whole
+    micro-batches per rank, the batches adding up to global_batch (when the plan names it), the
+    groups' ranks to dp."""
+    if not isinstance(raw, list):
+        raise Refused("plan field 'data_groups' must be a list of groups")
+    if not raw:
+        return ()
+    if len(raw) < 2:
+        raise Refused("plan field 'data_groups' needs two groups or more (one is plain dp)")
+    if zero >= 2:
+        raise Refused(f"data_groups with zero {zero}: sharded gradients are reduced at every "
+                      "micro-batch, so every rank would need the same accumulation; use zero 0 "
+                      "or 1")
+    groups = []
+    for k, g in enumerate(raw):
+        if not isinstance(g, dict):
+            raise Refused(f"data_groups[{k}] must be an object")
+        values = {}
+        for name in ("dp", "micro_batch", "batch"):
+            v = g.get(name)
+            if isinstance(v, float) and v.is_integer():
+                v = int(v)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise Refused(f"data_groups[{k}].{name} must be a positive integer, got {v!r}")
+            values[name] = v
+        if values["batch"] % (values["dp"] * values["micro_batch"]) != 0:
+            raise Refused(f"data_groups[{k}]: batch {values['batch']} is not a multiple of dp "
+                          f"{values['dp']} x micro_batch {values['micro_batch']}")
+        groups.append(Group(gpu=str(g.get("gpu", "")), **values))
+    if global_batch is not None and sum(g.batch for g in groups) != global_batch:
+        raise Refused(f"data_groups' batches add up to {sum(g.batch for g in groups)}; "
+                      f"global_batch is {global_batch}")
+    if sum(g.dp for g in groups) != dp:
+        raise Refused(f"data_groups have {sum(g.dp for g in groups)} ranks; dp is {dp}")
+    return tuple(groups)
 
 
 # --------------------------------------------------------------------------------------------
@@ -822,6 +904,17 @@ def run(args: argparse.Namespace, plan: Plan, precision: str, notes: list[str],
         f"{plan.recompute} {layout} | device {d.device} | steps {step}->{last_step} "
         f"of {total_steps} ({plan.tokens} tokens)")
 
+    # This rank's share: its group's micro-batch and accumulation, and the weight of its
+    # micro-batches' mean losses in the step's gradient (heterogeneous data parallelism).
+    micro_batch = plan.rank_micro_batch(d.rank)
+    accumulation = plan.rank_accumulation(d.rank)
+    weight = micro_batch * d.world / plan.global_batch
+    if plan.groups:
+        log("data groups: " + ", ".join(
+            f"{g.gpu or '?'} x {g.dp} rank(s) {g.batch} sequences (micro_batch {g.micro_batch} "
+            f"x {g.batch // (g.dp * g.micro_batch)})" for g in plan.groups))
+        print(f"rank {d.rank}: micro_batch {micro_batch} accumulation {accumulation} weight "
+              f"{weight:.6g}", flush=True)
     reporter = Reporter(os.environ.get("FRENZY_REPORT_URL"), os.environ.get("FRENZY_TOKEN"))
     saved = {"tokens": tokens}  # what the last checkpoint holds: a crash resumes from there
 
@@ -875,15 +968,17 @@ def run(args: argparse.Namespace, plan: Plan, precision: str, notes: list[str],
         for group in optimizer.param_groups:
             group["lr"] = lr
         step_loss = 0.0
-        for micro in range(plan.accumulation):
-            inputs, targets = corpus.batch(plan.micro_batch, data_rng, d.device)
-            # Gradients are all-reduced once, on the last micro-batch of the step.
-            sync = micro == plan.accumulation - 1 or sharded is not None
+        for micro in range(accumulation):
+            inputs, targets = corpus.batch(micro_batch, data_rng, d.device)
+            # Gradients are all-reduced once, on the last micro-batch of the step (each rank's
+            # last: ranks of different groups run different numbers of micro-batches).
+            sync = micro == accumulation - 1 or sharded is not None
             with (contextlib.nullcontext() if sync or not d.enabled else wrapped.no_sync()):
                 with autocast_context(precision, d.device):
-                    loss = wrapped(inputs, targets) / plan.accumulation
+                    raw_loss = wrapped(inputs, targets)
+                    loss = raw_loss * weight if plan.groups else raw_loss / accumulation
                 scaler.scale(loss).backward()
-            step_loss += loss.item()
+            step_loss += raw_loss.item() / accumulation
         if sharded is not None:
             # Sharded gradients were reduced by each micro-batch's backward.
             overflow = scaler.unscale_and_check(optimizer, d.enabled)

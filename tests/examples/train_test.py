@@ -381,6 +381,78 @@ class TrainTest(unittest.TestCase):
         self.assertSucceeded(train(plan(tokens=2 * TOKENS_PER_STEP, offload="none",
                                         offload_activations=False, ep=1), self.dir))
 
+    def run_per_rank_data(self, fields, corpora, workdir):
+        """Like run_ranks, with rank r reading corpus corpora[r]."""
+        port, procs = free_port(), []
+        for rank, corpus in enumerate(corpora):
+            env = clean_env(RANK=str(rank), WORLD_SIZE=str(len(corpora)), LOCAL_RANK=str(rank),
+                            LOCAL_WORLD_SIZE=str(len(corpora)), MASTER_ADDR="127.0.0.1",
+                            MASTER_PORT=str(port), CUDA_VISIBLE_DEVICES="",
+                            FRENZY_PLAN=json.dumps(fields), FRENZY_WORKDIR=str(workdir))
+            procs.append(subprocess.Popen(
+                [PYTHON, str(TRAIN), "--dist-timeout", "60", "--report-every", "2", "--data",
+                 str(corpus)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True))
+        outputs = []
+        try:
+            for p in procs:
+                out, err = p.communicate(timeout=TIMEOUT_S)
+                outputs.append((p.returncode, out, err))
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        self.assertRanksSucceeded(outputs)
+        return outputs
+
+    def test_heterogeneous_data_groups_weigh_gradients_by_their_share_of_the_batch(self):
+        # Two corpora of one repeated byte: every window of a corpus is the same sequence, so a
+        # step's gradient is the batch's mix of the two sequences' gradients. Heterogeneous data
+        # parallelism, rank 0 taking 3 sequences a step (micro-batch 1, accumulation 3) of "a"
+        # and rank 1 one sequence of "b", must give the step of four ranks taking one each,
+        # three on "a" and one on "b": (3 g_a + g_b) / 4, not the ranks' plain mean
+        # (g_a + g_b) / 2. The same weights after 4 steps.
+        a, b = self.dir / "a.txt", self.dir / "b.txt"
+        a.write_bytes(b"a" * 400)
+        b.write_bytes(b"b" * 400)
+        tokens = 4 * 4 * 32
+        hetero = plan(dp=2, gpus=2, micro_batch=1, global_batch=4, tokens=tokens,
+                      data_groups=[{"gpu": "A100-80GB", "dp": 1, "micro_batch": 1, "batch": 3},
+                                   {"gpu": "V100-32GB", "dp": 1, "micro_batch": 1, "batch": 1}])
+        outputs = self.run_per_rank_data(hetero, [a, b], self.dir / "hetero")
+        self.assertIn("rank 0: micro_batch 1 accumulation 3", outputs[0][1])
+        self.assertIn("rank 1: micro_batch 1 accumulation 1", outputs[1][1])
+        self.assertEqual([(s, t) for s, t, _ in step_lines(outputs[0][1])],
+                         [(2, 2 * 128), (4, 4 * 128)])
+        homo = plan(dp=4, gpus=4, micro_batch=1, global_batch=4, tokens=tokens)
+        self.run_per_rank_data(homo, [a, a, a, b], self.dir / "homo")
+        plain = plan(dp=2, gpus=2, micro_batch=1, global_batch=2, tokens=4 * 2 * 32)
+        self.run_per_rank_data(plain, [a, b], self.dir / "plain")
+        want = load_checkpoint(self.dir / "homo")["model"]
+        got = load_checkpoint(self.dir / "hetero")["model"]
+        unweighted = load_checkpoint(self.dir / "plain")["model"]
+        differs = False
+        for name, tensor in want.items():
+            torch.testing.assert_close(got[name], tensor, atol=1e-5, rtol=1e-4, msg=name)
+            differs = differs or not torch.allclose(unweighted[name], tensor, atol=1e-4)
+        self.assertTrue(differs, "the plain mean over ranks should train other weights")
+
+    def test_bad_data_groups_are_refused(self):
+        base = plan(micro_batch=1, global_batch=4)
+        for groups, message in [
+                ([{"dp": 1, "micro_batch": 1, "batch": 4}], "two groups or more"),
+                ([{"dp": 1, "micro_batch": 2, "batch": 3}, {"dp": 1, "micro_batch": 1, "batch": 1}],
+                 "not a multiple of dp 1 x micro_batch 2"),
+                ([{"dp": 1, "micro_batch": 1, "batch": 2}, {"dp": 1, "micro_batch": 1, "batch": 1}],
+                 "add up to 3; global_batch is 4"),
+                ([{"dp": 1, "micro_batch": 1, "batch": 3}, {"dp": 1, "micro_batch": 1, "batch": 1}],
+                 "data_groups have 2 ranks; dp is 1")]:
+            result = train(dict(base, data_groups=groups), self.dir)
+            self.assertEqual(result.returncode, 2, result.stderr)
+            self.assertIn(message, result.stderr)
+            self.assertNotIn("Traceback", result.stderr)
+
     def test_fractional_gradient_accumulation_is_refused(self):
         # 6 sequences per step cannot be made of micro-batches of 4 on one rank.
         result = train(plan(micro_batch=4, global_batch=6), self.dir)
