@@ -164,7 +164,9 @@ HOST=$(hostname -s)
   echo "JobCompLoc=$DIR/log/jobcomp.txt"
   echo "MpiDefault=none"
   echo "MailProg=/bin/true"
-  echo "SchedulerParameters=batch_sched_delay=0"
+  # Heterogeneous jobs (mixed plans) are started by the backfill scheduler only, every
+  # bf_interval seconds (30 by default): every second here.
+  echo "SchedulerParameters=batch_sched_delay=0,bf_interval=1"
   echo "SlurmdParameters=config_overrides"
   echo "ReturnToService=2"
   echo "SlurmctldTimeout=30"

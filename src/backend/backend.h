@@ -50,6 +50,15 @@ struct LaunchSpec {
   std::string workdir;                      // the run's folder: logs, checkpoints, exit code
   int64_t attempt = 0;                      // 0 for the first run of the job, then 1, 2, ...
   std::optional<frenzy::Launch> framework;  // set: run this per node instead of `command`
+  // A run over several GPU types (a mixed plan, issue 19): one component per type, its ranks
+  // numbered after the previous components' (Slurm: a heterogeneous job, one `--gres` each);
+  // empty: one type, `nodes` x `gpus_per_node` of plan.gpu. Script launches only (`command`).
+  struct Component {
+    std::string gpu;  // catalog name
+    int64_t nodes = 1;
+    int64_t gpus_per_node = 1;
+  };
+  std::vector<Component> components;
 };
 
 // The placeholders a framework launch's argv may hold, which backends fill per node.

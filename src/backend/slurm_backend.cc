@@ -258,6 +258,36 @@ std::string ShellQuote(std::string_view s) {
   return out;
 }
 
+// A heterogeneous run's components: each of a known type with nodes and GPUs, together the
+// plan's GPUs; a script launch (a framework's agents start one node's ranks of one type, which
+// no adapter expresses over several types yet).
+::frenzy::Status CheckComponents(const LaunchSpec& spec) {
+  if (spec.framework) {
+    return InvalidArgument(
+        "a framework launch over several GPU types is not supported: each framework's launcher "
+        "starts the same ranks on every node, and none of the adapters expresses per-group "
+        "micro-batches; run the job's script (examples/train.py's data_groups) instead",
+        {}, "components");
+  }
+  if (spec.components.size() < 2) {
+    return InvalidArgument("a heterogeneous run needs two components or more", {}, "components");
+  }
+  int64_t gpus = 0;
+  for (const LaunchSpec::Component& c : spec.components) {
+    if (c.gpu.empty() || c.nodes < 1 || c.gpus_per_node < 1) {
+      return InvalidArgument("every component needs a GPU type, a node and a GPU", {},
+                             "components");
+    }
+    gpus += c.nodes * c.gpus_per_node;
+  }
+  if (spec.plan.gpus > 0 && gpus != spec.plan.gpus) {
+    return InvalidArgument("the components hold " + std::to_string(gpus) +
+                               " GPUs, the plan " + std::to_string(spec.plan.gpus),
+                           {}, "components");
+  }
+  return ::frenzy::Status::Ok();
+}
+
 std::string SbatchScript(const LaunchSpec& spec, const SlurmOptions& options) {
   const int64_t nodes = std::max<int64_t>(1, spec.nodes);
   const int64_t gpus = std::max<int64_t>(0, spec.gpus_per_node);
@@ -274,11 +304,20 @@ std::string SbatchScript(const LaunchSpec& spec, const SlurmOptions& options) {
   if (!spec.plan.gpu.empty()) s << " on " << OneLine(spec.plan.gpu);
   s << "\n";
   s << "#SBATCH --job-name=frenzy-" << spec.job_id << "\n";
-  s << "#SBATCH --nodes=" << nodes << "\n";
-  s << "#SBATCH --ntasks-per-node=" << tasks << "\n";
-  if (gpus > 0) {
-    std::string type = GresType(spec.plan.gpu, options);
-    s << "#SBATCH --gres=gpu:" << (type.empty() ? "" : type + ":") << gpus << "\n";
+  if (spec.components.empty()) {
+    s << "#SBATCH --nodes=" << nodes << "\n";
+    s << "#SBATCH --ntasks-per-node=" << tasks << "\n";
+    if (gpus > 0) {
+      std::string type = GresType(spec.plan.gpu, options);
+      s << "#SBATCH --gres=gpu:" << (type.empty() ? "" : type + ":") << gpus << "\n";
+    }
+  } else {
+    // A heterogeneous job: one component per GPU type; srun --het-group numbers the ranks of
+    // all components in order (SLURM_PROCID 0.. across them).
+    s << "#SBATCH --nodes=" << spec.components[0].nodes << "\n";
+    s << "#SBATCH --ntasks-per-node=" << spec.components[0].gpus_per_node << "\n";
+    s << "#SBATCH --gres=gpu:" << GresType(spec.components[0].gpu, options) << ":"
+      << spec.components[0].gpus_per_node << "\n";
   }
   if (!options.partition.empty()) s << "#SBATCH --partition=" << options.partition << "\n";
   s << "#SBATCH --output=" << SbatchQuoted(workdir + "/slurm-%j.out") << "\n";
@@ -286,6 +325,14 @@ std::string SbatchScript(const LaunchSpec& spec, const SlurmOptions& options) {
   // The daemon decides what runs again (a lost node requeues the job from its checkpoint, maybe
   // elsewhere): Slurm must not requeue the batch job behind its back.
   s << "#SBATCH --no-requeue\n";
+  for (size_t k = 1; k < spec.components.size(); ++k) {
+    const LaunchSpec::Component& c = spec.components[k];
+    s << "#SBATCH hetjob\n";
+    s << "#SBATCH --nodes=" << c.nodes << "\n";
+    s << "#SBATCH --ntasks-per-node=" << c.gpus_per_node << "\n";
+    s << "#SBATCH --gres=gpu:" << GresType(c.gpu, options) << ":" << c.gpus_per_node << "\n";
+    if (!options.partition.empty()) s << "#SBATCH --partition=" << options.partition << "\n";
+  }
   s << "\n";
   for (const auto& [key, value] : spec.env) {
     if (!IsEnvName(key)) continue;
@@ -315,7 +362,9 @@ std::string SbatchScript(const LaunchSpec& spec, const SlurmOptions& options) {
     s << "srun --kill-on-bad-exit=1 --ntasks-per-node=1";
     for (const std::string& arg : NodeAgentArgv(*spec.framework)) s << " " << ShellQuote(arg);
   } else {
-    s << "srun --kill-on-bad-exit=1 /bin/sh -c " << ShellQuote(kTaskWrapper) << " frenzy-rank";
+    s << "srun --kill-on-bad-exit=1";
+    if (!spec.components.empty()) s << " --het-group=0-" << spec.components.size() - 1;
+    s << " /bin/sh -c " << ShellQuote(kTaskWrapper) << " frenzy-rank";
     for (const std::string& arg : spec.command) s << " " << ShellQuote(arg);
   }
   s << "\n";
@@ -541,6 +590,8 @@ Result<std::string> SlurmBackend::Launch(const LaunchSpec& spec) {
   if (spec.command.empty() && !spec.framework) {
     return InvalidArgument("no command to run", {}, "command");
   }
+  // Components first: a framework launch over several types is refused whatever it holds.
+  if (!spec.components.empty()) RETURN_IF_ERROR(CheckComponents(spec));
   if (spec.framework) RETURN_IF_ERROR(ValidateFrameworkLaunch(*spec.framework));
   if (spec.job_id.empty() || !std::all_of(spec.job_id.begin(), spec.job_id.end(), [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
@@ -564,7 +615,7 @@ Result<std::string> SlurmBackend::Launch(const LaunchSpec& spec) {
   }
   if (spec.nodes < 1) return InvalidArgument("a run needs at least one node", {}, "nodes");
   if (spec.gpus_per_node < 0) return InvalidArgument("is negative", {}, "gpus_per_node");
-  if (!spec.placement.empty()) {
+  if (!spec.placement.empty() && spec.components.empty()) {
     for (const auto& [node, count] : spec.placement) {
       if (count != spec.gpus_per_node) {
         std::string got = node + " " + std::to_string(count);
@@ -580,7 +631,7 @@ Result<std::string> SlurmBackend::Launch(const LaunchSpec& spec) {
                              {}, "placement");
     }
   }
-  if (spec.plan.gpus > 0 && spec.gpus_per_node > 0 &&
+  if (spec.plan.gpus > 0 && spec.gpus_per_node > 0 && spec.components.empty() &&
       spec.plan.gpus != spec.nodes * spec.gpus_per_node) {
     return InvalidArgument(std::to_string(spec.nodes) + " node(s) x " +
                                std::to_string(spec.gpus_per_node) + " GPUs is not the plan's " +

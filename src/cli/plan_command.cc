@@ -117,14 +117,19 @@ void PrintPlanJson(const PlanOptions& o, const JobSpec& job, const Cluster& clus
   j["infeasible"] = InfeasibleOrNull(res);  // the typed reasons behind the explanation
   if (mixed != nullptr) {
     j["mixed_plans"] = nlohmann::json::array();
-    for (const auto& p : mixed->plans) j["mixed_plans"].push_back(MixedPlanToJson(p));
+    for (const auto& p : mixed->plans) {
+      j["mixed_plans"].push_back(MixedPlanToJson(p));
+      if (launcher) {
+        j["mixed_plans"].back()["launch"] = LaunchToJson(*launcher, RefuseMixed(*launcher, p));
+      }
+    }
   }
   PrintJson(j);
 }
 
 // Plans over several GPU types (planner/mixed.h), fastest first: what no single type holds, or
 // what beats every single type (`single` true).
-void PrintMixedPlans(const MixedResult& mixed, bool single) {
+void PrintMixedPlans(const MixedResult& mixed, bool single, std::optional<Launcher> launcher) {
   if (mixed.plans.empty()) {
     if (!single) {
       fmt::print("  no plan over several of the cluster's types holds it either ({} layouts "
@@ -161,6 +166,7 @@ void PrintMixedPlans(const MixedResult& mixed, bool single) {
       }
       fmt::print("      gradients exchanged between the groups: {:.2f} s a step\n",
                  p.cross_group_s);
+      if (launcher) PrintLaunch(*launcher, RefuseMixed(*launcher, p));
       continue;
     }
     std::string layers, memory;
@@ -170,6 +176,7 @@ void PrintMixedPlans(const MixedResult& mixed, bool single) {
                             Gib(p.stage_gpu_memory_bytes[s]));
     }
     fmt::print("      layers per stage {}; GiB per stage {}\n", layers, memory);
+    if (launcher) PrintLaunch(*launcher, RefuseMixed(*launcher, p));
   }
 }
 
@@ -314,7 +321,7 @@ void RunPlan(const PlanOptions& o) {
       }
     }
     fmt::print("  {}\n", ExplainPlan(*r, popt));
-    if (*mixed) PrintMixedPlans(**mixed, !r->plans.empty());
+    if (*mixed) PrintMixedPlans(**mixed, !r->plans.empty(), *launcher);
   }
   // An answer, not an error, when nothing fits.
   if (r->plans.empty() && (!*mixed || (*mixed)->plans.empty())) SetExitCode(3);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <set>
 
 #include "launch/adapters.h"
 
@@ -98,6 +99,50 @@ LayoutLimits LimitsOf(Launcher l) {
       break;
   }
   return x;
+}
+
+Refused RefuseMixed(Launcher l, const MixedPlan& plan) {
+  const std::string script =
+      "; run the plan's data_groups with a script that weights each group's loss by its share "
+      "(examples/train.py)";
+  if (plan.family == MixedFamily::kData) {
+    switch (l) {
+      case Launcher::kMegatron:
+        return {"Megatron-LM takes one --micro-batch-size for every rank and derives the "
+                "accumulation from --global-batch-size over all data-parallel ranks: groups "
+                "taking different shares of the batch cannot be expressed" + script};
+      case Launcher::kTorchtitan:
+        return {"torchtitan takes one training.local_batch_size for every rank and derives the "
+                "accumulation from training.global_batch_size: groups taking different shares "
+                "of the batch cannot be expressed" + script};
+      case Launcher::kAccelerate:
+        return {"Accelerate runs every process with one per-device batch and one "
+                "gradient_accumulation_steps: groups taking different shares of the batch cannot "
+                "be expressed" + script};
+      case Launcher::kDeepSpeed:
+        return {"DeepSpeed's config sets train_micro_batch_size_per_gpu and "
+                "gradient_accumulation_steps for every rank alike: groups taking different "
+                "shares of the batch cannot be expressed" + script};
+    }
+  }
+  // A heterogeneous pipeline: only Megatron-LM plans pipelines of its own (LimitsOf).
+  if (l != Launcher::kMegatron) {
+    return {std::string(LauncherName(l)) + " gets no pipeline stages from Frenzy (see its layout "
+            "limits), so no pipeline over several GPU types either"};
+  }
+  const std::vector<int64_t>& layers = plan.stage_layers;
+  std::set<int64_t> middle;
+  for (size_t s = 1; s + 1 < layers.size(); ++s) middle.insert(layers[s]);
+  if (middle.size() > 1) {
+    return {"Megatron-LM sets the layers of the first and last stage only "
+            "(--decoder-first/last-pipeline-num-layers), the others share the rest evenly; this "
+            "split gives " + std::to_string(middle.size()) + " different counts to the middle "
+            "stages"};
+  }
+  return {"Megatron-LM could take this split (--decoder-first/last-pipeline-num-layers), but its "
+          "launch starts the same torchrun command on every node, and Frenzy does not yet order "
+          "a framework's nodes by GPU type (the Slurm backend runs heterogeneous jobs for scripts "
+          "only)"};
 }
 
 namespace {

@@ -30,6 +30,7 @@
 
 #include "common/status.h"
 #include "hardware/cluster.h"
+#include "planner/mixed.h"
 #include "planner/planner.h"
 
 namespace frenzy {
@@ -78,6 +79,12 @@ using LaunchOutcome = std::variant<Launch, Refused>;
 // The launch of `plan` (a plan of `job`, planned with PrepareJob(l)) on `cluster`.
 LaunchOutcome MakeLaunch(Launcher l, const JobSpec& job, const Plan& plan, const Cluster& cluster,
                          const LaunchInput& in);
+
+// A plan over several GPU types (planner/mixed.h) is refused by every adapter, with the reason in
+// the framework's terms: each of the four runs one micro-batch and accumulation on every rank,
+// and a pipeline split only as its own flags allow. Such a plan runs as a script that reads its
+// data_groups (examples/train.py) on a heterogeneous Slurm job (docs/heterogeneous.md).
+Refused RefuseMixed(Launcher l, const MixedPlan& plan);
 
 // {"framework", "version", "argv", "env", "files", "nodes", "procs_per_node"}, or
 // {"framework", "refused": reason}.

@@ -422,6 +422,39 @@ TEST(Cli, PlanFallsBackToAHeterogeneousPipeline) {
 
 // Where a single type holds the job, plan lists the data-parallel mixes that beat it; predict and
 // perf take such a layout with --data-groups, and refuse a malformed one naming the flag.
+// No framework adapter expresses a plan over several types: with --launch each mixed plan says
+// why in that framework's terms, and the single-type plans keep their launches.
+TEST(Cli, MixedPlansAreRefusedByTheLaunchAdapters) {
+  for (const char* fw : {"megatron", "deepspeed"}) {
+    CliRun r = Frenzy(std::string("plan --model llama-2-7b --tokens 1e10 --global-batch 512 "
+                                  "--seq-len 1024 --cluster sia64 --json --entry train.py "
+                                  "--launch ") + fw);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    auto j = nlohmann::json::parse(r.out);
+    ASSERT_FALSE(j["plans"].empty()) << fw;
+    EXPECT_TRUE(j["plans"][0]["launch"].contains("argv")) << j["plans"][0]["launch"];
+    ASSERT_FALSE(j["mixed_plans"].empty()) << fw << ": " << r.out;
+    for (const auto& p : j["mixed_plans"]) {
+      ASSERT_TRUE(p["launch"].contains("refused")) << p;
+      std::string why = p["launch"]["refused"];
+      EXPECT_NE(why.find(fw == std::string("megatron") ? "--micro-batch-size"
+                                                       : "train_micro_batch_size_per_gpu"),
+                std::string::npos)
+          << why;
+      EXPECT_NE(why.find("examples/train.py"), std::string::npos) << why;
+    }
+  }
+  // A pipeline over three types: its middle stages differ, which Megatron-LM's two flags cannot
+  // say.
+  CliRun r = Frenzy("plan --model llama-3.1-70b --tokens 1e10 --global-batch 64 --cluster sia64 "
+                    "--launch megatron");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("launch refused by megatron: Megatron-LM sets the layers of the first and "
+                       "last stage only"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST(Cli, DataParallelGroupsOverSeveralTypes) {
   CliRun r = Frenzy("plan --model llama-2-7b --tokens 1e10 --global-batch 512 --seq-len 4096 "
                     "--cluster sia64 --json");

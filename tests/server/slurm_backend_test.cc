@@ -136,6 +136,27 @@ TEST(SlurmScript, Directives) {
   EXPECT_EQ(lines, want);
 }
 
+// A run over two GPU types is one heterogeneous Slurm job: the first component's directives,
+// then "hetjob" and the second's, each with its own typed gres; one srun spans both groups.
+TEST(SlurmScript, HeterogeneousJobHasOneComponentPerType) {
+  SlurmOptions o;
+  o.partition = "gpu";
+  LaunchSpec s = TwoByTwo("/runs/h");
+  s.plan.gpus = 6;
+  s.components = {{"A100-80GB", 2, 2}, {"V100-32GB", 1, 2}};
+  std::string script = SbatchScript(s, o);
+  std::vector<std::string> lines = SbatchLines(script);
+  std::vector<std::string> want = {"--job-name=frenzy-j-000042", "--nodes=2", "--ntasks-per-node=2",
+                                   "--gres=gpu:a10080gb:2", "--partition=gpu",
+                                   "--output=\"/runs/h/slurm-%j.out\"", "--chdir=\"/runs/h\"",
+                                   "--no-requeue", "hetjob", "--nodes=1", "--ntasks-per-node=2",
+                                   "--gres=gpu:v10032gb:2", "--partition=gpu"};
+  EXPECT_EQ(lines, want) << script;
+  EXPECT_NE(script.find("srun --kill-on-bad-exit=1 --het-group=0-1 /bin/sh -c "),
+            std::string::npos)
+      << script;
+}
+
 TEST(SlurmScript, UntypedAndCpuOnlyRuns) {
   SlurmOptions o;
   LaunchSpec s = TwoByTwo("/runs/x");
@@ -649,6 +670,24 @@ TEST_F(SlurmBackendFakeTest, LaunchValidates) {
   s = TwoByTwo(work_.string());
   s.plan.gpus = 3;
   EXPECT_FALSE(b.Launch(s).ok());
+  EXPECT_TRUE(runner_.calls().empty());  // nothing was submitted
+}
+
+TEST_F(SlurmBackendFakeTest, HeterogeneousLaunchesAreChecked) {
+  SlurmBackend b(options_, Catalog(), runner_);
+  LaunchSpec s = TwoByTwo(work_.string());
+  s.plan.gpus = 6;
+  s.components = {{"A100-80GB", 2, 2}};  // one component is not heterogeneous
+  EXPECT_EQ(b.Launch(s).status().field(), "components");
+  s.components = {{"A100-80GB", 2, 2}, {"V100-32GB", 0, 2}};  // a component without nodes
+  EXPECT_EQ(b.Launch(s).status().field(), "components");
+  s.components = {{"A100-80GB", 2, 2}, {"", 1, 2}};  // nor without a type
+  EXPECT_EQ(b.Launch(s).status().field(), "components");
+  s.components = {{"A100-80GB", 2, 2}, {"V100-32GB", 1, 1}};  // 5 GPUs, the plan's 6
+  auto short_of = b.Launch(s);
+  EXPECT_EQ(short_of.status().field(), "components");
+  EXPECT_NE(short_of.status().message().find("5 GPUs"), std::string::npos)
+      << short_of.status().ToString();
   EXPECT_TRUE(runner_.calls().empty());  // nothing was submitted
 }
 

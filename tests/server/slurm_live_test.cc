@@ -129,6 +129,77 @@ TEST_F(SlurmLiveTest, TypedJobLandsOnItsGpuType) {
   EXPECT_EQ(ReadFile(fs::path(s.workdir) / "node.1"), "v100-0\n");
 }
 
+// A mixed plan's run: a heterogeneous job of two components, 2 ranks on an A100 node and 2 on
+// the V100 node, numbered in component order, one world of 4 with one rendezvous address.
+TEST_F(SlurmLiveTest, HeterogeneousJobSpansTwoGpuTypes) {
+  SlurmBackend b(options_);
+  LaunchSpec s = Spec("hetero", "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $SLURMD_NODENAME "
+                                "$MASTER_ADDR\" > \"$FRENZY_WORKDIR/rank.$RANK\"");
+  s.plan.gpu = "A100-80GB+V100-32GB";
+  s.plan.gpus = 4;
+  s.components = {{"A100-80GB", 1, 2}, {"V100-32GB", 1, 2}};
+  auto h = b.Launch(s);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  RunStatus st = WaitEnd(b, *h);
+  ASSERT_EQ(st.state, RunState::kSucceeded) << st.message << "\n"
+                                            << ReadFile(fs::path(s.workdir) / "job.sbatch");
+  for (int r = 0; r < 4; ++r) {
+    std::istringstream line(ReadFile(fs::path(s.workdir) / ("rank." + std::to_string(r))));
+    std::string rank, world, local, node, addr;
+    ASSERT_TRUE(line >> rank >> world >> local >> node >> addr) << "rank " << r;
+    EXPECT_EQ(rank, std::to_string(r));
+    EXPECT_EQ(world, "4");
+    EXPECT_EQ(local, std::to_string(r % 2));
+    if (r < 2) {
+      EXPECT_EQ(node.rfind("a100-", 0), 0u) << "rank " << r << " on " << node;
+    } else {
+      EXPECT_EQ(node, "v100-0") << "rank " << r;
+    }
+    EXPECT_EQ(addr, "127.0.0.1");
+  }
+  // A framework's launch over several types is refused, naming why.
+  LaunchSpec f = s;
+  f.workdir = (root_ / "hetero-framework").string();
+  f.framework = frenzy::Launch{};
+  auto refused = b.Launch(f);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().field(), "components");
+}
+
+// Heterogeneous data parallelism end to end: examples/train.py with data_groups over the two
+// types (2 ranks on A100s taking 6 sequences a step in micro-batches of 1, 2 on the V100s taking
+// 2), PyTorch on CPU with gloo, to completion, with its memory reports.
+TEST_F(SlurmLiveTest, MixedDataParallelTrainingRunsToCompletion) {
+  SlurmBackend b(options_);
+  LaunchSpec s = Spec("hetero-train", "");
+  const std::string plan = R"({"layers": 2, "hidden": 32, "heads": 4, "seq_len": 32,
+      "precision": "fp32", "dp": 4, "gpus": 4, "global_batch": 8, "micro_batch": 1,
+      "tokens": 2048, "data_groups": [
+        {"gpu": "A100-80GB", "dp": 2, "micro_batch": 1, "batch": 6},
+        {"gpu": "V100-32GB", "dp": 2, "micro_batch": 1, "batch": 2}]})";
+  s.command = {FRENZY_SYSTEM_PYTHON, std::string(FRENZY_SOURCE_DIR) + "/examples/train.py",
+               "--report-every", "4", "--device", "cpu"};
+  s.env["FRENZY_PLAN"] = plan;
+  s.plan.gpu = "A100-80GB+V100-32GB";
+  s.plan.gpus = 4;
+  s.components = {{"A100-80GB", 1, 2}, {"V100-32GB", 1, 2}};
+  auto h = b.Launch(s);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  RunStatus st = test_util::WaitEnd(b, *h, 240, std::chrono::milliseconds(500));
+  std::string out;
+  for (const auto& e : fs::directory_iterator(s.workdir)) {
+    if (e.path().filename().string().rfind("slurm-", 0) == 0) out += ReadFile(e.path());
+  }
+  ASSERT_EQ(st.state, RunState::kSucceeded) << st.message << "\n" << out;
+  EXPECT_NE(out.find("rank 0: micro_batch 1 accumulation 3"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 3: micro_batch 1 accumulation 1"), std::string::npos) << out;
+  // 2,048 tokens at 8 x 32 a step: 8 steps, reported at 4 and 8, each with the ranks' peak.
+  EXPECT_NE(out.find("step 4 tokens 1024"), std::string::npos) << out;
+  EXPECT_NE(out.find("step 8 tokens 2048"), std::string::npos) << out;
+  EXPECT_NE(out.find("peak_bytes"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(fs::path(s.workdir) / "checkpoint.pt"));
+}
+
 TEST_F(SlurmLiveTest, FailingJobIsFailed) {
   SlurmBackend b(options_);
   LaunchSpec s = Spec("fails", "echo \"rank $RANK: loss is NaN\"; exit 5");
