@@ -12,4 +12,7 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev \
   libgtest-dev libgmock-dev libbenchmark-dev \
   libsqlite3-dev libcpp-httplib-dev libboost-dev libssl-dev coinor-libcbc-dev python3 python3-torch \
-  slurm-wlm slurmctld slurmd slurm-client munge procps >/dev/null
+  slurm-wlm slurmctld slurmd slurm-client munge procps \
+  chromium chromium-driver python3-selenium fonts-liberation >/dev/null
+# chromium (headless), its driver and Selenium: the browser tests of the dashboard and of the
+# simulator's index.html; fonts-liberation so that pages render with real glyphs.

@@ -171,7 +171,8 @@ void RunSimulate(const SimulateOptions& o) {
          {std::pair<std::string, std::string>{"jobs.csv", JobsCsv(results)},
           {"timeline.csv", TimelineCsv(results, gpus)},
           {"jct_cdf.svg", JctCdfSvg(results)},
-          {"timeline.svg", TimelineSvg(results, gpus)}}) {
+          {"timeline.svg", TimelineSvg(results, gpus)},
+          {"index.html", IndexHtml(results, {workload->name, cluster->name, gpus, o.seed})}}) {
       if (Status s = WriteFile(dir / file, text); !s.ok()) return Fail(s);
     }
     nlohmann::json summary = nlohmann::json::array();
@@ -189,8 +190,8 @@ void RunSimulate(const SimulateOptions& o) {
   std::cout << ComparisonTable(results);
   if (!o.out.empty()) {
     std::cout << fmt::format(
-        "\nwrote jobs.csv, timeline.csv, summary.json, jct_cdf.svg and "
-        "timeline.svg to {}\n",
+        "\nwrote jobs.csv, timeline.csv, summary.json, jct_cdf.svg, timeline.svg and "
+        "index.html to {}\n",
         o.out);
   }
 }
@@ -254,7 +255,10 @@ void RegisterSimulateCommands(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--straggler-speed", o->straggler_speed, "Speed of a straggler node (fraction)")
       ->capture_default_str();
-  cmd->add_option("--out,-o", o->out, "Folder for jobs.csv, timeline.csv and SVG plots");
+  cmd->add_option(
+      "--out,-o", o->out,
+      "Folder for summary.json, jobs.csv, timeline.csv, SVG plots and index.html (the table "
+      "and plots in one page)");
   cmd->add_flag("--no-progress", o->no_progress, "No progress bar");
   cmd->add_flag("--json", o->json, "Machine-readable output");
   cmd->callback([o] { RunSimulate(*o); });

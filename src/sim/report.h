@@ -1,6 +1,18 @@
-// Reports of a simulation run: the comparison table, JSON, per-job and timeline CSVs, and SVG
-// plots (JCT CDF per policy; GPU utilisation and queue length over time per policy). Pure
-// functions from results to text; the caller writes the files.
+// Reports of a simulation run: the comparison table, JSON, per-job and timeline CSVs, SVG plots
+// (JCT CDF per policy; GPU utilisation and queue length over time per policy) and one HTML page
+// that holds the table and the plots. Pure functions from results to text; the caller writes
+// the files. No clock, no I/O.
+//
+// The plots are made to be read by a person (docs/simulator.md, "Reports"):
+//  * every SVG has a viewBox and no fixed pixel size, so it scales to the window or page that
+//    shows it, and a <title> and <desc> that say what it shows (its accessible name);
+//  * the JCT CDF has a log-scale x axis (JCTs span minutes to days) and is drawn as a step
+//    function from 0 to 1 over the whole plot height;
+//  * utilisation and queue length are time-weighted means over kTimelineWindows equal windows of
+//    the longest run, not every event's step: five policies' per-event steps are a tangle;
+//  * each policy has its own colour (Okabe & Ito's colour-blind-safe palette, the pale ones
+//    last) and its own dash pattern, so that colour is not the only cue.
+// Every text that comes from data (policy, workload and cluster names) is escaped.
 #ifndef FRENZY_SIM_REPORT_H_
 #define FRENZY_SIM_REPORT_H_
 
@@ -19,9 +31,37 @@ std::string ComparisonTable(const std::vector<SimResult>& results);
 std::string JobsCsv(const std::vector<SimResult>& results);
 // policy,t_s,queued,running,busy_gpus,util
 std::string TimelineCsv(const std::vector<SimResult>& results, int64_t total_gpus);
-// SVG documents.
+
+// The number of windows the timeline plots average over.
+inline constexpr int kTimelineWindows = 60;
+
+// One window of a timeline: the time-weighted means of its samples over the window.
+struct WindowMean {
+  double t_s = 0;  // the window's midpoint
+  double queued = 0, running = 0, busy_gpus = 0;
+};
+// The timeline (a step function: each sample holds until the next; zero before the first) over
+// `windows` equal windows of [0, span_s]. The last sample marks the end of the run: windows that
+// start at or after it are left out, and the one it falls in is averaged over its part before it.
+// REQUIRES: timeline sorted by t_s.
+std::vector<WindowMean> WindowMeans(const std::vector<TimelinePoint>& timeline, double span_s,
+                                    int windows);
+
+// SVG documents. TimelineSvg is UtilisationSvg's and QueueSvg's panels stacked in one picture.
 std::string JctCdfSvg(const std::vector<SimResult>& results);
+std::string UtilisationSvg(const std::vector<SimResult>& results, int64_t total_gpus);
+std::string QueueSvg(const std::vector<SimResult>& results);
 std::string TimelineSvg(const std::vector<SimResult>& results, int64_t total_gpus);
+
+// What index.html says about the run besides the results.
+struct ReportInfo {
+  std::string workload, cluster;
+  int64_t total_gpus = 0;
+  uint64_t seed = 0;
+};
+// A self-contained HTML page (no script, no external resource; it links the sibling files):
+// the comparison table, the comparison over common jobs, and the three plots inline.
+std::string IndexHtml(const std::vector<SimResult>& results, const ReportInfo& info);
 
 }  // namespace frenzy
 
