@@ -10,6 +10,7 @@
 
 #include "common/json_limits.h"
 #include "common/strings.h"
+#include "server/ui_assets.h"
 
 namespace frenzy::server {
 namespace {
@@ -98,6 +99,25 @@ std::optional<HttpResponse> RefuseBrowsers(const HttpRequest& req, bool mutating
   return std::nullopt;
 }
 
+// A dashboard file, with headers that keep the page to itself: scripts, styles and requests
+// from this origin only (no inline script, so injected markup cannot run), never framed, no
+// content-type sniffing, no referrer. The page holds no token: a user types it, the page keeps
+// it in the tab's session storage and sends it as a bearer header.
+HttpResponse UiResponse(const UiAsset& asset) {
+  HttpResponse r;
+  r.content_type = std::string(asset.content_type);
+  r.body = std::string(asset.body);
+  r.headers = {{"Content-Security-Policy",
+                "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+                "img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+                "frame-ancestors 'none'"},
+               {"X-Content-Type-Options", "nosniff"},
+               {"X-Frame-Options", "DENY"},
+               {"Referrer-Policy", "no-referrer"},
+               {"Cache-Control", "no-cache"}};
+  return r;
+}
+
 }  // namespace
 
 std::string ErrorJson(const std::string& code, const std::string& message,
@@ -146,6 +166,10 @@ HttpResponse Handle(Daemon& d, const HttpRequest& req, const ApiOptions& o) {
     if (!j.ok()) return FromStatus(j.status());
     return Json(d.Report(match[1], *j));
   }
+  if (const UiAsset* asset = FindUiAsset(p)) {
+    if (m != "GET") return Error(405, "method_not_allowed", what);
+    return UiResponse(*asset);
+  }
   if ((p == "/healthz" || p == "/metrics" || p == "/v1/cluster") && m != "GET") {
     return Error(405, "method_not_allowed", what);
   }
@@ -153,6 +177,7 @@ HttpResponse Handle(Daemon& d, const HttpRequest& req, const ApiOptions& o) {
     return Error(401, "unauthorized", "this call needs 'Authorization: Bearer <token>'");
   }
   static const std::regex kJob("^/v1/jobs/([A-Za-z0-9_-]{1,64})$");
+  static const std::regex kLog("^/v1/jobs/([A-Za-z0-9_-]{1,64})/log$");
   static const std::regex kNode("^/v1/nodes/([A-Za-z0-9_.-]{1,128})/heartbeat$");
   if (p == "/healthz" && m == "GET") {
     HttpResponse r;
@@ -189,6 +214,21 @@ HttpResponse Handle(Daemon& d, const HttpRequest& req, const ApiOptions& o) {
     if (m == "GET") return Json(d.GetJob(match[1]));
     if (m == "DELETE") return Json(d.Cancel(match[1]));
     return Error(405, "method_not_allowed", what);
+  }
+  if (std::regex_match(p, match, kLog)) {
+    if (m != "GET") return Error(405, "method_not_allowed", what);
+    // What a training script prints may be private: the token shows it.
+    if (!admin)
+      return Error(401, "unauthorized", "this call needs 'Authorization: Bearer <token>'");
+    int64_t lines = 50;
+    if (auto it = req.query.find("lines"); it != req.query.end()) {
+      char* end = nullptr;
+      lines = std::strtoll(it->second.c_str(), &end, 10);
+      if (end == it->second.c_str() || *end != '\0' || lines < 1 || lines > 200) {
+        return Error(400, "invalid_argument", "must be an integer from 1 to 200", "lines");
+      }
+    }
+    return Json(d.LogTail(match[1], static_cast<int>(lines)));
   }
   if (std::regex_match(p, match, kNode)) {
     if (m != "POST") return Error(405, "method_not_allowed", what);

@@ -1,7 +1,7 @@
 // The HTTP/JSON API of frenzyd, versioned under /v1 (DESIGN.md section 4):
 //   POST /v1/jobs, GET /v1/jobs[?state=S&limit=N], GET /v1/jobs/{id}, DELETE /v1/jobs/{id},
 //   POST /v1/jobs/{id}/report, POST /v1/plan, GET /v1/cluster, POST /v1/nodes/{name}/heartbeat,
-//   GET /healthz, GET /metrics (Prometheus text).
+//   GET /healthz, GET /metrics (Prometheus text); GET / and /ui/* the dashboard (ui_assets.h).
 // Mutating calls need `Authorization: Bearer <token>`. Every error is a 4xx (or 500) with
 // {"error": {"code", "message", "field"}}; a bad request changes nothing.
 //
@@ -14,6 +14,8 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 #include "server/daemon.h"
@@ -34,6 +36,7 @@ struct HttpResponse {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra headers (the dashboard's)
 };
 
 struct ApiOptions {

@@ -1,6 +1,8 @@
 // The daemon's API operations and its start-up. The rest of it: daemon_spec.cc (job specs),
 // daemon_views.cc (JSON and Prometheus views), daemon_runs.cc (following runs, launching),
 // daemon_schedule.cc (the scheduling pass).
+#include "server/daemon.h"
+
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -14,7 +16,6 @@
 #include "model/zoo.h"
 #include "planner/explain.h"
 #include "runtime/actions.h"
-#include "server/daemon.h"
 #include "server/daemon_internal.h"
 
 namespace frenzy::server {
@@ -170,7 +171,10 @@ Result<json> Daemon::GetJob(const std::string& id) {
   // The store is thread-safe and has every committed change: no need to wait for the loop.
   ASSIGN_OR_RETURN(auto row, store_->GetJob(id));
   if (!row) return NotFound("no job '" + id + "'", {}, "id");
-  return JobJson(*row, true);
+  json j = JobJson(*row, true);
+  std::lock_guard<std::mutex> lock(mu_);
+  AddJobDetail(*row, j);
+  return j;
 }
 
 Result<json> Daemon::ListJobs(const std::string& state_filter, int64_t limit) {
@@ -257,9 +261,9 @@ Result<json> Daemon::Report(const std::string& id, const json& body) {
   RETURN_IF_ERROR(field("step", true, true, most).status());
   RETURN_IF_ERROR(field("tokens", true, false, most).status());
   if (saved && *saved > *tokens) {
-    return InvalidArgument(fmt::format("a checkpoint of {:.0f} tokens is ahead of the run's {:.0f}",
-                                       *saved, *tokens),
-                           {}, "checkpoint_tokens");
+    return InvalidArgument(
+        fmt::format("a checkpoint of {:.0f} tokens is ahead of the run's {:.0f}", *saved, *tokens),
+        {}, "checkpoint_tokens");
   }
   // Within one run, progress only goes forward (a resumed run is a new attempt and may restart
   // from an earlier checkpoint).
@@ -282,6 +286,7 @@ Result<json> Daemon::Report(const std::string& id, const json& body) {
   row.updated_s = now_s_();
   if (peak && *peak) {
     row.observed_bytes = static_cast<int64_t>(*peak);
+    SampleMemory(KeyOf(row.id), row.updated_s, row.observed_bytes, row.predicted_bytes);
     if (FeedMonitor(row, ParseOr(row.plan, json::object()), row.observed_bytes, row.updated_s)) {
       dirty_ = true;  // a new memory factor: the policy should see it
     }
@@ -347,7 +352,10 @@ Result<json> Daemon::Plan(const json& body) {
   ASSIGN_OR_RETURN(PlanResult r, PlanJob(p.spec, cluster_, catalog_, po));
   json plans = json::array();
   for (const auto& pl : r.plans) plans.push_back(PlanToJson(pl));
+  json pareto = json::array();
+  for (const auto& pl : r.pareto) pareto.push_back(PlanToJson(pl));
   return json{{"plans", plans},
+              {"pareto", pareto},
               {"explanation", ExplainPlan(r, po)},
               {"infeasible", InfeasibleOrNull(r)}};
 }

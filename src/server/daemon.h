@@ -10,6 +10,7 @@
 #ifndef FRENZY_SERVER_DAEMON_H_
 #define FRENZY_SERVER_DAEMON_H_
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -20,9 +21,11 @@
 #include <utility>
 #include <vector>
 
+#include "backend/backend.h"
 #include "common/status.h"
 #include "hardware/cluster.h"
 #include "hardware/gpu.h"
+#include "launch/launch.h"
 #include "model/model_spec.h"
 #include "runtime/actions.h"
 #include "runtime/faults.h"
@@ -30,8 +33,6 @@
 #include "runtime/speed.h"
 #include "sched/job_options.h"
 #include "sched/policy.h"
-#include "backend/backend.h"
-#include "launch/launch.h"
 #include "server/store.h"
 
 namespace frenzy::server {
@@ -107,6 +108,11 @@ class Daemon {
   Result<nlohmann::json> Report(const std::string& id, const nlohmann::json& body);
   Result<nlohmann::json> Heartbeat(const std::string& node, const nlohmann::json& body);
   nlohmann::json ClusterJson();
+  // The last `lines` (1..200) lines of the job's newest run log (a *.log or *.out file in its
+  // folder under runs_dir: a local rank's output, Slurm's), each at most 1,000 bytes:
+  // {"file", "lines": [...]}; {"file": "", "lines": []} when it has none (the sim backend runs
+  // nothing).
+  Result<nlohmann::json> LogTail(const std::string& id, int lines);
   Result<nlohmann::json> Plan(const nlohmann::json& spec);
   std::string Metrics();
   // True when `token` is the one the job's current run was launched with (runs report with it;
@@ -218,13 +224,13 @@ class Daemon {
   std::unique_ptr<Policy> policy_;
   runtime::MemoryMonitor monitor_;
   runtime::SpeedLearner speed_;  // stored with the runtime's state (runtime_state.h)
-  bool use_runtime_ = false;  // the policy runs with the runtime (Policy::uses_runtime)
+  bool use_runtime_ = false;     // the policy runs with the runtime (Policy::uses_runtime)
   // Per job: the runtime's state beside the monitor's (as the engine keeps it per job).
   struct JobRuntime {
     runtime::RetryState retry;
     std::vector<int> failed_options;  // options that crashed out of memory
     int ooms = 0;
-    double retry_at_s = -1;        // a crashed job waits out its back-off until then
+    double retry_at_s = -1;         // a crashed job waits out its back-off until then
     double last_report_s = -1e300;  // when the monitor last heard of its memory
     // Tokens in the current run's last checkpoint (at first, what it resumed from); a crash
     // rolls the job's progress back to them. < 0: unknown (kept progress stands).
@@ -241,9 +247,9 @@ class Daemon {
   // The running ones among them, with the GPUs each holds: (node index, GPUs) per node.
   std::map<int64_t, std::vector<std::pair<int, int64_t>>> running_;
   std::unordered_map<std::string, int> node_index_;  // node name -> index in cluster_.nodes
-  bool dirty_ = true;        // something the policy should see changed since the last pass
-  int64_t change_seq_ = 0;   // Snapshot::change_seq: passes that saw a change
-  double last_pass_s_ = -1;  // when the policy was last asked
+  bool dirty_ = true;         // something the policy should see changed since the last pass
+  int64_t change_seq_ = 0;    // Snapshot::change_seq: passes that saw a change
+  double last_pass_s_ = -1;   // when the policy was last asked
   double last_nodes_s_ = -1;  // when the backend was last asked for its nodes
   bool nodes_stale_ = false;  // a run lost its node since: ask before the next decision
   double last_checkpoint_s_ = -1e300;  // the control loop's alone (see Checkpoint)
@@ -256,6 +262,21 @@ class Daemon {
     double step_tokens = -1;  // global_batch x seq_len of the job (-1: not read yet)
   };
   std::unordered_map<int64_t, LastReport> last_report_;
+  // The dashboard's histories, in memory only (a restarted daemon starts them afresh).
+  // Per job: memory readings (the run's peak, the plan's prediction), at most kMemorySamples,
+  // thinned to every other one when full so that they span the whole run.
+  struct MemorySample {
+    double t_s;
+    int64_t peak_bytes, predicted_bytes;
+  };
+  std::unordered_map<int64_t, std::vector<MemorySample>> memory_history_;
+  // The cluster's used GPUs per type (view_.types order) over the last kUsageWindowS: a sample
+  // when a count changed, or kUsageEveryS after the last.
+  std::deque<std::pair<double, std::vector<int64_t>>> usage_history_;
+  void SampleUsage(double now);                                                 // under mu_
+  void SampleMemory(int64_t key, double now, int64_t peak, int64_t predicted);  // under mu_
+  // Under mu_: a job's options per GPU type and memory readings, for GET /v1/jobs/{id}.
+  void AddJobDetail(const JobRow& row, nlohmann::json& j);
   int64_t quarantined_ = 0;
   std::vector<std::string> quarantine_notes_;
   // Metrics.

@@ -13,8 +13,8 @@
 #include "model/zoo.h"
 #include "planner/explain.h"
 #include "runtime/actions.h"
-#include "server/daemon.h"
 #include "sched/apply.h"
+#include "server/daemon.h"
 #include "server/daemon_internal.h"
 #include "server/runtime_state.h"
 
@@ -58,7 +58,8 @@ Status Daemon::Save(JobRow& row, const std::string& kind, const std::string& det
     speed_.Forget(key);  // its speed samples stay in its class (first: the writes may fail)
     RETURN_IF_ERROR(store_->DeleteRuntimeState(row.id));
     if (use_runtime_) {
-      RETURN_IF_ERROR(store_->PutRuntimeState("classes", DumpJson(ClassesToJson(monitor_.classes()))));
+      RETURN_IF_ERROR(
+          store_->PutRuntimeState("classes", DumpJson(ClassesToJson(monitor_.classes()))));
       RETURN_IF_ERROR(
           store_->PutRuntimeState("speed_classes", DumpJson(SpeedClassesToJson(speed_.Settled()))));
     }
@@ -164,6 +165,7 @@ bool Daemon::Observe(JobRow& row, const RunStatus& st, double now) {
     row.observed_bytes = st.peak_bytes;
     changed = true;
   }
+  SampleMemory(KeyOf(row.id), now, st.peak_bytes, row.predicted_bytes);
   // The monitor hears of the job's memory once a report interval, as in the simulator: its
   // trend is fitted over its last few reports, which a poll every second would crowd out.
   const int64_t key = KeyOf(row.id);
@@ -250,8 +252,8 @@ Status Daemon::LoadRuntime() {
     auto stored = RuntimeFromJson(j);
     if (!stored.ok()) {
       // What was learned is lost, not the job: it is planned afresh.
-      quarantine_notes_.push_back(fmt::format("job {}: its runtime state: {}", id,
-                                              stored.status().ToString()));
+      quarantine_notes_.push_back(
+          fmt::format("job {}: its runtime state: {}", id, stored.status().ToString()));
       ++quarantined_;
       continue;
     }
@@ -351,8 +353,8 @@ Status Daemon::OnOutOfMemory(JobRow& row, double now) {
   return SaveRuntime(key, row.id);
 }
 
-Result<bool> Daemon::FrameworkLaunch(JobRow& row, json spec, const frenzy::Plan& plan,
-                                     double now, LaunchSpec& ls, json* plan_json) {
+Result<bool> Daemon::FrameworkLaunch(JobRow& row, json spec, const frenzy::Plan& plan, double now,
+                                     LaunchSpec& ls, json* plan_json) {
   // Most jobs run the daemon's own training command: only a framework job's spec is parsed
   // again (model and all) at launch.
   if (!NamesLauncher(spec)) return true;
@@ -376,9 +378,10 @@ Result<bool> Daemon::FrameworkLaunch(JobRow& row, json spec, const frenzy::Plan&
       counts.push_back(std::to_string(gpus));
     }
     if (!even) {
-      why = fmt::format("the run was placed as {} GPUs over {} node(s); {}'s launcher starts the "
-                        "same number of processes on every node",
-                        Join(counts, " + "), ls.placement.size(), LauncherName(l));
+      why = fmt::format(
+          "the run was placed as {} GPUs over {} node(s); {}'s launcher starts the "
+          "same number of processes on every node",
+          Join(counts, " + "), ls.placement.size(), LauncherName(l));
     } else {
       ls.framework = launch;
       (*plan_json)["launch"] = LaunchToJson(l, out);
@@ -428,7 +431,8 @@ Status Daemon::Launch(JobRow& row, const JobView& v, const Allocation& alloc, do
   train["framework"] = spec.value("modelled_as", std::string("megatron"));
   // What is trained, as submitted (validated at submission): "full", "lora", or the adapter.
   train["finetune"] = spec.contains("finetune") ? spec["finetune"] : json("full");
-  if (Result<bool> framework = FrameworkLaunch(row, spec, plan, now, ls, &plan_json); !framework.ok()) {
+  if (Result<bool> framework = FrameworkLaunch(row, spec, plan, now, ls, &plan_json);
+      !framework.ok()) {
     return framework.status();
   } else if (!*framework) {
     return Status::Ok();  // ended with the reason

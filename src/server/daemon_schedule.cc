@@ -13,8 +13,8 @@
 #include "model/zoo.h"
 #include "planner/explain.h"
 #include "runtime/actions.h"
-#include "server/daemon.h"
 #include "sched/apply.h"
+#include "server/daemon.h"
 #include "server/daemon_internal.h"
 
 namespace frenzy::server {
@@ -58,9 +58,9 @@ Status Daemon::PrepareSchedule(double now, Pass& pass, int& changes) {
             static_cast<size_t>(v->alloc.option) >= v->options->options.size()) {
           v->alloc.option = 0;
         }
-        if (v->layout < 0 || static_cast<size_t>(v->layout) >
-                                 v->options->options[static_cast<size_t>(v->alloc.option)]
-                                     .leaner.size()) {
+        if (v->layout < 0 ||
+            static_cast<size_t>(v->layout) >
+                v->options->options[static_cast<size_t>(v->alloc.option)].leaner.size()) {
           v->layout = 0;
         }
       }
@@ -111,9 +111,8 @@ Status Daemon::ApplyMemoryAction(JobRow row, const runtime::MemoryAction& a, con
   v.alloc = Allocation{};
   v.memory_factor = a.factor;
   if (std::string why = CheckAllocation(v, a.alloc, view_); !why.empty()) {
-    return Status(StatusCode::kInternal,
-                  fmt::format("the runtime's {} of job '{}' is invalid: {}",
-                              runtime::ActionKindName(a.kind), row.id, why));
+    return Status(StatusCode::kInternal, fmt::format("the runtime's {} of job '{}' is invalid: {}",
+                                                     runtime::ActionKindName(a.kind), row.id, why));
   }
   return Launch(queued, v, a.alloc, now, a.layout);
 }
@@ -238,6 +237,7 @@ Result<int> Daemon::Tick() {
       }
     }
     RETURN_IF_ERROR(FollowRuns(now, polled, changes));
+    SampleUsage(now);
     if (nodes_stale_) {
       dirty_ = true;  // a run lost its node: decide once the backend says which are left
       return changes;
@@ -272,6 +272,7 @@ Result<int> Daemon::Tick() {
   dirty_ = news || !applied.ok();
   RETURN_IF_ERROR(applied);
   double took = now_s_() - now;
+  SampleUsage(now_s_());
   last_locked_s_ = locked + (now_s_() - apply_start);
   last_schedule_s_ = took;
   schedule_s_total_ += took;

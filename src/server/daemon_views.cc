@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <set>
 
+#include "backend/process.h"
 #include "common/json_limits.h"
 #include "common/strings.h"
 #include "model/hf_config.h"
@@ -35,6 +36,7 @@ json Daemon::JobJson(const JobRow& r, bool detail) {
             {"message", r.message}};
   json spec = ParseOr(r.spec, json::object());
   if (spec.contains("name")) j["name"] = spec["name"];
+  if (spec.contains("user")) j["user"] = spec["user"];
   if (r.started_s >= 0) j["started_s"] = r.started_s;
   if (r.finished_s >= 0) j["finished_s"] = r.finished_s;
   json plan = ParseOr(r.plan, nullptr);
@@ -57,6 +59,110 @@ json Daemon::JobJson(const JobRow& r, bool detail) {
     j["events"] = ev;
   }
   return j;
+}
+
+namespace {
+
+constexpr size_t kMemorySamples = 240;
+constexpr double kMemoryEveryS = 5;
+constexpr double kUsageWindowS = 6 * 3600;  // the dashboard's chart: the last six hours
+constexpr double kUsageEveryS = 60;
+constexpr size_t kMaxHistoryJobs = 512;  // ended jobs' readings kept beyond this are dropped
+
+}  // namespace
+
+void Daemon::SampleUsage(double now) {
+  std::vector<int64_t> used(view_.types.size());
+  for (size_t t = 0; t < used.size(); ++t) {
+    used[t] = view_.TotalOfType(static_cast<int>(t)) - view_.FreeOfType(static_cast<int>(t));
+  }
+  if (!usage_history_.empty() && usage_history_.back().second == used &&
+      now - usage_history_.back().first < kUsageEveryS) {
+    return;
+  }
+  usage_history_.emplace_back(now, std::move(used));
+  while (usage_history_.size() > 1 && now - usage_history_.front().first > kUsageWindowS) {
+    usage_history_.pop_front();
+  }
+}
+
+void Daemon::SampleMemory(int64_t key, double now, int64_t peak, int64_t predicted) {
+  if (memory_history_.size() > kMaxHistoryJobs && !memory_history_.contains(key)) {
+    for (auto it = memory_history_.begin(); it != memory_history_.end();) {
+      it = active_.contains(it->first) ? std::next(it) : memory_history_.erase(it);
+    }
+  }
+  std::vector<MemorySample>& h = memory_history_[key];
+  // A poll every tick repeats the same reading: keep one a few seconds unless it changed.
+  if (!h.empty() && h.back().peak_bytes == peak && h.back().predicted_bytes == predicted &&
+      now - h.back().t_s < kMemoryEveryS) {
+    return;
+  }
+  if (h.size() >= kMemorySamples) {
+    size_t kept = 0;
+    for (size_t i = 0; i < h.size(); i += 2) h[kept++] = h[i];
+    h.resize(kept);
+  }
+  h.push_back({now, peak, predicted});
+}
+
+void Daemon::AddJobDetail(const JobRow& row, json& j) {
+  const int64_t key = KeyOf(row.id);
+  json readings = json::array();
+  if (auto it = memory_history_.find(key); it != memory_history_.end()) {
+    for (const MemorySample& m : it->second) {
+      readings.push_back(
+          {{"t_s", m.t_s}, {"peak_bytes", m.peak_bytes}, {"predicted_bytes", m.predicted_bytes}});
+    }
+  }
+  j["memory"]["readings"] = readings;
+  // The options it had: what each memory-safe layout on each type would take and give (only
+  // while the job is queued or running: an ended job's table is gone).
+  json options = json::array();
+  auto table = options_of_.find(key);
+  if (table != options_of_.end() && active_.contains(key)) {
+    const JobOptions& o = *table->second;
+    const json plan = ParseOr(row.plan, json(nullptr));
+    const int chosen = plan.is_object() ? plan.value("option", -1) : -1;
+    const double left = std::max(0.0, row.total_tokens - row.done_tokens);
+    for (size_t i = 0; i < o.options.size() && options.size() < 200; ++i) {
+      const RunOption& r = o.options[i];
+      const double tps = r.plan.tokens_per_s;
+      options.push_back({{"option", i},
+                         {"gpu", r.mixed() ? r.plan.gpu : o.types[r.type]},
+                         {"gpus", r.gpus},
+                         {"tokens_per_s", tps},
+                         {"time_left_s", tps > 0 ? json(left / tps) : json(nullptr)},
+                         {"device_bytes", r.plan.device_bytes},
+                         {"gpu_memory_bytes", r.plan.gpu_memory_bytes},
+                         {"chosen", static_cast<int>(i) == chosen}});
+    }
+  }
+  j["options"] = options;
+}
+
+Result<json> Daemon::LogTail(const std::string& id, int lines) {
+  if (lines < 1 || lines > 200) return InvalidArgument("must be 1 to 200", {}, "lines");
+  ASSIGN_OR_RETURN(auto row, store_->GetJob(id));
+  if (!row) return NotFound("no job '" + id + "'", {}, "id");
+  // The id matched [A-Za-z0-9_-]{1,64} (api.cc): the folder is the job's own, never elsewhere.
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path newest;
+  fs::file_time_type newest_t{};
+  for (fs::directory_iterator it(fs::path(opt_.runs_dir) / id, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const fs::path& f = it->path();
+    if (!it->is_regular_file(ec) || (f.extension() != ".log" && f.extension() != ".out")) continue;
+    fs::file_time_type t = it->last_write_time(ec);
+    if (!ec && (newest.empty() || t > newest_t)) newest = f, newest_t = t;
+  }
+  json out = {{"file", newest.empty() ? "" : newest.filename().string()}, {"lines", json::array()}};
+  if (newest.empty()) return out;
+  std::vector<std::string> tail = TailLines(newest.string());
+  const size_t from = tail.size() > static_cast<size_t>(lines) ? tail.size() - lines : 0;
+  for (size_t i = from; i < tail.size(); ++i) out["lines"].push_back(Utf8Prefix(tail[i], 1000));
+  return out;
 }
 
 json Daemon::ClusterJson() {
@@ -85,7 +191,15 @@ json Daemon::ClusterJson() {
                         {"readings", ParseOr(r.readings, nullptr)}});
     }
   }
-  return json{{"backend", backend_name_}, {"types", types}, {"nodes", nodes}, {"agents", agents}};
+  // Used GPUs per type over the last hours: [t_s, used of types[0], used of types[1], ...].
+  json usage = json::array();
+  for (const auto& [t, used] : usage_history_) {
+    json sample = json::array({t});
+    for (int64_t u : used) sample.push_back(u);
+    usage.push_back(sample);
+  }
+  return json{{"backend", backend_name_}, {"types", types}, {"nodes", nodes},
+              {"agents", agents},         {"usage", usage}, {"now_s", now_s_()}};
 }
 
 std::string Daemon::Metrics() {

@@ -254,6 +254,7 @@ class Session : public std::enable_shared_from_this<Session> {
     res_->result(static_cast<unsigned>(r.status));
     res_->set(http::field::server, "frenzyd");
     res_->set(http::field::content_type, r.content_type);
+    for (const auto& [name, value] : r.headers) res_->set(name, value);
     res_->keep_alive(keep_alive_);
     res_->body() = std::move(r.body);
     res_->prepare_payload();

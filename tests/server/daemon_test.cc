@@ -14,50 +14,15 @@
 #include <thread>
 #include <vector>
 
+#include "daemon_fixture.h"
 #include "server/api.h"
-#include "backend/sim_backend.h"
-#include "server_test_util.h"
 
 namespace frenzy::server {
 namespace {
 
 using nlohmann::json;
-
-struct Fixture {
-  double now = 1000;
-  std::string db;
-  std::string runs;
-  std::string policy = "frenzy";
-  // Plan like a Megatron entry point (TP and PP allowed), or as examples/train.py runs.
-  bool bundled = false;
-  std::vector<Launcher> frameworks;
-  test_util::TempDir dir;  // removed with the fixture (after the daemons of its test)
-  explicit Fixture(const std::string& name) : dir("frenzy-daemon-" + name) {
-    db = (dir.path() / "d.db").string();
-    runs = (dir.path() / "runs").string();
-  }
-  std::unique_ptr<Daemon> Make() {
-    auto cluster = ResolveCluster("lab", GpuCatalog::Default());
-    EXPECT_TRUE(cluster.ok());
-    auto backend = std::make_unique<SimBackend>(*cluster, 3600.0, [this] { return now; });
-    auto store = Store::Open(db);
-    EXPECT_TRUE(store.ok());
-    DaemonOptions o;
-    o.runs_dir = runs;
-    o.policy = policy;
-    o.train_limits = bundled ? BundledTrainLimits() : AllTrainLimits();
-    if (!bundled) o.train_framework = Framework::kMegatron;
-    o.frameworks = frameworks;
-    auto d =
-        Daemon::Create(o, std::move(store).value(), std::move(backend), [this] { return now; });
-    EXPECT_TRUE(d.ok()) << d.status().ToString();
-    return std::move(d).value();
-  }
-};
-
-json Spec(const std::string& model, double tokens, int64_t seq_len = 2048) {
-  return json{{"model", model}, {"tokens", tokens}, {"global_batch", 64}, {"seq_len", seq_len}};
-}
+using test_util::Fixture;
+using test_util::Spec;
 
 TEST(Daemon, JobsArePlannedOnFittingGpusRunAndFinish) {
   Fixture f("flow");
@@ -151,8 +116,7 @@ TEST(Daemon, FrameworkJobsArePlannedWithTheFrameworksLayoutsAndLaunchedThroughIt
     return it != argv.end() && it + 1 != argv.end() ? *(it + 1) : "";
   };
   EXPECT_EQ(value_of("--tensor-model-parallel-size"), std::to_string(plan["tp"].get<int64_t>()));
-  EXPECT_EQ(value_of("--pipeline-model-parallel-size"),
-            std::to_string(plan["pp"].get<int64_t>()));
+  EXPECT_EQ(value_of("--pipeline-model-parallel-size"), std::to_string(plan["pp"].get<int64_t>()));
   EXPECT_EQ(value_of("--data-path"), "/data/corpus");
   EXPECT_EQ(std::count(argv.begin(), argv.end(), "--tensor-model-parallel-size"), 1);
   EXPECT_NE(std::find(argv.begin(), argv.end(), "/opt/megatron/pretrain_gpt.py"), argv.end());
@@ -177,14 +141,14 @@ TEST(Daemon, FrameworkJobsArePlannedWithTheFrameworksLayoutsAndLaunchedThroughIt
   ASSERT_FALSE(no_lora.ok());
   EXPECT_EQ(no_lora.status().field(), "finetune");
   // Hostile entry fields: named, refused, nothing stored.
-  for (const auto& [key, value] :
-       std::vector<std::pair<std::string, json>>{{"entry", std::string("a\nb")},
-                                                 {"entry", 7},
-                                                 {"entry", std::string(2000, 'x')},
-                                                 {"entry_args", "--not-an-array"},
-                                                 {"entry_args", json::array({1})},
-                                                 {"entry_args", json(std::vector<std::string>(300, "a"))},
-                                                 {"config_file", std::string("x\0y", 3)}}) {
+  for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{
+           {"entry", std::string("a\nb")},
+           {"entry", 7},
+           {"entry", std::string(2000, 'x')},
+           {"entry_args", "--not-an-array"},
+           {"entry_args", json::array({1})},
+           {"entry_args", json(std::vector<std::string>(300, "a"))},
+           {"config_file", std::string("x\0y", 3)}}) {
     json bad = Spec("llama-2-7b", 1e9);
     bad["framework"] = "torchtitan";
     bad[key] = value;
@@ -272,7 +236,10 @@ TEST(Daemon, BadSpecsAreRefusedAndStoreNothing) {
       {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"precision", "int3"}},
        "precision", StatusCode::kInvalidArgument},
       // FP8 recipes: a known word, and only with precision fp8.
-      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"precision", "fp8"},
+      {json{{"model", "gpt2"},
+            {"tokens", 1e9},
+            {"global_batch", 8},
+            {"precision", "fp8"},
             {"fp8_recipe", "blockwise"}},
        "fp8_recipe", StatusCode::kInvalidArgument},
       {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"fp8_recipe", "delayed"}},
@@ -283,33 +250,44 @@ TEST(Daemon, BadSpecsAreRefusedAndStoreNothing) {
       // Fine-tuning specs, field by field.
       {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"finetune", "dora"}},
        "finetune", StatusCode::kInvalidArgument},
-      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"finetune", 7}},
-       "finetune", StatusCode::kInvalidArgument},
-      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8},
-            {"finetune", {{"rank", 8}}}},
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"finetune", 7}}, "finetune",
+       StatusCode::kInvalidArgument},
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"finetune", {{"rank", 8}}}},
        "finetune.method", StatusCode::kInvalidArgument},
-      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8},
+      {json{{"model", "gpt2"},
+            {"tokens", 1e9},
+            {"global_batch", 8},
             {"finetune", {{"method", "lora"}, {"rank", -3}}}},
        "finetune.rank", StatusCode::kInvalidArgument},
-      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8},
+      {json{{"model", "gpt2"},
+            {"tokens", 1e9},
+            {"global_batch", 8},
             {"finetune", {{"method", "lora"}, {"rank", 1e300}}}},
        "finetune.rank", StatusCode::kInvalidArgument},
-      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8},
+      {json{{"model", "gpt2"},
+            {"tokens", 1e9},
+            {"global_batch", 8},
             {"finetune", {{"method", "lora"}, {"dropout", 1.5}}}},
        "finetune.dropout", StatusCode::kInvalidArgument},
-      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8},
+      {json{{"model", "gpt2"},
+            {"tokens", 1e9},
+            {"global_batch", 8},
             {"finetune", {{"method", "lora"}, {"targets", "q_proj,nose"}}}},
        "finetune.targets", StatusCode::kInvalidArgument},
-      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8},
+      {json{{"model", "gpt2"},
+            {"tokens", 1e9},
+            {"global_batch", 8},
             {"finetune", {{"method", "lora"}, {"dtype", "int4"}}}},
        "finetune.dtype", StatusCode::kInvalidArgument},
-      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8},
+      {json{{"model", "gpt2"},
+            {"tokens", 1e9},
+            {"global_batch", 8},
             {"finetune", {{"method", "lora"}, {"layers", 3}}}},
        "finetune.layers", StatusCode::kInvalidArgument},
       {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"framework", "jax"}},
        "framework", StatusCode::kInvalidArgument},
-      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"optimizer", 3}},
-       "optimizer", StatusCode::kInvalidArgument},
+      {json{{"model", "gpt2"}, {"tokens", 1e9}, {"global_batch", 8}, {"optimizer", 3}}, "optimizer",
+       StatusCode::kInvalidArgument},
   };
   for (const Case& c : cases) {
     auto r = d->Submit(c.spec);
