@@ -29,6 +29,16 @@ int FittingLayout(const RunOption& o, double factor, double capacity) {
   return -1;
 }
 
+// Whether the cluster has the GPUs of every part of `o` (up nodes; in use or not). A mixed
+// option's memory is its tightest part's (`type`, plan.device_bytes): the fit tests below hold.
+bool Holdable(const RunOption& o, const ClusterView& c) {
+  if (!o.mixed()) return o.gpus <= c.TotalOfType(o.type);
+  for (const auto& [type, gpus] : o.parts) {
+    if (gpus > c.TotalOfType(type)) return false;
+  }
+  return true;
+}
+
 const Plan& LayoutPlan(const RunOption& o, int layout) {
   return layout <= 0 ? o.plan : o.leaner[static_cast<size_t>(layout - 1)];
 }
@@ -199,7 +209,7 @@ OomRecovery RecoverFromOom(const JobView& j, const MemoryMonitor& monitor, const
   bool any = false;
   for (size_t i = 0; i < j.options->options.size(); ++i) {
     const RunOption& o = j.options->options[i];
-    if (j.Failed(static_cast<int>(i)) || o.mixed() || o.gpus > c.TotalOfType(o.type)) continue;
+    if (j.Failed(static_cast<int>(i)) || !Holdable(o, c)) continue;
     double need = static_cast<double>(o.plan.device_bytes);
     for (const Plan& p : o.leaner) need = std::min(need, static_cast<double>(p.device_bytes));
     need *= r.factor;

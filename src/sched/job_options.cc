@@ -185,19 +185,32 @@ Result<JobOptions> BuildJobOptions(const JobSpec& job_in, const Cluster& cluster
   ASSIGN_OR_RETURN(PlanResult planned, PlanJob(job, cluster, catalog, po));
   const PlannerOptions full_margin = po;
   const bool none_with_margin = planned.plans.empty();
-  // A job that fits nowhere with the margin would never run: it is offered what fits with half
-  // of it, then with none (the runtime's memory monitor watches it, and re-plans or requeues it
-  // before it runs out of memory).
-  for (double m : {margin / 2, 0.0}) {
-    if (kind != OptionKind::kMarp || !planned.plans.empty() || m >= po.memory_margin) break;
-    po.memory_margin = m;
-    ASSIGN_OR_RETURN(planned, PlanJob(job, cluster, catalog, po));
-  }
 
   JobOptions out;
   out.checkpoint_bytes = CheckpointBytes(job);
   std::vector<TypeOfCluster> types = ClusterGpuTypes(cluster, catalog);
   for (const auto& t : types) out.types.push_back(t.gpu->name);
+  // With the full margin: where single types hold the job only with less, a pipeline over
+  // several may hold it with all of it.
+  std::vector<RunOption> mixed_options;
+  if (mixed && kind == OptionKind::kMarp) {
+    ASSIGN_OR_RETURN(mixed_options, MixedOptions(job, cluster, catalog, full_margin,
+                                                 none_with_margin, out.types));
+  }
+  // A job that fits nowhere with the margin would never run: it is offered what fits with half
+  // of it, then with none (the runtime's memory monitor watches it, and re-plans or requeues it
+  // before it runs out of memory) — unless a mixed option holds it with the whole margin: a
+  // faster layout inside the margin is one the prediction's error band may not leave room for
+  // (sia64: Qwen3-32B on 16 A100-40GB at 1.09x the prediction crashed where the pipeline over
+  // A100s and V100s holds it).
+  for (double m : {margin / 2, 0.0}) {
+    if (kind != OptionKind::kMarp || !planned.plans.empty() || !mixed_options.empty() ||
+        m >= po.memory_margin) {
+      break;
+    }
+    po.memory_margin = m;
+    ASSIGN_OR_RETURN(planned, PlanJob(job, cluster, catalog, po));
+  }
   auto type_index = [&](const std::string& name) {
     for (size_t i = 0; i < out.types.size(); ++i) {
       if (out.types[i] == name) return static_cast<int>(i);
@@ -246,13 +259,7 @@ Result<JobOptions> BuildJobOptions(const JobSpec& job_in, const Cluster& cluster
       return std::make_pair(a.type, a.gpus) < std::make_pair(b.type, b.gpus);
     });
   }
-  if (mixed && kind == OptionKind::kMarp) {
-    // With the full margin: where single types hold the job only with less, a pipeline over
-    // several may hold it with all of it.
-    ASSIGN_OR_RETURN(std::vector<RunOption> m, MixedOptions(job, cluster, catalog, full_margin,
-                                                            none_with_margin, out.types));
-    for (RunOption& o : m) out.options.push_back(std::move(o));
-  }
+  for (RunOption& o : mixed_options) out.options.push_back(std::move(o));
   return out;
 }
 

@@ -551,6 +551,37 @@ TEST_F(ActionsRecover, FailedOptionsDoNotCount) {
   EXPECT_TRUE(Has(r.message, "needs 41.2 GiB per GPU of small (40.0 GiB)")) << r.message;
 }
 
+// A pipeline over both types: 4 small GPUs (its tightest part, 20 GiB of 40 predicted) and 4 big.
+RunOption MixedSmallBig(int64_t small_gpus) {
+  RunOption o = Opt(0, small_gpus + 4, 900, 20);
+  o.parts = {{0, small_gpus}, {1, 4}};
+  return o;
+}
+
+TEST_F(ActionsRecover, AMixedOptionThatHoldsTheJobKeepsIt) {
+  ClusterView c = SmallAndBig();
+  JobOptions t = Table(c, {Opt(0, 4, 1000, 32)});
+  t.options.push_back(MixedSmallBig(4));
+  m_.ReportOom(7, 32 * kGiB, 40 * kGiB);  // at least 1.25x: 32 GiB x 1.2875 = 41.2 > 40
+  JobView j = Running(7, t);
+  j.running = false;
+  OomRecovery r = RecoverFromOom(j, m_, c, {});
+  // The pipeline's tightest part: 20 GiB x 1.2875 = 25.75 GiB of the small GPUs' 40.
+  EXPECT_FALSE(r.give_up) << r.message;
+  j.memory_factor = r.factor;
+  EXPECT_TRUE(j.Runnable(1, c));
+  EXPECT_FALSE(j.Runnable(0, c));
+
+  // A mixed option that needs more small GPUs than the cluster has does not count.
+  JobOptions too_big = Table(c, {Opt(0, 4, 1000, 32)});
+  too_big.options.push_back(MixedSmallBig(8));
+  JobView k = Running(7, too_big);
+  k.running = false;
+  r = RecoverFromOom(k, m_, c, {});
+  EXPECT_TRUE(r.give_up);
+  EXPECT_TRUE(Has(r.message, "needs 41.2 GiB per GPU of small (40.0 GiB)")) << r.message;
+}
+
 TEST_F(ActionsRecover, GivesUpAtMaxOoms) {
   m_.ReportOom(7, 32 * kGiB, 40 * kGiB);
   OomRecovery r = RecoverFromOom(Crashed(3), m_, c_, {});  // the 4th crash of 5 allowed
