@@ -115,6 +115,7 @@ void RunSimulate(const SimulateOptions& o) {
   so.node_mtbf_s = o.mtbf_h * 3600;
   so.node_repair_s = o.repair_h * 3600;
   if (o.max_hours > 0) so.max_time_s = o.max_hours * 3600;
+  so.record_runs = !o.out.empty();
   if (Status valid = so.Validate(); !valid.ok()) {
     // The engine names its option; the user typed the flag.
     static const std::map<std::string, std::string> kFlag = {
@@ -170,6 +171,7 @@ void RunSimulate(const SimulateOptions& o) {
     for (const auto& [file, text] :
          {std::pair<std::string, std::string>{"jobs.csv", JobsCsv(results)},
           {"timeline.csv", TimelineCsv(results, gpus)},
+          {"runs.csv", RunsCsv(results)},
           {"jct_cdf.svg", JctCdfSvg(results)},
           {"timeline.svg", TimelineSvg(results, gpus)},
           {"index.html", IndexHtml(results, {workload->name, cluster->name, gpus, o.seed})}}) {
@@ -190,7 +192,7 @@ void RunSimulate(const SimulateOptions& o) {
   std::cout << ComparisonTable(results);
   if (!o.out.empty()) {
     std::cout << fmt::format(
-        "\nwrote jobs.csv, timeline.csv, summary.json, jct_cdf.svg, timeline.svg and "
+        "\nwrote jobs.csv, runs.csv, timeline.csv, summary.json, jct_cdf.svg, timeline.svg and "
         "index.html to {}\n",
         o.out);
   }
@@ -257,8 +259,8 @@ void RegisterSimulateCommands(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option(
       "--out,-o", o->out,
-      "Folder for summary.json, jobs.csv, timeline.csv, SVG plots and index.html (the table "
-      "and plots in one page)");
+      "Folder for summary.json, jobs.csv, runs.csv (every run of every job), timeline.csv, SVG "
+      "plots and index.html (the table and plots in one page)");
   cmd->add_flag("--no-progress", o->no_progress, "No progress bar");
   cmd->add_flag("--json", o->json, "Machine-readable output");
   cmd->callback([o] { RunSimulate(*o); });

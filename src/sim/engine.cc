@@ -113,10 +113,24 @@ JobView* Engine::Current(const Event& e) {
 
 // Ends the current run. Graceful (the policy stopped it): a checkpoint is written at the stop.
 // Otherwise (crash, failure): progress since the last checkpoint is lost.
-void Engine::StopRun(JobView& v, double now, bool graceful, bool oom) {
+void Engine::StopRun(JobView& v, double now, bool graceful, bool oom, const char* end) {
   JobState& js = jobs_[static_cast<size_t>(v.key)];
   const RunOption& o = v.option(v.alloc.option);
   double gpus = static_cast<double>(o.gpus);
+  if (opt_.record_runs) {
+    RunRecord r;
+    r.job = js.record.id;
+    r.start_s = v.run_start_s;
+    r.progress_from_s = v.progress_since_s;
+    r.end_s = now;
+    r.gpu = o.mixed() ? o.plan.gpu : view_.types[static_cast<size_t>(o.type)];
+    r.gpus = o.gpus;
+    r.layout = v.layout;
+    r.tokens_per_s = v.rate_tokens_per_s;
+    r.tokens = -v.done_tokens;  // + what it holds after this stop, below
+    r.end = end != nullptr ? end : oom ? "oom" : graceful ? "stop" : "crash";
+    runs_.push_back(std::move(r));
+  }
   double ran = std::max(0.0, now - v.run_start_s);
   double done = v.DoneAt(now);
   double pause = std::min(ran, std::max(0.0, v.progress_since_s - v.run_start_s));
@@ -144,6 +158,7 @@ void Engine::StopRun(JobView& v, double now, bool graceful, bool oom) {
   }
   v.attained_gpu_s += gpus * ran;
   v.done_tokens = done;
+  if (opt_.record_runs) runs_.back().tokens += done;
   --running_;
   busy_gpus_ -= o.gpus;
   v.running = false;
@@ -234,7 +249,10 @@ Status Engine::Start(const JobView& job, const Allocation& alloc, double now_s) 
 void Engine::Finish(int64_t key, JobOutcome outcome, double now) {
   JobView* v = Active(key);
   JobState& js = jobs_[static_cast<size_t>(key)];
-  if (v->running) StopRun(*v, now, /*graceful=*/true);
+  if (v->running) {
+    StopRun(*v, now, /*graceful=*/true, /*oom=*/false,
+            outcome == JobOutcome::kFinished ? "finish" : "stop");
+  }
   if (use_runtime_) {
     js.record.planned_factor = v->memory_factor.value_or(0.0);
     monitor_.Finish(key);
@@ -350,7 +368,7 @@ SimResult Engine::Results(double now, double first_arrival) {
     js.record.ooms = views_[static_cast<size_t>(key)].ooms;
   }
   for (JobView* v : active_) {
-    if (v->running) StopRun(*v, now, /*graceful=*/true);
+    if (v->running) StopRun(*v, now, /*graceful=*/true, /*oom=*/false, "clock");
     JobState& js = jobs_[static_cast<size_t>(v->key)];
     js.record.outcome = JobOutcome::kUnfinished;
     js.record.ooms = v->ooms;
@@ -367,6 +385,7 @@ SimResult Engine::Results(double now, double first_arrival) {
   totals.cluster_gpus = cluster_.total_gpus();
   r.metrics = ComputeMetrics(counts, r.jobs, overhead_ms_, totals);
   r.timeline = ThinTimeline(timeline_);
+  r.runs = std::move(runs_);
   return r;
 }
 

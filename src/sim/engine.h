@@ -90,6 +90,8 @@ struct SimOptions {
   std::function<double()> wall_now_s;
   // Called now and then with the fraction of jobs done (for a progress bar).
   std::function<void(double)> progress;
+  // Keep every run of every job (SimResult::runs): a row per start, for `--out`'s runs.csv.
+  bool record_runs = false;
   // kInvalidArgument naming the first field out of its range (Simulate checks first).
   Status Validate() const;
 };
@@ -119,6 +121,22 @@ struct JobRecord {
   double memory_factor = 1;
   double speed_factor = 1;  // its real speed over the prediction on the GPU type of its last run
   double jct_s() const { return finish_s - submit_s; }
+};
+
+// One run of a job (SimOptions::record_runs): from taking its GPUs to giving them back.
+struct RunRecord {
+  std::string job;             // JobRecord::id
+  double start_s = 0;          // GPUs taken
+  double progress_from_s = 0;  // progress from here: after the restart pause (or profiling)
+  double end_s = 0;            // GPUs given back
+  std::string gpu;             // GPU type; a mixed option's types joined with '+'
+  int64_t gpus = 0;
+  int layout = 0;              // 0: the option's plan; k: its k-th leaner layout
+  double tokens_per_s = 0;     // the run's true speed
+  double tokens = 0;           // progress it kept (a crash loses what its checkpoint did not hold)
+  // Why it ended: stop (the policy), finish, oom, crash, node-failure, memory (the runtime's
+  // re-plan, move or requeue), slow-node (left a straggler), clock (the simulation's end).
+  std::string end;
 };
 
 struct TimelinePoint {
@@ -153,6 +171,7 @@ struct SimResult {
   PolicyMetrics metrics;
   std::vector<JobRecord> jobs;          // in workload order
   std::vector<TimelinePoint> timeline;  // at most ~4,000 points
+  std::vector<RunRecord> runs;          // with SimOptions::record_runs, in the order they ended
 };
 
 // Resolves models and builds option tables for every job (shared through `cache` between the

@@ -58,7 +58,7 @@ void Engine::Cordon(int node, double now) {
                              speed_.ExpectedFactor(v.key, v.option(v.alloc.option).type);
     if (runtime::ShouldLeaveSlowNode(left, v.rate_tokens_per_s, predicted,
                                      opt_.restart.Of(v.options->checkpoint_bytes))) {
-      StopRun(v, now, /*graceful=*/true);
+      StopRun(v, now, /*graceful=*/true, /*oom=*/false, "slow-node");
       jobs_[static_cast<size_t>(v.key)].record.note =
           fmt::format("left node {} (running at {:.0f}% of the predicted speed)", node,
                       100 * v.rate_tokens_per_s / std::max(1e-9, predicted));
@@ -79,7 +79,7 @@ Status Engine::RunMemoryActions(double now, bool& acted) {
     v->memory_factor = a.factor;
     ++js.record.memory_actions;
     js.record.note = a.why;
-    StopRun(*v, now, /*graceful=*/true);
+    StopRun(*v, now, /*graceful=*/true, /*oom=*/false, "memory");
     if (a.kind == runtime::ActionKind::kRequeue) {
       ++m_.memory_requeues;
     } else {
@@ -260,7 +260,7 @@ bool Engine::OnNodeFail(const Event& e, double now) {
     bool on = std::any_of(v.alloc.placement.begin(), v.alloc.placement.end(),
                           [&](const auto& p) { return p.first == e.node; });
     if (!on) continue;
-    StopRun(v, now, /*graceful=*/false);
+    StopRun(v, now, /*graceful=*/false, /*oom=*/false, "node-failure");
     ++jobs_[static_cast<size_t>(v.key)].record.failures;
   }
   node.free = 0;

@@ -107,7 +107,9 @@ class Engine : private DecisionTarget {
   JobView* Current(const Event& e);
   // `oom`: the run crashed out of memory (its waste, and the next run's restart pause, are
   // counted as out-of-memory waste).
-  void StopRun(JobView& v, double now, bool graceful, bool oom = false);
+  // `end` names why for RunRecord::end (default: stop, or oom / crash when not graceful).
+  void StopRun(JobView& v, double now, bool graceful, bool oom = false,
+               const char* end = nullptr);
   // `layout` < 0: the layout the job's memory factor allows (JobView::Layout).
   // REQUIRES: `a` was checked (CheckAllocation or ApplyDecisions).
   Status StartRun(JobView& v, const Allocation& a, double now, int layout = -1);
@@ -152,6 +154,7 @@ class Engine : private DecisionTarget {
   const Cluster& cluster_;
   const GpuCatalog& catalog_;
   Policy& policy_;
+  std::vector<RunRecord> runs_;  // SimOptions::record_runs
   const SimOptions& opt_;
   OptionCache& cache_;
   World world_;

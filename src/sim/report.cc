@@ -188,6 +188,19 @@ std::string JobsCsv(const std::vector<SimResult>& results) {
   return s;
 }
 
+std::string RunsCsv(const std::vector<SimResult>& results) {
+  std::string s =
+      "policy,job_id,start_s,progress_from_s,end_s,gpu,gpus,layout,tokens_per_s,tokens,end\n";
+  for (const auto& r : results) {
+    for (const RunRecord& x : r.runs) {
+      s += fmt::format("{},{},{:.1f},{:.1f},{:.1f},{},{},{},{:.1f},{:.0f},{}\n", r.metrics.policy,
+                       x.job, x.start_s, x.progress_from_s, x.end_s, x.gpu, x.gpus, x.layout,
+                       x.tokens_per_s, x.tokens, x.end);
+    }
+  }
+  return s;
+}
+
 std::string TimelineCsv(const std::vector<SimResult>& results, int64_t total_gpus) {
   std::string s = "policy,t_s,queued,running,busy_gpus,util\n";
   for (const auto& r : results) {

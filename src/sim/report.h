@@ -30,6 +30,9 @@ std::string ComparisonTable(const std::vector<SimResult>& results);
 // policy,job_id,model,submit_s,first_start_s,finish_s,jct_s,queue_s,outcome,gpu,gpus,ooms,...
 std::string JobsCsv(const std::vector<SimResult>& results);
 // policy,t_s,queued,running,busy_gpus,util
+// One line per run of a job per policy (SimOptions::record_runs): policy, job_id, start_s,
+// progress_from_s, end_s, gpu, gpus, layout, tokens_per_s (true), tokens (kept), end.
+std::string RunsCsv(const std::vector<SimResult>& results);
 std::string TimelineCsv(const std::vector<SimResult>& results, int64_t total_gpus);
 
 // The number of windows the timeline plots average over.

@@ -171,6 +171,43 @@ TEST(SimEngine, PreemptedJobPaysRestartAndLosesNothing) {
   EXPECT_NEAR(j.wasted_gpu_s, 100, 1e-6);
 }
 
+// The same scenario with every run kept (runs.csv): two runs, the first stopped by the policy at
+// 1,000 s with its progress kept, the second from 2,000 s, progressing after its 100 s pause,
+// to the end; their kept tokens add up to the job's.
+TEST(SimEngine, EveryRunIsRecordedWithWhyItEnded) {
+  Workload w = Parse("job_id,submit_s,model,tokens,global_batch,seq_len\nj1,0,gpt2,1e9,64,1024\n");
+  OptionCache cache(Lab(), GpuCatalog::Default(), 0.10);
+  ScriptedPolicy p(0, 1);
+  p.round = 1000;
+  p.stop_key = 0;
+  p.stop_at_s = 1000;
+  SimOptions o = NoError();
+  o.record_runs = true;
+  auto r = Simulate(w, Lab(), GpuCatalog::Default(), p, o, cache);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->runs.size(), 2u);
+  const RunRecord& a = r->runs[0];
+  const RunRecord& b = r->runs[1];
+  EXPECT_EQ(a.job, "j1");
+  EXPECT_EQ(a.end, "stop");
+  EXPECT_DOUBLE_EQ(a.start_s, 0);
+  EXPECT_DOUBLE_EQ(a.progress_from_s, 0);  // a first start pays no restart
+  EXPECT_DOUBLE_EQ(a.end_s, 1000);
+  EXPECT_NEAR(a.tokens, 1000 * a.tokens_per_s, 1e-3);  // a graceful stop keeps everything
+  EXPECT_EQ(b.end, "finish");
+  EXPECT_DOUBLE_EQ(b.start_s, 2000);
+  EXPECT_DOUBLE_EQ(b.progress_from_s, 2100);
+  EXPECT_NEAR(b.end_s, r->jobs[0].finish_s, 1e-9);
+  EXPECT_NEAR(a.tokens + b.tokens, 1e9, 1);
+  EXPECT_EQ(a.gpu, r->jobs[0].gpu);
+  EXPECT_EQ(a.gpus, 1);
+  // Not kept unless asked.
+  ScriptedPolicy q(0, 1);
+  auto plain = Simulate(w, Lab(), GpuCatalog::Default(), q, NoError(), cache);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->runs.empty());
+}
+
 TEST(SimEngine, OutOfMemoryCrashIsCountedAndNotRetriedUnchanged) {
   // gpt2-xl with plain data parallelism on one 24 GB RTX-3090 (hand table): predicted not to
   // fit, so with no prediction error it crashes; the scripted user then doubles the GPUs.
@@ -179,10 +216,16 @@ TEST(SimEngine, OutOfMemoryCrashIsCountedAndNotRetriedUnchanged) {
   OptionCache cache(Lab(), GpuCatalog::Default(), 0.10);
   ScriptedPolicy p(2, 1);  // RTX-3090 x 1
   p.kind = OptionKind::kHand;
-  auto r = Simulate(w, Lab(), GpuCatalog::Default(), p, NoError(), cache);
+  SimOptions o = NoError();
+  o.record_runs = true;
+  auto r = Simulate(w, Lab(), GpuCatalog::Default(), p, o, cache);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const JobRecord& j = r->jobs[0];
   EXPECT_GE(j.ooms, 1);
+  ASSERT_FALSE(r->runs.empty());
+  EXPECT_EQ(r->runs[0].end, "oom");
+  EXPECT_DOUBLE_EQ(r->runs[0].end_s - r->runs[0].start_s, 30);  // the crash, 30 s in
+  EXPECT_DOUBLE_EQ(r->runs[0].tokens, 0);  // no checkpoint reached: nothing kept
   EXPECT_EQ(r->metrics.oom_events, j.ooms);
   EXPECT_GT(r->metrics.wasted_gpu_hours, 0);
   // Each crash wastes the run up to the crash (30 s in by default, first run has no pause).
