@@ -192,8 +192,13 @@ Result<JobOptions> BuildJobOptions(const JobSpec& job_in, const Cluster& cluster
   for (const auto& t : types) out.types.push_back(t.gpu->name);
   // With the full margin: where single types hold the job only with less, a pipeline over
   // several may hold it with all of it.
+  // Offered to a job confined to one type or none: with options on two types or more it has
+  // somewhere else to go while one is busy, and a mix (paced by its slowest part, synchronised
+  // across types) measured no gain there and cost average JCT (bench/RESULTS.md, 2026-12-04).
   std::vector<RunOption> mixed_options;
-  if (mixed && kind == OptionKind::kMarp) {
+  std::set<std::string> single_types;
+  for (const Plan& p : planned.plans) single_types.insert(p.gpu);
+  if (mixed && kind == OptionKind::kMarp && single_types.size() <= 1) {
     ASSIGN_OR_RETURN(mixed_options, MixedOptions(job, cluster, catalog, full_margin,
                                                  none_with_margin, out.types));
   }

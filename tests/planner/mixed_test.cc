@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <set>
 #include <string>
 
 #include "memory/memory_model.h"
@@ -176,13 +177,24 @@ TEST(MixedDataParallel, NoneForFineTuningOrAPinnedType) {
 
 // The scheduler's option table with mixed options (sched/job_options.h): after the single-type
 // options, each mixed one's parts add up to its GPUs, on distinct types, within what the cluster
-// has; Find and OfType never return one. Llama-3.1-70B, which no type of sia64 holds, gets mixed
-// options only; without `mixed` a table has none.
+// has; Find and OfType never return one. Gemma-2-27B, which of sia64's types only the A100-40GB
+// hold, gets mixed options after its single-type ones; Llama-3.1-70B, which no type holds, mixed
+// options only; Llama-2-7B, which every type holds, none (a job with options on two types or
+// more is not offered mixes); without `mixed` a table has none.
 TEST(MixedOptions, TheOptionTableHoldsMixedPlansAfterTheSingleTypeOnes) {
   const Cluster c = *ResolveCluster("sia64", GpuCatalog::Default());
   std::map<std::string, int64_t> have;
   for (const auto& t : ClusterGpuTypes(c, GpuCatalog::Default())) have[t.gpu->name] = t.count;
-  for (const char* model : {"llama-2-7b", "llama-3.1-70b"}) {
+  auto seven = BuildJobOptions(Job("llama-2-7b", 128), c, GpuCatalog::Default(),
+                               OptionKind::kMarp, 0.1, /*mixed=*/true);
+  ASSERT_TRUE(seven.ok()) << seven.status().ToString();
+  std::set<int> seven_types;
+  for (const RunOption& o : seven->options) {
+    EXPECT_FALSE(o.mixed()) << o.plan.gpu;
+    seven_types.insert(o.type);
+  }
+  EXPECT_GE(seven_types.size(), 2u);
+  for (const char* model : {"gemma-2-27b", "llama-3.1-70b"}) {
     auto t = BuildJobOptions(Job(model, 128), c, GpuCatalog::Default(), OptionKind::kMarp, 0.1,
                              /*mixed=*/true);
     ASSERT_TRUE(t.ok()) << t.status().ToString();
@@ -214,6 +226,8 @@ TEST(MixedOptions, TheOptionTableHoldsMixedPlansAfterTheSingleTypeOnes) {
     EXPECT_LE(mixed, kMaxMixedOptions);
     if (std::string(model) == "llama-3.1-70b") {
       EXPECT_EQ(mixed, t->options.size());
+    } else {
+      EXPECT_LT(mixed, t->options.size());  // the A100-40GB options first
     }
     auto plain = BuildJobOptions(Job(model, 128), c, GpuCatalog::Default(), OptionKind::kMarp,
                                  0.1);
