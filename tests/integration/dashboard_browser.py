@@ -7,8 +7,9 @@ driven through chromedriver (Selenium) as a person would use the page. Checked:
   * Cluster: a row per GPU type with the API's total and free counts, a row per node, the
     utilisation chart;
   * Jobs: a row per submitted job with its model, state, user and, for a placed job, its plan;
-    the text filter and a sort (by keyboard) change the rows as they should; a job submitted
-    through the page's form (token typed into the page) reaches the API;
+    a job name a hostile client chose (an <img> with an onerror handler) is shown as text and
+    creates no element; the text filter and a sort (by keyboard) change the rows as they
+    should; a job submitted through the page's form (token typed into the page) reaches the API;
   * a job: the options table with the chosen option highlighted and matching the API's plan,
     events, the memory chart, the log tail of its run (a log file written where a run writes it);
   * cancel from the page: the first click only arms the button, the second cancels the job (the
@@ -159,6 +160,11 @@ def run(args):
             jobs.append(d.call("POST", "/v1/jobs", {"model": model, "tokens": 2e9,
                                                     "global_batch": 64, "seq_len": 2048,
                                                     "user": user, "name": name}))
+        # A name a hostile client chose: shown as text, never run as markup.
+        hostile = '<img src=x onerror="window.pwned=1">'
+        jobs.append(d.call("POST", "/v1/jobs", {"model": "gpt2", "tokens": 1e9, "global_batch": 64,
+                                                "seq_len": 1024, "user": "mallory",
+                                                "name": hostile}))
         ids = [j["id"] for j in jobs]
         running = wait_for("a running job", lambda: [
             j for j in d.get("/v1/jobs")["jobs"] if j["state"] == "running" and j["plan"]])
@@ -209,6 +215,9 @@ def run(args):
             if j["plan"]:
                 check(f"{j['plan']['gpus']} × {j['plan']['gpu']}" in r[4],
                       f"{i}: its plan in its row ({r[4]})")
+        check(driver.execute_script("return window.pwned === undefined") and
+              not driver.find_elements(By.CSS_SELECTOR, "#jobs img"),
+              "a hostile job name is shown as text, not run")
         box = driver.find_element(By.ID, "text-filter")
         box.send_keys("mistral")
         wait_for("the filter", lambda: [r[2] for r in rows(driver, "jobs")] == ["mistral-7b"])
