@@ -40,7 +40,8 @@ const std::vector<int>& AllocationCore::Allocate(std::span<const CoreJob> jobs,
     const CoreJob& j = jobs[i];
     const auto& opts = j.options->options;
     single_[i] = static_cast<size_t>(
-        std::partition_point(opts.begin(), opts.begin() + static_cast<std::ptrdiff_t>(j.speed.size()),
+        std::partition_point(opts.begin(),
+                             opts.begin() + static_cast<std::ptrdiff_t>(j.speed.size()),
                              [](const RunOption& r) { return !r.mixed(); }) -
         opts.begin());
     for (size_t o = 0; o < j.speed.size(); ++o) {
@@ -155,8 +156,8 @@ void AllocationCore::Seed() {
     // one with the most tokens/s per GPU, whatever the job's remaining tokens, so jobs of one
     // speed class share it (the proposals' scan is most of a decision with many waiting jobs).
     // (In the second pass a first step's key depends on the job's fallback: not shared.)
-    const bool shared = k_->preempt && j.current < 0 && j.restart_s == 0 && j.speed_class >= 0 &&
-                        idle_.empty();
+    const bool shared =
+        k_->preempt && j.current < 0 && j.restart_s == 0 && j.speed_class >= 0 && idle_.empty();
     if (shared) {
       auto it = first_step_.find(j.speed_class);
       if (it != first_step_.end()) {
@@ -293,6 +294,13 @@ AllocationCore::Step AllocationCore::BestStep(size_t i) {
     for (size_t o = n; o < j.speed.size(); ++o) {
       const double gain = inv_t_[base + o] - from;
       if (gain <= 0 || static_cast<int>(o) == c) continue;
+      // From one mix to a larger one: the growth floor, as on one type (not for the option the
+      // job runs on: it may always keep what it holds).
+      if (c >= 0 && gpus_[base + o] > gpus_[base + static_cast<size_t>(c)] &&
+          static_cast<int>(o) != j.current) {
+        const int64_t held = gpus_[base + static_cast<size_t>(c)];
+        if (!GrowthPays(j, c, o, gpus_[base + o] - held, held)) continue;
+      }
       const double need = static_cast<double>(gpus_[base + o]);
       if (gain < best.key * need) continue;
       const int oi = static_cast<int>(o);
@@ -378,8 +386,9 @@ void AllocationCore::SwapTypes() {
       const int oa = static_cast<int>(o);
       if (!Allowed(a, oa) || !keeps(a, oa)) continue;
       const auto end = held_.begin() + static_cast<std::ptrdiff_t>(type_end_[type_[row]]);
-      auto lo = std::lower_bound(held_.begin() + static_cast<std::ptrdiff_t>(type_begin_[type_[row]]),
-                                 end, Holder{type_[row], gpus_[row], 0});
+      auto lo =
+          std::lower_bound(held_.begin() + static_cast<std::ptrdiff_t>(type_begin_[type_[row]]),
+                           end, Holder{type_[row], gpus_[row], 0});
       for (auto it = lo; it != end && it->gpus == gpus_[row]; ++it) {
         const size_t b = it->job;
         const int cb = choice_[b];

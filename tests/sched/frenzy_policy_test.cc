@@ -639,6 +639,30 @@ TEST(FrenzyPolicy, AJobThatNoSingleTypeHoldsRunsOverTwoTypes) {
   EXPECT_TRUE(d.start.empty());
 }
 
+// The growth floor holds between mixes too. Alone, a job takes its best mix per GPU, 1 fast + 1
+// slow at 200 tokens/s (100 a GPU), then a larger one only if every added GPU brings at least
+// half that: 4 + 4 at 450 tokens/s adds 250 over 6 GPUs (41.7 a GPU < 50), so it stays on 2
+// GPUs; at 600 (66.7 a GPU) it takes all 8; without the floor it takes the 8 at 450 too.
+TEST(FrenzyPolicy, AJobStepsToALargerMixOnlyWhenEachAddedGpuPaysHalf) {
+  auto gpus_at = [](double big_speed, FrenzyKnobs k) {
+    ClusterView c = TwoTypes();
+    JobOptions t;
+    t.types = {"fast", "slow"};
+    AddMix(t, 1, 1, 200);
+    AddMix(t, 4, 4, big_speed);
+    std::vector<JobView> jobs = {Waiting(0, t, 1e7)};
+    Decisions d = MakeFrenzyPolicy(k)->Schedule(At(0, c, jobs));
+    EXPECT_EQ(d.start.size(), 1u);
+    return d.start.empty() ? int64_t{0}
+                           : t.options[static_cast<size_t>(d.start[0].second.option)].gpus;
+  };
+  EXPECT_EQ(gpus_at(450, {}), 2);
+  EXPECT_EQ(gpus_at(600, {}), 8);
+  FrenzyKnobs no_floor;
+  no_floor.core.growth_floor = 0;
+  EXPECT_EQ(gpus_at(450, no_floor), 8);
+}
+
 // Fragmentation: a long job just started on 2 of the 4 fast GPUs (its residence keeps them). A
 // new job fits 4 fast GPUs (400 tokens/s) or a mix of 2 fast + 2 slow (250 tokens/s). Only the
 // mix can start now, on the 2 fast GPUs left and 2 slow ones; without mixed options it waits.
