@@ -4,6 +4,10 @@
 #include <fmt/core.h>
 #include <netinet/in.h>
 
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
 #include <optional>
 #include <regex>
 #include <string_view>
@@ -97,6 +101,21 @@ std::optional<HttpResponse> RefuseBrowsers(const HttpRequest& req, bool mutating
     }
   }
   return std::nullopt;
+}
+
+// The integer query parameter `name` within [lo, hi], `fallback` when absent; nullopt when it is
+// not a whole integer in range.
+std::optional<int64_t> QueryInt(const HttpRequest& req, const std::string& name, int64_t lo,
+                                int64_t hi, int64_t fallback) {
+  auto it = req.query.find(name);
+  if (it == req.query.end()) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const int64_t v = std::strtoll(it->second.c_str(), &end, 10);
+  if (end == it->second.c_str() || *end != '\0' || errno == ERANGE || v < lo || v > hi) {
+    return std::nullopt;
+  }
+  return v;
 }
 
 // A dashboard file, with headers that keep the page to itself: scripts, styles and requests
@@ -197,16 +216,11 @@ HttpResponse Handle(Daemon& d, const HttpRequest& req, const ApiOptions& o) {
       return Json(d.Submit(*j), 201);
     }
     if (m == "GET") {
-      int64_t limit = -1;
-      if (auto it = req.query.find("limit"); it != req.query.end()) {
-        char* end = nullptr;
-        limit = std::strtoll(it->second.c_str(), &end, 10);
-        if (end == it->second.c_str() || *end != '\0' || limit < 0) {
-          return Error(400, "invalid_argument", "must be a non-negative integer", "limit");
-        }
-      }
+      const auto limit =
+          QueryInt(req, "limit", 0, std::numeric_limits<int64_t>::max(), /*fallback=*/-1);
+      if (!limit) return Error(400, "invalid_argument", "must be a non-negative integer", "limit");
       auto st = req.query.find("state");
-      return Json(d.ListJobs(st == req.query.end() ? "" : st->second, limit));
+      return Json(d.ListJobs(st == req.query.end() ? "" : st->second, *limit));
     }
     return Error(405, "method_not_allowed", what);
   }
@@ -220,15 +234,9 @@ HttpResponse Handle(Daemon& d, const HttpRequest& req, const ApiOptions& o) {
     // What a training script prints may be private: the token shows it.
     if (!admin)
       return Error(401, "unauthorized", "this call needs 'Authorization: Bearer <token>'");
-    int64_t lines = 50;
-    if (auto it = req.query.find("lines"); it != req.query.end()) {
-      char* end = nullptr;
-      lines = std::strtoll(it->second.c_str(), &end, 10);
-      if (end == it->second.c_str() || *end != '\0' || lines < 1 || lines > 200) {
-        return Error(400, "invalid_argument", "must be an integer from 1 to 200", "lines");
-      }
-    }
-    return Json(d.LogTail(match[1], static_cast<int>(lines)));
+    const auto lines = QueryInt(req, "lines", 1, 200, /*fallback=*/50);
+    if (!lines) return Error(400, "invalid_argument", "must be an integer from 1 to 200", "lines");
+    return Json(d.LogTail(match[1], static_cast<int>(*lines)));
   }
   if (std::regex_match(p, match, kNode)) {
     if (m != "POST") return Error(405, "method_not_allowed", what);

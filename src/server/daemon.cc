@@ -168,7 +168,8 @@ Result<json> Daemon::Submit(const json& body) {
 }
 
 Result<json> Daemon::GetJob(const std::string& id) {
-  // The store is thread-safe and has every committed change: no need to wait for the loop.
+  // The store is thread-safe and has every committed change; the dashboard's detail (options,
+  // memory readings) is the loop's, read under its lock.
   ASSIGN_OR_RETURN(auto row, store_->GetJob(id));
   if (!row) return NotFound("no job '" + id + "'", {}, "id");
   json j = JobJson(*row, true);

@@ -165,10 +165,10 @@ bool Daemon::Observe(JobRow& row, const RunStatus& st, double now) {
     row.observed_bytes = st.peak_bytes;
     changed = true;
   }
-  SampleMemory(KeyOf(row.id), now, st.peak_bytes, row.predicted_bytes);
+  const int64_t key = KeyOf(row.id);
+  SampleMemory(key, now, st.peak_bytes, row.predicted_bytes);
   // The monitor hears of the job's memory once a report interval, as in the simulator: its
   // trend is fitted over its last few reports, which a poll every second would crowd out.
-  const int64_t key = KeyOf(row.id);
   JobRuntime& rt = runtime_[key];
   json plan = ParseOr(row.plan, json::object());
   const double run_start = plan.value("run_start_s", now);

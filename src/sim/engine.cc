@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <queue>
 #include <set>
 
@@ -13,8 +14,8 @@
 #include "runtime/faults.h"
 #include "runtime/monitor.h"
 #include "sched/apply.h"
-#include "sim/metrics.h"
 #include "sim/engine_internal.h"
+#include "sim/metrics.h"
 #include "sim/world.h"
 
 namespace frenzy {
@@ -117,19 +118,23 @@ void Engine::StopRun(JobView& v, double now, bool graceful, bool oom, const char
   JobState& js = jobs_[static_cast<size_t>(v.key)];
   const RunOption& o = v.option(v.alloc.option);
   double gpus = static_cast<double>(o.gpus);
+  // The run as it was (SimOptions::record_runs), before the stop clears it; what it kept is
+  // known below.
+  std::optional<RunRecord> run;
   if (opt_.record_runs) {
-    RunRecord r;
-    r.job = js.record.id;
-    r.start_s = v.run_start_s;
-    r.progress_from_s = v.progress_since_s;
-    r.end_s = now;
-    r.gpu = o.mixed() ? o.plan.gpu : view_.types[static_cast<size_t>(o.type)];
-    r.gpus = o.gpus;
-    r.layout = v.layout;
-    r.tokens_per_s = v.rate_tokens_per_s;
-    r.tokens = -v.done_tokens;  // + what it holds after this stop, below
-    r.end = end != nullptr ? end : oom ? "oom" : graceful ? "stop" : "crash";
-    runs_.push_back(std::move(r));
+    run = RunRecord{js.record.id,
+                    v.run_start_s,
+                    v.progress_since_s,
+                    now,
+                    o.mixed() ? o.plan.gpu : view_.types[static_cast<size_t>(o.type)],
+                    o.gpus,
+                    v.layout,
+                    v.rate_tokens_per_s,
+                    0,
+                    end != nullptr ? end
+                    : oom          ? "oom"
+                    : graceful     ? "stop"
+                                   : "crash"};
   }
   double ran = std::max(0.0, now - v.run_start_s);
   double done = v.DoneAt(now);
@@ -157,8 +162,11 @@ void Engine::StopRun(JobView& v, double now, bool graceful, bool oom, const char
     if (!view_.nodes[static_cast<size_t>(n)].up) view_.nodes[static_cast<size_t>(n)].free = 0;
   }
   v.attained_gpu_s += gpus * ran;
+  if (run) {
+    run->tokens = done - v.done_tokens;  // what the run kept
+    runs_.push_back(std::move(*run));
+  }
   v.done_tokens = done;
-  if (opt_.record_runs) runs_.back().tokens += done;
   --running_;
   busy_gpus_ -= o.gpus;
   v.running = false;
@@ -169,7 +177,8 @@ void Engine::StopRun(JobView& v, double now, bool graceful, bool oom, const char
 
 double Engine::Speed(const Allocation& a) const {
   double speed = 1;
-  for (const auto& [n, g] : a.placement) speed = std::min(speed, node_speed_[static_cast<size_t>(n)]);
+  for (const auto& [n, g] : a.placement)
+    speed = std::min(speed, node_speed_[static_cast<size_t>(n)]);
   return speed;
 }
 
@@ -458,4 +467,3 @@ Result<SimResult> Simulate(const Workload& workload, const Cluster& cluster,
 }
 
 }  // namespace frenzy
-
