@@ -36,19 +36,49 @@ const std::vector<int>& AllocationCore::Allocate(std::span<const CoreJob> jobs,
   gpus_.resize(first_.back());
   type_.resize(first_.back());
   single_.assign(jobs.size(), 0);
+  // Each option table's (type, GPUs) columns, read once per decision: many jobs share a table
+  // and a RunOption is large, so the rows are copied from these compact columns.
+  tables_.clear();
+  col_type_.clear();
+  col_gpus_.clear();
   for (size_t i = 0; i < jobs.size(); ++i) {
     const CoreJob& j = jobs[i];
     const auto& opts = j.options->options;
-    single_[i] = static_cast<size_t>(
-        std::partition_point(opts.begin(),
-                             opts.begin() + static_cast<std::ptrdiff_t>(j.speed.size()),
-                             [](const RunOption& r) { return !r.mixed(); }) -
-        opts.begin());
-    for (size_t o = 0; o < j.speed.size(); ++o) {
-      const RunOption& r = j.options->options[o];
-      inv_t_[first_[i] + o] = j.speed[o] > 0 ? 1.0 / T(i, static_cast<int>(o)) : 0.0;
-      gpus_[first_[i] + o] = r.gpus;
-      type_[first_[i] + o] = r.type;
+    const size_t n = j.speed.size();
+    auto [it, added] = tables_.try_emplace(j.options, Columns{col_type_.size(), 0});
+    if (added) {
+      it->second.single = static_cast<size_t>(
+          std::partition_point(opts.begin(), opts.end(),
+                               [](const RunOption& r) { return !r.mixed(); }) -
+          opts.begin());
+      for (const RunOption& r : opts) {
+        col_type_.push_back(r.type);
+        col_gpus_.push_back(r.gpus);
+      }
+    }
+    const size_t col = it->second.first, row = first_[i];
+    single_[i] = std::min(it->second.single, n);
+    std::copy_n(col_type_.begin() + static_cast<std::ptrdiff_t>(col), n,
+                type_.begin() + static_cast<std::ptrdiff_t>(row));
+    std::copy_n(col_gpus_.begin() + static_cast<std::ptrdiff_t>(col), n,
+                gpus_.begin() + static_cast<std::ptrdiff_t>(row));
+    // 1 / T = 1 / max(remaining / speed + extra, kMinTimeS), with one division per job for
+    // the options without extra (most of them) and one per option with.
+    const double rem = j.remaining_tokens;
+    const double inv_rem = rem > 0 ? 1.0 / rem : 0.0;
+    for (size_t o = 0; o < n; ++o) {
+      const double v = j.speed[o];
+      double inv = 0;
+      if (v > 0) {
+        const double extra = static_cast<int>(o) == j.current ? j.current_extra_s : j.restart_s;
+        if (rem <= 0) {
+          inv = extra > kMinTimeS ? 1.0 / extra : 1.0 / kMinTimeS;
+        } else {
+          inv = extra > 0 ? v / (rem + extra * v) : v * inv_rem;
+          inv = std::min(inv, 1.0 / kMinTimeS);
+        }
+      }
+      inv_t_[row + o] = inv;
     }
   }
   idle_.clear();
@@ -332,6 +362,22 @@ int AllocationCore::Same(size_t i, int type, int64_t gpus) const {
                                                                                               : -1;
 }
 
+// The summed completion time of jobs a and b when a runs option `pa` and b option `pb`, with no
+// other change: the first to finish leaves its GPUs to the other, which moves there (alt_a,
+// alt_b: each one's option on the other's GPUs) if that finishes it sooner, after a restart.
+inline double AllocationCore::PairSum(const Side& pa, const Side& alt_a, const Side& pb,
+                                      const Side& alt_b) {
+  // A job's completion on p when the other job finishes at t1 (a job that never ran has no
+  // restart to price, restart_s = 0: its move is counted free, as its first start is).
+  auto second = [](const Side& p, const Side& alt, double t1) {
+    if (p.run <= 0) return p.t;  // nothing left to run
+    const double pause = p.t - p.run;
+    const double done = std::clamp((t1 - pause) * p.inv_run, 0.0, 1.0);
+    return std::min(p.t, t1 + p.restart_s + (1 - done) * alt.run);
+  };
+  return pa.t <= pb.t ? pa.t + second(pb, alt_b, pa.t) : pb.t + second(pa, alt_a, pb.t);
+}
+
 // Comparative advantage: the greedy serves the best gain per GPU first, so of two jobs that
 // gain alike from a fast type, the one that would lose little on a slower type may take it
 // before the one that would lose much. One pass repairs that: every job that holds GPUs of one
@@ -372,11 +418,15 @@ void AllocationCore::SwapTypes() {
     }
     slot_[h] = slots;
   }
-  on_slot_.assign((slots + 1) * held_.size(), -2);  // -2: not looked up yet
+  on_slot_.assign((slots + 1) * held_.size(), Side{});
+  // Each holder's side on what it holds now.
+  now_.resize(held_.size());
+  for (const Holder& e : held_) now_[holder_[e.job]] = SideOf(e.job, choice_[e.job]);
   for (size_t h = 0; h < held_.size(); ++h) {
     const size_t a = held_[h].job;
     const int ca = choice_[a];
     const double a_now = Inv(a, ca);
+    const Side a_cur = now_[holder_[a]];
     size_t at = 0;
     int pa = -1, pb = -1;
     double best = 0;
@@ -385,53 +435,49 @@ void AllocationCore::SwapTypes() {
       if (type_[row] == held_[h].type || inv_t_[row] <= a_now) continue;
       const int oa = static_cast<int>(o);
       if (!Allowed(a, oa) || !keeps(a, oa)) continue;
+      const Side a_alt = SideOf(a, oa);
       const auto end = held_.begin() + static_cast<std::ptrdiff_t>(type_end_[type_[row]]);
       auto lo =
           std::lower_bound(held_.begin() + static_cast<std::ptrdiff_t>(type_begin_[type_[row]]),
                            end, Holder{type_[row], gpus_[row], 0});
       for (auto it = lo; it != end && it->gpus == gpus_[row]; ++it) {
         const size_t b = it->job;
-        const int cb = choice_[b];
-        int& ob = on_slot_[slot_[h] * held_.size() + holder_[b]];
-        if (ob == -2) {
-          ob = Same(b, held_[h].type, held_[h].gpus);
-          if (ob >= 0 && (!Allowed(b, ob) || !keeps(b, ob))) ob = -1;
+        Side& b_alt = on_slot_[slot_[h] * held_.size() + holder_[b]];
+        if (b_alt.option == -2) {
+          b_alt.option = Same(b, held_[h].type, held_[h].gpus);
+          if (b_alt.option >= 0 && (!Allowed(b, b_alt.option) || !keeps(b, b_alt.option))) {
+            b_alt.option = -1;
+          }
+          if (b_alt.option >= 0) b_alt = SideOf(b, b_alt.option);
         }
-        if (ob < 0) continue;
-        const double gain = PairSum(a, ca, oa, b, cb, ob) - PairSum(a, oa, ca, b, ob, cb);
+        if (b_alt.option < 0) continue;
+        const Side& b_cur = now_[holder_[b]];
+        const double gain =
+            PairSum(a_cur, a_alt, b_cur, b_alt) - PairSum(a_alt, a_cur, b_alt, b_cur);
         if (gain > best) {
           best = gain;
           at = static_cast<size_t>(it - held_.begin());
           pa = oa;
-          pb = ob;
+          pb = b_alt.option;
         }
       }
     }
     if (pa < 0) continue;
-    choice_[held_[at].job] = pb;
+    const size_t b = held_[at].job;
+    choice_[b] = pb;
     choice_[a] = pa;
+    // Their sides on what they now hold (their entries in held_ trade jobs).
+    now_[holder_[a]] = SideOf(a, pa);
+    now_[holder_[b]] = SideOf(b, pb);
     std::swap(held_[h].job, held_[at].job);
   }
 }
 
-// The summed completion time of jobs a and b when a runs option pa and b option pb, with no
-// other change: the first to finish leaves its GPUs to the other, which moves there (alt_a,
-// alt_b: each one's option on the other's GPUs) if that finishes it sooner, after a restart.
-double AllocationCore::PairSum(size_t a, int pa, int alt_a, size_t b, int pb, int alt_b) const {
-  auto run = [&](size_t i, int o) {
-    return jobs_[i].remaining_tokens / jobs_[i].speed[static_cast<size_t>(o)];
-  };
-  // Job i's completion on option p when the other job finishes at t1 (a job that never ran has
-  // no restart to price, restart_s = 0: its move is counted free, as its first start is).
-  auto second = [&](size_t i, int p, int alt, double t1) {
-    if (run(i, p) <= 0) return T(i, p);  // nothing left to run
-    const double pause = T(i, p) - run(i, p);
-    const double done = std::clamp((t1 - pause) / run(i, p), 0.0, 1.0);
-    return std::min(T(i, p), t1 + jobs_[i].restart_s + (1 - done) * run(i, alt));
-  };
-  const double ta = T(a, pa);
-  const double tb = T(b, pb);
-  return ta <= tb ? ta + second(b, pb, alt_b, ta) : tb + second(a, pa, alt_a, tb);
+// Job i's side of a pair on option o: what PairSum reads of it.
+AllocationCore::Side AllocationCore::SideOf(size_t i, int o) const {
+  const CoreJob& j = jobs_[i];
+  const double run = j.remaining_tokens / j.speed[static_cast<size_t>(o)];
+  return Side{o, T(i, o), run, run > 0 ? 1 / run : 0, j.restart_s};
 }
 
 void AllocationCore::Grant(size_t i, int o) {

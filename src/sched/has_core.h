@@ -122,7 +122,17 @@ class AllocationCore {
   bool Mixed(size_t i, int o) const { return static_cast<size_t>(o) >= single_[i]; }
   void Seed();
   void Greedy();
-  double PairSum(size_t a, int pa, int alt_a, size_t b, int pb, int alt_b) const;
+  // One job's side of a pair of jobs in the type swap, on one of its options: what PairSum
+  // reads (its T, its run time without pauses, its restart), computed once per (job, option).
+  struct Side {
+    int option = -2;  // -1: none; -2: not looked up yet (on_slot_)
+    double t = 0;
+    double run = 0;
+    double inv_run = 0;  // 1 / run (0 when run is)
+    double restart_s = 0;
+  };
+  Side SideOf(size_t i, int o) const;
+  static double PairSum(const Side& pa, const Side& alt_a, const Side& pb, const Side& alt_b);
   bool Allowed(size_t i, int o) const;
   void Propose(size_t i);
   Step BestStep(size_t i);
@@ -140,8 +150,15 @@ class AllocationCore {
   std::vector<size_t> first_;      // per job: its first row in the flat tables below
   std::vector<size_t> single_;     // per job: its single-type options (the mixed ones follow)
   std::vector<double> inv_t_;      // per (job, option): 1 / T, 0 where it may not run
-  std::vector<int64_t> gpus_;
-  std::vector<int> type_;
+  std::vector<int64_t> gpus_;  // per (job, option): its GPUs
+  std::vector<int> type_;      // per (job, option): its type
+  struct Columns {
+    size_t first;   // its first row in col_type_ and col_gpus_
+    size_t single;  // its single-type options
+  };
+  std::unordered_map<const JobOptions*, Columns> tables_;  // this decision's option tables
+  std::vector<int> col_type_;
+  std::vector<int64_t> col_gpus_;
   std::vector<Step> heap_;
   bool contended_ = false;  // a step of the last greedy pass found its GPUs taken
   std::vector<int64_t> idle_;        // second pass: the GPUs per type the first pass left free
@@ -156,7 +173,8 @@ class AllocationCore {
   std::vector<size_t> type_begin_, type_end_;  // per type: its run in held_
   std::vector<size_t> slot_;   // per entry of held_: its (type, GPUs) run's number
   std::vector<size_t> holder_;  // per job holding GPUs: its entry in held_ before any trade
-  std::vector<int> on_slot_;  // per (slot, holder): the job's option there (-1: none, -2: unknown)
+  std::vector<Side> on_slot_;  // per (slot, holder): the job's side there (option -1: none)
+  std::vector<Side> now_;      // per entry of held_: its job's side on what it holds
   std::unordered_map<int64_t, int> first_step_;  // per speed class: its best first start
 };
 
