@@ -433,22 +433,20 @@ void AllocationCore::SwapTypes() {
     for (size_t o = 0; o < single_[a]; ++o) {
       const size_t row = first_[a] + o;
       if (type_[row] == held_[h].type || inv_t_[row] <= a_now) continue;
-      const int oa = static_cast<int>(o);
-      if (!Allowed(a, oa) || !keeps(a, oa)) continue;
-      const Side a_alt = SideOf(a, oa);
       const auto end = held_.begin() + static_cast<std::ptrdiff_t>(type_end_[type_[row]]);
       auto lo =
           std::lower_bound(held_.begin() + static_cast<std::ptrdiff_t>(type_begin_[type_[row]]),
                            end, Holder{type_[row], gpus_[row], 0});
+      if (lo == end || lo->gpus != gpus_[row]) continue;  // nobody holds that count there
+      const int oa = static_cast<int>(o);
+      if (!Allowed(a, oa) || !keeps(a, oa)) continue;
+      const Side a_alt = SideOf(a, oa);
       for (auto it = lo; it != end && it->gpus == gpus_[row]; ++it) {
         const size_t b = it->job;
         Side& b_alt = on_slot_[slot_[h] * held_.size() + holder_[b]];
-        if (b_alt.option == -2) {
-          b_alt.option = Same(b, held_[h].type, held_[h].gpus);
-          if (b_alt.option >= 0 && (!Allowed(b, b_alt.option) || !keeps(b, b_alt.option))) {
-            b_alt.option = -1;
-          }
-          if (b_alt.option >= 0) b_alt = SideOf(b, b_alt.option);
+        if (b_alt.option == -2) {  // not looked up yet
+          const int ob = Same(b, held_[h].type, held_[h].gpus);
+          b_alt = ob >= 0 && Allowed(b, ob) && keeps(b, ob) ? SideOf(b, ob) : Side{-1};
         }
         if (b_alt.option < 0) continue;
         const Side& b_cur = now_[holder_[b]];
