@@ -67,6 +67,10 @@ ENVIRONMENT = {
     "hf": ["--cuda-context-mib", "1343", "--no-foreach", "--keep-grads"],
     "other": ["--no-foreach", "--keep-grads"],
     "deepspeed": ["--no-foreach"],
+    # litgpt's GPT returns the lm_head's output in the model's dtype (bf16-true) and its
+    # chunked_cross_entropy (litgpt/utils.py) takes F.cross_entropy of those 16-bit logits, 128
+    # tokens at a time, without an fp32 copy.
+    "litgpt": ["--loss-in-model-dtype"],
 }
 
 METRIC = {"max_allocated": "peak_bytes", "max_reserved": "peak_reserved_bytes",
@@ -110,6 +114,10 @@ def predict_row(frenzy, r):
     if r["model"].startswith("bert"):
         args += ["--head", "classification"]
     args += ENVIRONMENT.get(r["framework"], [])
+    if r["framework"] == "litgpt" and int(r["dp"] or 1) > 1 and r["zero"] in ("2", "3"):
+        # litgpt's finetune loops accumulate under fabric.no_backward_sync, which is FSDP's
+        # no_sync: unsharded gradients between micro-batches.
+        args.append("--accumulate-unsharded")
     if r["framework"] == "deepspeed" and r["precision"] == "fp16":
         # DeepSpeed fp16 runs the HF model in fp16 without autocast; that GPT-2 (2022)
         # computed its cross-entropy on the fp16 logits.

@@ -16,7 +16,7 @@ Usage:
       [--precision fp32|bf16|fp16|bf16-pure] [--optimizer adamw|adam|sgd|sgdm]
       [--recompute none|selective|full] [--recompute-every N] [--attn eager|sdpa] [--steps 3]
       [--device cpu|cuda]
-      [--dropout on|off] [--keep-grads] [--json]
+      [--dropout on|off] [--keep-grads] [--accum N] [--json]
 
 Prints one JSON object with --json: the configuration, "params", "peak_bytes",
 "peak_reserved_bytes" (CUDA), "baseline_bytes", "peak_phase" and "saved_activation_bytes".
@@ -703,7 +703,7 @@ def tensor_bytes(tensors):
 def measure(doc, micro_batch=1, seq_len=128, precision="fp32", optimizer="adamw", recompute="none",
             attn="eager", dropout="on", steps=3, device=None, seed=0, finetune="full", lora_rank=8,
             lora_alpha=16.0, lora_dropout=0.0, lora_targets="all-linear", double_quant=True,
-            recompute_every=1, keep_grads=False):
+            recompute_every=1, keep_grads=False, accum=1):
     """Builds the model of config `doc`, trains `steps` steps and returns the measured peak."""
     args = argparse.Namespace(micro_batch=micro_batch, seq_len=seq_len, precision=precision,
                               optimizer=optimizer, recompute=recompute, attn=attn, dropout=dropout,
@@ -711,7 +711,7 @@ def measure(doc, micro_batch=1, seq_len=128, precision="fp32", optimizer="adamw"
                               lora_alpha=lora_alpha, lora_dropout=lora_dropout,
                               lora_targets=lora_targets, double_quant=double_quant,
                               recompute_every=recompute_every, keep_grads=keep_grads,
-                              device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
+                              accum=accum, device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
     return _measure(parse_config(doc), args)
 
 
@@ -740,6 +740,8 @@ def main():
     ap.add_argument("--keep-grads", action="store_true",
                     help="zero_grad(set_to_none=False), PyTorch < 2.0's default: gradients stay "
                          "allocated between steps")
+    ap.add_argument("--accum", type=int, default=1,
+                    help="gradient accumulation: micro-batches per optimizer step")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with open(args.config) as f:
@@ -803,19 +805,24 @@ def _measure(c, args):
                     saved["bytes"] += st.size() * t.element_size()
             return t
 
-        with record_function("phase:forward"):
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                if amp_dtype is not None:
-                    with torch.autocast(device_type=dev.type, dtype=amp_dtype):
+        # Gradient accumulation: `accum` micro-batches, each forward and backward, before the
+        # optimizer step; the gradients of the first stay allocated while the next run.
+        for micro in range(accum):
+            with record_function("phase:forward"):
+                with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                    if amp_dtype is not None:
+                        with torch.autocast(device_type=dev.type, dtype=amp_dtype):
+                            logits = model(inputs, run)
+                    else:
                         logits = model(inputs, run)
+                    loss = F.cross_entropy(logits.view(-1, V).float(), labels.view(-1)) / accum
+            count_saved = False  # saved bytes are one micro-batch's
+            with record_function("phase:loss"):  # until the logits' gradient marks "backward"
+                if scaler is not None:
+                    scaler.scale(loss).backward()
                 else:
-                    logits = model(inputs, run)
-                loss = F.cross_entropy(logits.view(-1, V).float(), labels.view(-1))
-        with record_function("phase:loss"):  # until the logits' gradient marks "backward"
-            if scaler is not None:
-                scaler.scale(loss).backward()
-            else:
-                loss.backward()
+                    loss.backward()
+            del logits
         with record_function("phase:optimizer"):
             if scaler is not None:
                 scaler.step(opt)
@@ -826,6 +833,7 @@ def _measure(c, args):
         return loss
 
     keep_grads = getattr(args, "keep_grads", False)
+    accum = max(1, getattr(args, "accum", 1))
     for _ in range(max(0, args.steps - 1)):
         step()
     state_tensors = list(model.parameters()) + list(model.buffers())
@@ -869,7 +877,7 @@ def _measure(c, args):
     result.update(model_type=c["model_type"], micro_batch=b, seq_len=s, precision=args.precision,
                   optimizer=args.optimizer, recompute=args.recompute, attn=args.attn,
                   dropout=args.dropout, device=dev.type, torch=torch.__version__, finetune=finetune,
-                  keep_grads=keep_grads)
+                  keep_grads=keep_grads, accum=accum)
     return result
 
 

@@ -265,6 +265,7 @@ struct PredictOptions {
   bool no_dropout = false;
   bool no_foreach = false;
   bool keep_grads = false;
+  bool accumulate_unsharded = false;
   bool loss_in_model_dtype = false;
   double cuda_context_mib = 512;
   FineTuneFlags ft;
@@ -304,6 +305,7 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
   o.train.device = o.device == "cpu" ? DeviceKind::kCpu : DeviceKind::kCuda;
   o.train.foreach_optimizer = !o.no_foreach;
   o.train.zero_grad_keeps = o.keep_grads;
+  o.train.accumulate_unsharded = o.accumulate_unsharded;
   o.train.loss_fp32 = !o.loss_in_model_dtype;
   if (!(o.cuda_context_mib >= 0) || o.cuda_context_mib > 1 << 20) {
     return InvalidArgument("must be between 0 and 1048576", {}, "--cuda-context-mib");
@@ -596,6 +598,9 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
     cmd->add_flag("--keep-grads", o->keep_grads,
                   "zero_grad keeps the gradients allocated between steps (set_to_none=False, "
                   "PyTorch < 2.0's default)");
+    cmd->add_flag("--accumulate-unsharded", o->accumulate_unsharded,
+                  "FSDP gradient accumulation under no_sync (Lightning's no_backward_sync, "
+                  "Accelerate): unsharded gradients kept between micro-batches");
     cmd->add_flag("--loss-in-model-dtype", o->loss_in_model_dtype,
                   "Loss computed on 16-bit logits (older HF models run in 16 bits)");
     cmd->add_option("--cuda-context-mib", o->cuda_context_mib,

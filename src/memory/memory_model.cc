@@ -285,7 +285,18 @@ StageState MakeStageState(const ModelSpec& m, const TrainingSpec& t, const Paral
   if (l.last_stage) s.out = k.output_act;
   s.in_flight = InFlight(p, l.stage, microbatches);
   s.act_all = static_cast<int64_t>(std::ceil(static_cast<double>(s.act) * s.in_flight));
-  s.grads_at_start = s.st.grads_persist ? s.st.grads : 0;
+  // Gradient accumulation (several micro-batches a step on this pipeline): backward adds into
+  // the gradients the first micro-batch left, so from the second on every phase holds them,
+  // even where zero_grad frees them between steps (PyTorch's AccumulateGrad adds in place).
+  const bool grads_held = s.st.grads_persist || microbatches > 1;
+  s.grads_at_start = grads_held ? s.st.grads : 0;
+  if (t.accumulate_unsharded && microbatches > 1 && p.zero >= 2) {
+    // FSDP's no_sync: until the last micro-batch reduces them, the gradients are the whole
+    // stage's, in the dtype backward computes them in (the gathered weights').
+    s.grads_at_start = std::max(
+        s.grads_at_start, CeilBytes(static_cast<double>(s.sp.total) *
+                                    static_cast<double>(MakeStateInputs(t, p, s.sp).compute)));
+  }
   const bool recompute_layers = RecomputesLayerForward(t.recompute);
   s.cache_after_forward = recompute_layers ? 0 : s.st.autocast_cache;
   if (recompute_layers && k.every > 1) {
@@ -297,7 +308,7 @@ StageState MakeStageState(const ModelSpec& m, const TrainingSpec& t, const Paral
   }
   // (TE's FP8 linears are not cast by autocast: only the output layer is, on the last stage.)
   s.layer_casts = recompute_layers && s.st.autocast_cache > 0 && !t.te_fp8();
-  s.grad_per_param = s.st.grads_persist || s.sp.total == 0
+  s.grad_per_param = grads_held || s.sp.total == 0
                          ? 0.0
                          : static_cast<double>(s.st.grads) / static_cast<double>(s.sp.total);
   return s;

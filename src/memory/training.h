@@ -189,6 +189,13 @@ struct TrainingSpec {
   // in place and stay allocated from the first backward on, so every later step's forward and
   // backward run beside all of them.
   bool zero_grad_keeps = false;
+  // Gradient accumulation without a reduction per micro-batch under FSDP: FSDP1's no_sync()
+  // (Lightning Fabric's no_backward_sync, Accelerate's accumulate) or FSDP2's
+  // set_requires_gradient_sync(False) keep each rank's gradients unsharded until the last
+  // micro-batch's backward reduce-scatters them (PyTorch PR 126166: "(2) avoids the
+  // communication but uses more gradient memory (storing the unsharded gradients)"); the
+  // default, a reduce-scatter every micro-batch, accumulates the shards.
+  bool accumulate_unsharded = false;
   // Current HuggingFace models upcast logits to fp32 for the loss; older versions (and models run
   // in 16 bits without autocast) computed the loss in the model's dtype.
   bool loss_fp32 = true;

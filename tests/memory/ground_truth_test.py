@@ -225,6 +225,16 @@ GRID += [
     ("llama-gqa", 2, 128, "bf16", "adamw", "full", dict(QLORA, lora_targets="attention")),
     ("qwen2-bias", 1, 256, "bf16", "adamw", "full", dict(QLORA, lora_rank=16, lora_dropout=0.05)),
 ]
+# Gradient accumulation: several micro-batches a step, the gradients of the first alive while the
+# next run (the HF Trainer's gradient_accumulation_steps; predicted with --global-batch).
+GRID += [
+    ("llama-mha", 2, 128, "fp32", "adamw", "none", {"accum": 2}),
+    ("gpt2", 2, 128, "bf16", "adamw", "none", {"accum": 2}),
+    ("llama-gqa", 4, 64, "fp32", "adamw", "full", {"accum": 3}),
+    ("mistral-gqa-tied", 2, 128, "bf16-pure", "adamw", "selective", {"accum": 2}),
+    ("qwen3-moe", 2, 128, "bf16", "adamw", "none", {"accum": 2}),
+    ("llama-mha", 2, 128, "bf16", "adamw", "none", dict(LORA, accum=2)),
+]
 
 
 def finetune_flags(ft):
@@ -243,6 +253,7 @@ def finetune_kwargs(ft):
 
 def finetune_name(ft):
     keep = " keep-grads" if ft.get("keep_grads") else ""
+    keep += f" accum {ft['accum']}" if ft.get("accum", 1) > 1 else ""
     if "finetune" not in ft:
         return "full" + keep
     return keep.strip() + " " * bool(keep) + " ".join([ft["finetune"], f"r{ft.get('lora_rank', 8)}", ft.get("lora_targets", "all-linear")] +
@@ -262,6 +273,8 @@ def predict(frenzy, config_path, mb, seq, precision, optimizer, recompute, ft=No
            str(seq), "--precision", precision, "--optimizer", optimizer, "--recompute", kind,
            "--recompute-every", str(every),
            "--framework", "hf", "--device", "cpu", "--no-flash-attn", "--json"] + finetune_flags(ft)
+    if ft and ft.get("accum", 1) > 1:  # predict takes the step's batch: micro-batch x steps
+        cmd += ["--global-batch", str(mb * ft["accum"])]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 

@@ -383,6 +383,47 @@ TEST(PredictMemory, SoftwareEnvironmentKnobs) {
   EXPECT_LE(Predict(m, loss16, p).peak_bytes, base.peak_bytes);
 }
 
+// Gradient accumulation. Llama-2-7B (Ψ = 6,738,415,616, see ZeroStagesShardAsThePaperSays) in
+// pure bf16 under FSDP over 8 ranks, 2 sequences of 1 per rank a step, so 2 micro-batches: the
+// second runs its forward beside the gradients the first left, which zero_grad frees only after
+// the optimizer step. Reduced every micro-batch (FSDP2's default) they are the rank's bf16 shard,
+// 2Ψ/8 bytes; under no_sync they are the whole model's, 2Ψ. One micro-batch a step holds none
+// before backward: at its peak (the start of the layers' backward) only the output layer's and
+// the last layer's first gradients exist, a few percent of the shard.
+TEST(PredictMemory, AccumulationKeepsTheGradientsThroughTheNextForward) {
+  constexpr int64_t kPsi = 6'738'415'616;
+  ModelSpec m = Zoo("llama-2-7b");
+  TrainingSpec t;
+  t.framework = Framework::kFsdp;
+  t.precision = Precision::kBf16Pure;
+  t.seq_len = 1024;
+  t.micro_batch = 1;
+  ParallelPlan p;
+  p.dp = 8;
+  p.zero = 3;
+  t.global_batch = 8;  // one micro-batch a step
+  MemoryEstimate one = Predict(m, t, p);
+  ASSERT_EQ(std::string(one.stages[0].peak_phase), "backward");
+  EXPECT_LT(one.stages[0].breakdown.gradients, 2 * kPsi / 8 / 20);
+  t.global_batch = 16;  // two
+  MemoryEstimate two = Predict(m, t, p);
+  EXPECT_EQ(std::string(two.stages[0].peak_phase), "backward");
+  EXPECT_EQ(two.stages[0].breakdown.gradients, 2 * kPsi / 8);
+  t.accumulate_unsharded = true;
+  MemoryEstimate nosync = Predict(m, t, p);
+  EXPECT_EQ(nosync.stages[0].breakdown.gradients, 2 * kPsi);
+  EXPECT_EQ(nosync.peak_bytes - two.peak_bytes, 2 * kPsi - 2 * kPsi / 8);
+  // One micro-batch a step has nothing to keep unsharded.
+  t.global_batch = 8;
+  EXPECT_EQ(Predict(m, t, p).peak_bytes, one.peak_bytes);
+  // no_sync is FSDP's: other frameworks refuse it by name.
+  t.global_batch = 16;
+  t.framework = Framework::kHf;
+  auto refused = PredictMemory(m, t, p);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().ToString().find("accumulate_unsharded"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace frenzy
 

@@ -527,8 +527,10 @@ TEST(Planner, TorchtitanJobsCheckpointEveryNthLayerWhenThatIsEnough) {
 // sharding all-gathers every layer's weights across the network in forward and backward, while
 // HSDP gathers over NVLink and sends only each rank's 1/8 of the gradient across: faster, at the
 // price of states sharded over 8 ranks instead of 16: llama-2-13b's 13e9 parameters x 12 to 16
-// bytes (fp32 weights and Adam moments, gradients in fp32 or bf16) x (1/8 - 1/16) = 9.1 to 12.1
-// GiB per GPU more. Megatron-LM's distributed optimizer has no such mode.
+// bytes (fp32 weights and Adam moments, plus the fp32 gradients that gradient accumulation, 64
+// sequences in 4 micro-batches a step, keeps from one micro-batch to the next) x (1/8 - 1/16) =
+// 9.1 to 12.1 GiB per GPU more allocated, at most 12.7 GiB with the caching allocator's 5%
+// reserve on top. Megatron-LM's distributed optimizer has no such mode.
 TEST(Planner, FsdpJobsAcrossNodesMayShardWithinANode) {
   Cluster c;
   c.name = "two-nodes";
@@ -555,7 +557,7 @@ TEST(Planner, FsdpJobsAcrossNodesMayShardWithinANode) {
   ASSERT_TRUE(full && hybrid) << Why(r);
   EXPECT_GT(hybrid->tokens_per_s, 1.2 * full->tokens_per_s);
   EXPECT_GT(hybrid->device_bytes - full->device_bytes, 9 * kGiB);
-  EXPECT_LT(hybrid->device_bytes - full->device_bytes, 12.2 * kGiB);
+  EXPECT_LT(hybrid->device_bytes - full->device_bytes, 12.8 * kGiB);
   EXPECT_EQ(PlanToJson(*hybrid)["shard_group"], 8);
   EXPECT_FALSE(PlanToJson(*full).contains("shard_group"));  // train.py's default: all of dp
   // One node: nothing to replicate across.
