@@ -266,6 +266,7 @@ struct PredictOptions {
   bool no_foreach = false;
   bool keep_grads = false;
   bool accumulate_unsharded = false;
+  bool fsdp_wrap_embeddings = false;
   bool loss_in_model_dtype = false;
   double cuda_context_mib = 512;
   FineTuneFlags ft;
@@ -306,6 +307,7 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
   o.train.foreach_optimizer = !o.no_foreach;
   o.train.zero_grad_keeps = o.keep_grads;
   o.train.accumulate_unsharded = o.accumulate_unsharded;
+  o.train.fsdp_wrap_embeddings = o.fsdp_wrap_embeddings;
   o.train.loss_fp32 = !o.loss_in_model_dtype;
   if (!(o.cuda_context_mib >= 0) || o.cuda_context_mib > 1 << 20) {
     return InvalidArgument("must be between 0 and 1048576", {}, "--cuda-context-mib");
@@ -601,6 +603,9 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
     cmd->add_flag("--accumulate-unsharded", o->accumulate_unsharded,
                   "FSDP gradient accumulation under no_sync (Lightning's no_backward_sync, "
                   "Accelerate): unsharded gradients kept between micro-batches");
+    cmd->add_flag("--fsdp-wrap-embeddings", o->fsdp_wrap_embeddings,
+                  "FSDP units of their own for the embeddings and the output layer (torchtitan "
+                  "since 2025); default: they sit in the root unit, gathered through the step");
     cmd->add_flag("--loss-in-model-dtype", o->loss_in_model_dtype,
                   "Loss computed on 16-bit logits (older HF models run in 16 bits)");
     cmd->add_option("--cuda-context-mib", o->cuda_context_mib,

@@ -80,6 +80,7 @@ StageParams ParamsOnRank(const ModelSpec& m, const ParamCounts& c, const Paralle
     s.largest_tensor = std::max(s.largest_tensor, layer->largest_tensor);
     s.per_layer_max = std::max(s.per_layer_max, layer->total);
   }
+  const int64_t in_layers = s.total;
   int64_t vocab_matrix = m.vocab_size / p.tp * m.embedding_width();
   if (first_stage) {
     s.total += (c.token_embedding + c.embedding_proj) / p.tp + c.position_embedding +
@@ -99,6 +100,7 @@ StageParams ParamsOnRank(const ModelSpec& m, const ParamCounts& c, const Paralle
     s.largest_tensor = std::max(s.largest_tensor, vocab_matrix);
     s.adafactor_state += m.vocab_size / p.tp + m.embedding_width();
   }
+  s.outside_layers = s.total - in_layers;
   return s;
 }
 
@@ -258,6 +260,9 @@ struct StageState {
   // saved tensors still on the GPU when backward starts (in `act`).
   int64_t offloaded = 0;
   int64_t stash = 0;
+  // FSDP's root unit's unsharded gradient through the layers' backward (0 where the gradients
+  // held already count it whole: no_sync accumulation).
+  int64_t root_grad = 0;
 };
 
 StageState MakeStageState(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
@@ -290,12 +295,14 @@ StageState MakeStageState(const ModelSpec& m, const TrainingSpec& t, const Paral
   // even where zero_grad frees them between steps (PyTorch's AccumulateGrad adds in place).
   const bool grads_held = s.st.grads_persist || microbatches > 1;
   s.grads_at_start = grads_held ? s.st.grads : 0;
+  s.root_grad = s.st.root_grad;
   if (t.accumulate_unsharded && microbatches > 1 && p.zero >= 2) {
     // FSDP's no_sync: until the last micro-batch reduces them, the gradients are the whole
     // stage's, in the dtype backward computes them in (the gathered weights').
     s.grads_at_start = std::max(
         s.grads_at_start, CeilBytes(static_cast<double>(s.sp.total) *
                                     static_cast<double>(MakeStateInputs(t, p, s.sp).compute)));
+    s.root_grad = 0;
   }
   const bool recompute_layers = RecomputesLayerForward(t.recompute);
   s.cache_after_forward = recompute_layers ? 0 : s.st.autocast_cache;
@@ -338,7 +345,7 @@ std::pair<Phase, Phase> ForwardAndLossPhases(const StageState& s, const LayerKin
 class BackwardWalk {
  public:
   BackwardWalk(const StageState& s, const LayerKinds& k)
-      : fixed_temp_(s.st.buckets + s.st.gather + s.st.gather_grad + k.stream_grad),
+      : fixed_temp_(s.st.buckets + s.st.gather + s.st.gather_grad + s.root_grad + k.stream_grad),
         grad_per_param_(s.grad_per_param),
         layer_casts_(s.layer_casts) {
     base_.weights = s.st.weights;
@@ -408,7 +415,9 @@ Phase BackwardPhase(const ModelSpec& m, const ParallelPlan& p, const ParamCounts
   if (m.tied_embeddings && l.first_stage && l.last_stage) {
     head_params += counts.token_embedding / p.tp;
   }
-  const int64_t start_grads = s.grads_at_start + walk.GradBytes(head_params);
+  // Under FSDP's root unit the head's gradient is unsharded until the end of backward (in
+  // root_grad), not yet the shard.
+  const int64_t start_grads = s.grads_at_start + (s.root_grad > 0 ? 0 : walk.GradBytes(head_params));
   const int64_t start_act = s.act_all + s.cache_after_forward;
   int64_t g = start_grads, a = start_act;
   const bool uniform = k.every == 1 && s.stash == 0 && (l.n_moe == 0 || l.n_dense == 0);

@@ -106,7 +106,8 @@ States DeepSpeedStates(const ParallelPlan& p, const StageParams& sp, const State
   return st;
 }
 
-States FsdpStates(const ParallelPlan& p, const StageParams& sp, const StateInputs& in) {
+States FsdpStates(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp,
+                  const StateInputs& in) {
   // FSDP keeps fp32 sharded flat parameters (and fp32 gradients and optimizer states on
   // the shard); MixedPrecision casts an all-gathered unit to 16 bits while it computes,
   // with the next unit prefetched (PyTorch FSDP docs: backward_prefetch=BACKWARD_PRE).
@@ -120,6 +121,12 @@ States FsdpStates(const ParallelPlan& p, const StageParams& sp, const StateInput
   if (p.zero >= 3 && in.z > 1) {
     st.gather = 2 * sp.per_layer_max * in.compute;
     st.gather_grad = sp.per_layer_max * in.compute;
+    if (!t.fsdp_wrap_embeddings) {
+      // The root unit, gathered through forward and backward, and its unsharded gradient.
+      st.root_gather = sp.outside_layers * in.compute;
+      st.gather += st.root_gather;
+      st.root_grad = st.root_gather;
+    }
   } else if (in.mixed) {
     st.autocast_cache = CeilBytes(static_cast<double>(sp.matmul) * 2.0);
   }
@@ -245,7 +252,7 @@ States FullTrainingStates(const TrainingSpec& t, const ParallelPlan& p, const St
       st = DeepSpeedStates(p, sp, in);
       break;
     case Framework::kFsdp:
-      st = FsdpStates(p, sp, in);
+      st = FsdpStates(t, p, sp, in);
       break;
     case Framework::kHf:
       st = HfStates(p, sp, in);
@@ -276,7 +283,9 @@ void ApplyFp8(const TrainingSpec& t, const ParallelPlan& p, const StageParams& s
     return;
   }
   if (t.fp8_param_gather && p.zero >= 3) {
-    st.gather = st.gather / 2;
+    // The layers' Float8Linear weights; the root unit's embedding and output layer stay 16-bit
+    // (torchtitan converts no output layer).
+    st.gather = (st.gather - st.root_gather) / 2 + st.root_gather;
   }
 }
 

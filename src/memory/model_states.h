@@ -22,6 +22,7 @@ struct StageParams {
   int64_t adapters = 0;         // fine-tuning: trainable adapter parameters (in `total`)
   int64_t quantized = 0;        // ... base weights stored in 4 bits (in `total`)
   int64_t experts = 0;          // routed experts' parameters (in `total`)
+  int64_t outside_layers = 0;   // embeddings, final norm and output layer on this rank
 };
 
 struct States {
@@ -33,6 +34,12 @@ struct States {
   int64_t buckets = 0;         // persistent communication buffers
   int64_t gather = 0;          // ZeRO-3/FSDP unsharded parameters while computing
   int64_t gather_grad = 0;     // ... and the unsharded gradient before reduce-scatter
+  // FSDP's root unit (what no wrapped layer holds: embeddings, final norm, output layer) stays
+  // gathered from the start of forward to the end of backward (in `gather`), and its unsharded
+  // gradient, which the output layer's backward starts, waits for the root's reduce-scatter at
+  // the end of backward.
+  int64_t root_gather = 0;  // of `gather`, the root unit's
+  int64_t root_grad = 0;
   int64_t autocast_cache = 0;  // 16-bit copies of fp32 weights under torch.autocast
   int64_t host = 0;            // offloaded states in host memory (this rank's share)
   int64_t pageable = 0;        // of `optimizer`, what a paged optimizer lets the driver evict

@@ -390,6 +390,9 @@ Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelP
     add("accumulate_unsharded", "is FSDP's no_sync accumulation: use --framework fsdp with "
                                 "--zero 2 or 3");
   }
+  if (t.fsdp_wrap_embeddings && t.framework != Framework::kFsdp) {
+    add("fsdp_wrap_embeddings", "is FSDP's wrapping: use --framework fsdp");
+  }
   if (t.offload_activations) {
     if (t.framework != Framework::kHf && t.framework != Framework::kFsdp) {
       add("offload_activations", "activation offloading is modelled as torchtune runs it "

@@ -196,6 +196,13 @@ struct TrainingSpec {
   // communication but uses more gradient memory (storing the unsharded gradients)"); the
   // default, a reduce-scatter every micro-batch, accumulates the shards.
   bool accumulate_unsharded = false;
+  // FSDP's wrapping: by default only the layers are units of their own, and the root unit holds
+  // the embeddings, final norm and output layer, which neither FSDP1 nor FSDP2 reshards after
+  // forward ("for the root, do not reshard after forward since for training, the parameters
+  // would be freed and all-gathered immediately", FSDP2's lazy init; FSDP1 likewise): litgpt's
+  // Block policy, Accelerate's transformer-layer policy, torchtitan until 2025. torchtitan since
+  // wraps tok_embeddings and [norm, output] as units of their own: gathered only around their use.
+  bool fsdp_wrap_embeddings = false;
   // Current HuggingFace models upcast logits to fp32 for the loss; older versions (and models run
   // in 16 bits without autocast) computed the loss in the model's dtype.
   bool loss_fp32 = true;

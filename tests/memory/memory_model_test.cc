@@ -398,6 +398,7 @@ TEST(PredictMemory, AccumulationKeepsTheGradientsThroughTheNextForward) {
   t.precision = Precision::kBf16Pure;
   t.seq_len = 1024;
   t.micro_batch = 1;
+  t.fsdp_wrap_embeddings = true;  // no root unit here (FsdpRootUnitStaysGatheredThroughTheStep)
   ParallelPlan p;
   p.dp = 8;
   p.zero = 3;
@@ -422,6 +423,55 @@ TEST(PredictMemory, AccumulationKeepsTheGradientsThroughTheNextForward) {
   auto refused = PredictMemory(m, t, p);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().ToString().find("accumulate_unsharded"), std::string::npos);
+}
+
+// FSDP's root unit. Wrapping only the layers (litgpt, Accelerate, torchtitan until 2025) leaves
+// the embedding, the final norm and the output layer in the root unit, which FSDP1 and FSDP2
+// keep gathered from forward to backward, and whose unsharded gradient waits for the root's
+// reduce-scatter at the end of backward. By hand: Llama-3.1-8B has 128,256 x 4,096 =
+// 525,336,576 parameters in each of its untied embedding and output layer, and a 4,096 final
+// norm: 1,050,677,248 outside the layers, 2,101,354,496 bytes gathered in bf16. Llama-2-7B:
+// 2 x 32,000 x 4,096 + 4,096 = 262,148,096; its output layer and norm 131,076,096, whose fp32
+// gradient shard over 8 ranks (4 / 8 bytes each) the root's unsharded gradient replaces.
+TEST(PredictMemory, FsdpRootUnitStaysGatheredThroughTheStep) {
+  TrainingSpec t;
+  t.framework = Framework::kFsdp;
+  t.seq_len = 4096;
+  ParallelPlan p;
+  p.dp = 8;
+  p.zero = 3;
+  // At the loss (before the head's gradient), the gathered root alone.
+  ModelSpec l3 = Zoo("llama-3.1-8b");
+  MemoryEstimate root = Predict(l3, t, p);
+  TrainingSpec own = t;
+  own.fsdp_wrap_embeddings = true;
+  MemoryEstimate wrapped = Predict(l3, own, p);
+  ASSERT_EQ(std::string(root.stages[0].peak_phase), "loss");
+  ASSERT_EQ(std::string(wrapped.stages[0].peak_phase), "loss");
+  EXPECT_EQ(root.stages[0].breakdown.temporary - wrapped.stages[0].breakdown.temporary,
+            2 * int64_t{1'050'677'248});
+  // In backward, also the root's unsharded bf16 gradient, instead of the head's fp32 shard.
+  ModelSpec l2 = Zoo("llama-2-7b");
+  t.micro_batch = 2;
+  t.recompute = Recompute::kFull;
+  t.loss_fp32 = false;
+  own = t;
+  own.fsdp_wrap_embeddings = true;
+  root = Predict(l2, t, p);
+  wrapped = Predict(l2, own, p);
+  ASSERT_EQ(std::string(root.stages[0].peak_phase), "backward");
+  ASSERT_EQ(std::string(wrapped.stages[0].peak_phase), "backward");
+  EXPECT_EQ(root.stages[0].breakdown.temporary - wrapped.stages[0].breakdown.temporary,
+            2 * 2 * int64_t{262'148'096});
+  EXPECT_EQ(wrapped.stages[0].breakdown.gradients - root.stages[0].breakdown.gradients,
+            int64_t{131'076'096} * 4 / 8);
+  // Unsharded FSDP has no root to gather; other frameworks refuse the flag by name.
+  p.zero = 0;
+  EXPECT_EQ(Predict(l2, t, p).peak_bytes, Predict(l2, own, p).peak_bytes);
+  own.framework = Framework::kMegatron;
+  auto refused = PredictMemory(l2, own, p);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().ToString().find("fsdp_wrap_embeddings"), std::string::npos);
 }
 
 }  // namespace
