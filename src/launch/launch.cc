@@ -84,6 +84,10 @@ LayoutLimits LimitsOf(Launcher l) {
       x.zeros = {2, 3};
       x.recompute_every = false;
       x.offloads = {Offload::kParams};
+      // accelerator.accumulate() runs the micro-batches before the last under the model's
+      // no_sync() (GradientAccumulationPlugin's sync_each_batch defaults to False): FSDP keeps
+      // unsharded gradients until the step's last micro-batch.
+      x.accumulate_unsharded = true;
       break;
     case Launcher::kDeepSpeed:
       // ZeRO 0-3 with optimizer/parameter offload from the config file. Pipeline stages,

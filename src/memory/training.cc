@@ -386,9 +386,8 @@ Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelP
     add("sequence_parallel", "the sequence per rank must divide by tp");
   }
   if (p.zero < 0 || p.zero > 3) add("zero", "ZeRO stage must be 0, 1, 2 or 3");
-  if (t.accumulate_unsharded && (t.framework != Framework::kFsdp || p.zero < 2)) {
-    add("accumulate_unsharded", "is FSDP's no_sync accumulation: use --framework fsdp with "
-                                "--zero 2 or 3");
+  if (t.accumulate_unsharded && t.framework != Framework::kFsdp) {
+    add("accumulate_unsharded", "is FSDP's no_sync accumulation: use --framework fsdp");
   }
   if (t.fsdp_wrap_embeddings && t.framework != Framework::kFsdp) {
     add("fsdp_wrap_embeddings", "is FSDP's wrapping: use --framework fsdp");

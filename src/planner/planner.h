@@ -55,6 +55,10 @@ struct LayoutLimits {
   bool hybrid_shard = true;
   // The GPUs run as the same number of processes on each node (torchrun's rule): EvenOverNodes.
   bool even_nodes = false;
+  // Gradient accumulation under FSDP without a reduction per micro-batch (Accelerate's
+  // accumulate(), FSDP's no_sync): unsharded gradients between micro-batches
+  // (TrainingSpec::accumulate_unsharded).
+  bool accumulate_unsharded = false;
   bool Allows(int64_t zero) const;
   bool Allows(Offload o) const;
 };

@@ -237,6 +237,42 @@ TEST(Launch, AccelerateWritesFsdpConfigAndSplitsNodesEvenly) {
   EXPECT_EQ(PrepareJob(Launcher::kAccelerate, &tp).field(), "parallelism");
 }
 
+// Accelerate accumulates under no_sync (accumulate() without sync_each_batch), so FSDP holds
+// the unsharded gradient between micro-batches, and the planner prices that. Llama-2-7B (Ψ =
+// 6,738,415,616) on 8 A100s, FULL_SHARD, micro-batch 1, 64 sequences a step: 8 micro-batches. By
+// hand, from the second on every rank holds the bf16 gradient of the whole model (2Ψ) beside its
+// fp32 weight shard and AdamW moments (12Ψ / 8): at least 23.6 GB, where accumulating the shards
+// (torchtitan's way) holds 4Ψ / 8 of gradients and peaks at 18.3 GB.
+TEST(Launch, AcceleratePlansPriceTheUnshardedGradientsOfNoSync) {
+  constexpr int64_t kPsi = 6'738'415'616;
+  JobSpec job = Job("llama-2-7b", 64);
+  ASSERT_TRUE(PrepareJob(Launcher::kAccelerate, &job).ok());
+  EXPECT_TRUE(job.limits.accumulate_unsharded);
+  job.gpu = "A100-80GB";
+  job.gpus = 8;
+  job.micro_batch = 1;
+  job.zero = 3;
+  job.recompute = Recompute::kFull;
+  auto r = PlanJob(job, Bundled("cluster64"), GpuCatalog::Default(), PlannerOptions{});
+  ASSERT_TRUE(r.ok());
+  ASSERT_FALSE(r->plans.empty());
+  const Plan& p = r->plans.front();
+  ASSERT_EQ(p.dp, 8);
+  EXPECT_GE(p.peak_bytes, 2 * kPsi + 12 * kPsi / 8);
+  JobSpec titan = Job("llama-2-7b", 64);
+  ASSERT_TRUE(PrepareJob(Launcher::kTorchtitan, &titan).ok());
+  EXPECT_FALSE(titan.limits.accumulate_unsharded);
+  titan.gpu = job.gpu;
+  titan.gpus = job.gpus;
+  titan.micro_batch = job.micro_batch;
+  titan.zero = job.zero;
+  titan.recompute = job.recompute;
+  auto t = PlanJob(titan, Bundled("cluster64"), GpuCatalog::Default(), PlannerOptions{});
+  ASSERT_TRUE(t.ok());
+  ASSERT_FALSE(t->plans.empty());
+  EXPECT_LT(t->plans.front().peak_bytes, 2 * kPsi + 12 * kPsi / 8);
+}
+
 // Hybrid sharding (a shard group of one node's 8 ranks, replicated over 2 nodes): torchtitan's
 // dp_replicate x dp_shard mesh, Accelerate's HYBRID_SHARD strategies (which shard over a node's
 // processes, so a group of any other size is refused); Megatron-LM and DeepSpeed have none.
