@@ -211,6 +211,20 @@ States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageP
     st.autocast_cache = 2 * ((ab == 4 ? sp.adapters : 0) + head);
   }
   if (p.dp > 1 && p.zero == 0) st.buckets = st.grads;  // DDP's bucket copy
+  if (p.zero >= 3 && z > 1 && frozen > 0) {
+    // The frozen base is sharded too, so its layers are gathered to compute, as in full
+    // training (FsdpStates, DeepSpeedStates): the layer computing and the prefetched one, at the
+    // base's bytes a weight (16-bit, or NF4 where quantized), and under FSDP the root unit.
+    const double per_weight = (base + a_bytes) / (frozen + adapters);
+    const double layer = static_cast<double>(sp.per_layer_max) * per_weight;
+    st.gather = t.framework == Framework::kDeepSpeed
+                    ? CeilBytes(std::min(2.0 * layer, layer + 5e7 * per_weight))
+                    : CeilBytes(2.0 * layer);
+    if (t.framework == Framework::kFsdp && !t.fsdp_wrap_embeddings) {
+      st.root_gather = CeilBytes(static_cast<double>(sp.outside_layers) * per_weight);
+      st.gather += st.root_gather;
+    }
+  }
   return st;
 }
 

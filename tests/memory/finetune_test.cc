@@ -67,6 +67,39 @@ TEST(FineTune, FrozenBaseHasNoGradientsOrOptimizerStates) {
   EXPECT_NEAR(static_cast<double>(est->stages[0].breakdown.weights), expected, 1.0);
 }
 
+// LoRA under full sharding: the frozen base is sharded over the ranks too, so a layer is gathered
+// to compute (the layer computing and the prefetched one), and under FSDP the root unit with the
+// embeddings and output layer for the whole step. Llama-3-8B with bf16 adapters (2 bytes a
+// weight, base and adapters alike) over 8 ranks: the 4,096 x 128,256 embedding and output layer
+// and the 4,096 final norm are 1,050,677,248 weights outside the layers, 2,101,354,496 bytes.
+TEST(FineTune, ShardedBaseIsGatheredToCompute) {
+  ModelSpec m = Zoo("llama-3-8b");
+  TrainingSpec t;
+  t.framework = Framework::kFsdp;
+  t.finetune = FineTune::kLora;
+  t.lora.adapter_bytes = 2;
+  t.seq_len = 512;
+  t.recompute = Recompute::kFull;
+  ParallelPlan p;
+  p.dp = 8;
+  p.zero = 3;
+  auto root = PredictMemory(m, t, p);
+  TrainingSpec own = t;
+  own.fsdp_wrap_embeddings = true;
+  auto wrapped = PredictMemory(m, own, p);
+  ASSERT_TRUE(root.ok() && wrapped.ok());
+  const MemoryBreakdown& b = wrapped->stages[0].breakdown;
+  // Two layers of 218,112,000 base weights (plus their adapters) at 2 bytes, at least.
+  EXPECT_GE(b.temporary, 2 * 2 * int64_t{218'112'000});
+  ASSERT_EQ(std::string(root->stages[0].peak_phase), std::string(wrapped->stages[0].peak_phase));
+  EXPECT_EQ(root->stages[0].breakdown.temporary - b.temporary, int64_t{2'101'354'496});
+  // Sharding the base never costs more than holding it whole.
+  p.zero = 2;
+  auto whole = PredictMemory(m, t, p);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_LT(root->peak_bytes, whole->peak_bytes);
+}
+
 TEST(FineTune, SixteenBitAdaptersWithAPagedOptimizer) {
   // The QLoRA reference script's setting: adapters cast to bf16 (2 bytes, gradients too) and
   // bitsandbytes' paged 32-bit AdamW (two fp32 moments whatever the weights' dtype); no
