@@ -325,6 +325,27 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
   return ResolveFineTune(o.ft, &o.train.finetune, &o.train.lora);
 }
 
+// What the step does with gradients and FSDP's root unit, where it changes the account.
+void PrintGradientsAndRoot(const PredictOptions& o) {
+  const bool sharded_fsdp =
+      o.train.framework == Framework::kFsdp && o.plan.zero >= 3 && o.plan.shard_size() > 1;
+  if (const int64_t micro = MicroBatchesPerStep(o.train, o.plan);
+      micro > 1 && (o.train.framework == Framework::kHf || o.train.framework == Framework::kFsdp)) {
+    fmt::print("  gradient accumulation: {} micro-batches a step, the gradients held from the "
+               "second on{}\n",
+               micro,
+               o.train.framework != Framework::kFsdp || o.plan.zero < 2 ? ""
+               : o.train.accumulate_unsharded ? " (unsharded: FSDP's no_sync)"
+                                              : " (the rank's shard: a reduce-scatter each)");
+  }
+  if (sharded_fsdp) {
+    fmt::print("  {}\n", o.train.fsdp_wrap_embeddings
+                            ? "embeddings and output layer: FSDP units of their own"
+                            : "embeddings, final norm and output layer in FSDP's root unit: "
+                              "gathered through the step (--fsdp-wrap-embeddings if not)");
+  }
+}
+
 void RunPredict(PredictOptions o) {
   auto spec = ResolveModel(o.model);
   if (!spec.ok()) return Fail(spec.status());
@@ -391,24 +412,7 @@ void RunPredict(PredictOptions o) {
   if (auto words = DescribeRecompute(o.rc, o.train); !words.empty()) {
     fmt::print("  {}\n", words);
   }
-  // What the step does with gradients and FSDP's root unit, where it changes the account.
-  const bool sharded_fsdp =
-      o.train.framework == Framework::kFsdp && o.plan.zero >= 3 && o.plan.shard_size() > 1;
-  if (const int64_t micro = MicroBatchesPerStep(o.train, o.plan);
-      micro > 1 && (o.train.framework == Framework::kHf || o.train.framework == Framework::kFsdp)) {
-    fmt::print("  gradient accumulation: {} micro-batches a step, the gradients held from the "
-               "second on{}\n",
-               micro,
-               o.train.framework != Framework::kFsdp || o.plan.zero < 2 ? ""
-               : o.train.accumulate_unsharded ? " (unsharded: FSDP's no_sync)"
-                                              : " (the rank's shard: a reduce-scatter each)");
-  }
-  if (sharded_fsdp) {
-    fmt::print("  {}\n", o.train.fsdp_wrap_embeddings
-                            ? "embeddings and output layer: FSDP units of their own"
-                            : "embeddings, final norm and output layer in FSDP's root unit: "
-                              "gathered through the step (--fsdp-wrap-embeddings if not)");
-  }
+  PrintGradientsAndRoot(o);
   fmt::print("\n  {:<6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  {}\n",
              "stage", "layers", "weights", "grads", "optim", "activ", "logits", "temp",
              "overhead", "peak", "device", "peak in");
