@@ -9,7 +9,8 @@ max_memory_allocated / max_memory_reserved. Configurations that run out of memor
 as such. Each case runs in a fresh process so that one OOM cannot disturb the next.
 
 Usage: gpu_memory_grid.py OUT.csv [--budget-s 480]
-Commit the CSV to data/measurements/ and compare with `frenzy predict --framework hf`.
+Commit the CSV to data/measurements/ and compare with `frenzy predict --framework hf` (with
+`--global-batch micro_batch x accum` where a row accumulates).
 """
 import argparse
 import csv
@@ -59,6 +60,11 @@ GRID = [
     ("llama-8b", 1, 4096, "bf16-pure", "adamw", "full", "sdpa"),
     ("llama-8b", 2, 8192, "bf16-pure", "adamw", "full", "sdpa"),
     ("llama-8b", 1, 2048, "bf16-pure", "sgd", "none", "sdpa"),
+    # Gradient accumulation (the eighth field: measure()'s extra settings): the gradients of the
+    # first micro-batch held through the next ones; also shows the reserve across micro-batches.
+    ("llama-1b", 4, 2048, "bf16-pure", "adamw", "none", "sdpa", {"accum": 4}),
+    ("llama-3b", 2, 4096, "bf16", "adamw", "full", "sdpa", {"accum": 2}),
+    ("gpt2-xl", 4, 1024, "bf16-pure", "adamw", "none", "sdpa", {"accum": 8}),
 ]
 
 CHILD = """
@@ -81,19 +87,21 @@ def main():
     a = ap.parse_args()
     start = time.time()
     fields = ["model", "micro_batch", "seq_len", "precision", "optimizer", "recompute", "attn",
-              "gpu", "date", "peak_bytes", "peak_reserved_bytes", "params", "note"]
+              "accum", "gpu", "date", "peak_bytes", "peak_reserved_bytes", "params", "note"]
     with open(a.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
-        for model, mb, seq, prec, opt, rc, attn in GRID:
+        for case in GRID:
+            model, mb, seq, prec, opt, rc, attn = case[:7]
+            extra = case[7] if len(case) > 7 else {}
             if time.time() - start > a.budget_s:
                 print("time budget spent; stopping", flush=True)
                 break
             args = {"doc": MODELS[model], "micro_batch": mb, "seq_len": seq, "precision": prec,
-                    "optimizer": opt, "recompute": rc, "attn": attn}
+                    "optimizer": opt, "recompute": rc, "attn": attn, **extra}
             row = {"model": model, "micro_batch": mb, "seq_len": seq, "precision": prec,
                    "optimizer": opt, "recompute": rc, "attn": attn,
-                   "date": datetime.date.today().isoformat()}
+                   "accum": extra.get("accum", 1), "date": datetime.date.today().isoformat()}
             p = subprocess.run([sys.executable, "-c", CHILD.format(here=HERE), json.dumps(args)],
                                capture_output=True, text=True, timeout=300)
             try:
