@@ -71,6 +71,8 @@ ENVIRONMENT = {
     # chunked_cross_entropy (litgpt/utils.py) takes F.cross_entropy of those 16-bit logits, 128
     # tokens at a time, without an fp32 copy.
     "litgpt": ["--loss-in-model-dtype"],
+    # torchtune's recipes take the loss and `del logits` before backward.
+    "torchtune": ["--drop-logits"],
 }
 
 METRIC = {"max_allocated": "peak_bytes", "max_reserved": "peak_reserved_bytes",

@@ -703,7 +703,7 @@ def tensor_bytes(tensors):
 def measure(doc, micro_batch=1, seq_len=128, precision="fp32", optimizer="adamw", recompute="none",
             attn="eager", dropout="on", steps=3, device=None, seed=0, finetune="full", lora_rank=8,
             lora_alpha=16.0, lora_dropout=0.0, lora_targets="all-linear", double_quant=True,
-            recompute_every=1, keep_grads=False, accum=1):
+            recompute_every=1, keep_grads=False, accum=1, drop_logits=False):
     """Builds the model of config `doc`, trains `steps` steps and returns the measured peak."""
     args = argparse.Namespace(micro_batch=micro_batch, seq_len=seq_len, precision=precision,
                               optimizer=optimizer, recompute=recompute, attn=attn, dropout=dropout,
@@ -711,7 +711,7 @@ def measure(doc, micro_batch=1, seq_len=128, precision="fp32", optimizer="adamw"
                               lora_alpha=lora_alpha, lora_dropout=lora_dropout,
                               lora_targets=lora_targets, double_quant=double_quant,
                               recompute_every=recompute_every, keep_grads=keep_grads,
-                              accum=accum, device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
+                              accum=accum, drop_logits=drop_logits, device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
     return _measure(parse_config(doc), args)
 
 
@@ -742,6 +742,8 @@ def main():
                          "allocated between steps")
     ap.add_argument("--accum", type=int, default=1,
                     help="gradient accumulation: micro-batches per optimizer step")
+    ap.add_argument("--drop-logits", action="store_true",
+                    help="the loop keeps only the loss when backward starts (HF Trainer, torchtune)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with open(args.config) as f:
@@ -817,6 +819,11 @@ def _measure(c, args):
                         logits = model(inputs, run)
                     loss = F.cross_entropy(logits.view(-1, V).float(), labels.view(-1)) / accum
             count_saved = False  # saved bytes are one micro-batch's
+            if drop_logits:
+                # The loop keeps the loss alone (the HF Trainer's compute_loss, torchtune's
+                # `del logits`): the logits go before backward.
+                del logits
+                logits = None
             with record_function("phase:loss"):  # until the logits' gradient marks "backward"
                 if scaler is not None:
                     scaler.scale(loss).backward()
@@ -834,6 +841,7 @@ def _measure(c, args):
 
     keep_grads = getattr(args, "keep_grads", False)
     accum = max(1, getattr(args, "accum", 1))
+    drop_logits = getattr(args, "drop_logits", False)
     for _ in range(max(0, args.steps - 1)):
         step()
     state_tensors = list(model.parameters()) + list(model.buffers())
@@ -877,7 +885,7 @@ def _measure(c, args):
     result.update(model_type=c["model_type"], micro_batch=b, seq_len=s, precision=args.precision,
                   optimizer=args.optimizer, recompute=args.recompute, attn=args.attn,
                   dropout=args.dropout, device=dev.type, torch=torch.__version__, finetune=finetune,
-                  keep_grads=keep_grads, accum=accum)
+                  keep_grads=keep_grads, accum=accum, drop_logits=drop_logits)
     return result
 
 

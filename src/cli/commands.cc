@@ -267,6 +267,7 @@ struct PredictOptions {
   bool keep_grads = false;
   bool accumulate_unsharded = false;
   bool fsdp_wrap_embeddings = false;
+  bool drop_logits = false;
   bool loss_in_model_dtype = false;
   double cuda_context_mib = 512;
   FineTuneFlags ft;
@@ -308,6 +309,7 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
   o.train.zero_grad_keeps = o.keep_grads;
   o.train.accumulate_unsharded = o.accumulate_unsharded;
   o.train.fsdp_wrap_embeddings = o.fsdp_wrap_embeddings;
+  o.train.drop_logits = o.drop_logits;
   o.train.loss_fp32 = !o.loss_in_model_dtype;
   if (!(o.cuda_context_mib >= 0) || o.cuda_context_mib > 1 << 20) {
     return InvalidArgument("must be between 0 and 1048576", {}, "--cuda-context-mib");
@@ -628,6 +630,9 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
     cmd->add_flag("--fsdp-wrap-embeddings", o->fsdp_wrap_embeddings,
                   "FSDP units of their own for the embeddings and the output layer (torchtitan "
                   "since 2025); default: they sit in the root unit, gathered through the step");
+    cmd->add_flag("--drop-logits", o->drop_logits,
+                  "The loop keeps only the loss when backward starts: the logits are freed "
+                  "before it (HF Trainer, torchtune)");
     cmd->add_flag("--loss-in-model-dtype", o->loss_in_model_dtype,
                   "Loss computed on 16-bit logits (older HF models run in 16 bits)");
     cmd->add_option("--cuda-context-mib", o->cuda_context_mib,

@@ -247,6 +247,7 @@ struct StageState {
   int64_t act_all = 0;  // ... of all micro-batches in flight
   double in_flight = 1;
   OutputActivations out;       // zero except on the last stage
+  int64_t logits_in_backward = 0;  // of out.logits_held, what the loop still holds in backward
   int64_t grads_at_start = 0;  // gradients that exist before backward (flat buffers)
   // With whole-layer recomputation the first forward runs without grad, so no graph keeps the
   // autocast cache's weight copies once autocast exits: backward only holds the copies of the
@@ -288,6 +289,7 @@ StageState MakeStageState(const ModelSpec& m, const TrainingSpec& t, const Paral
   }
   if (l.first_stage) s.act += k.embedding_act;
   if (l.last_stage) s.out = k.output_act;
+  s.logits_in_backward = t.drop_logits ? 0 : s.out.logits_held;
   s.in_flight = InFlight(p, l.stage, microbatches);
   s.act_all = static_cast<int64_t>(std::ceil(static_cast<double>(s.act) * s.in_flight));
   // Gradient accumulation (several micro-batches a step on this pipeline): backward adds into
@@ -336,7 +338,7 @@ std::pair<Phase, Phase> ForwardAndLossPhases(const StageState& s, const LayerKin
   b.overhead = k.workspace;
   Phase forward{"forward", b};
   b.activations = s.act_all + out.saved + s.cache_after_forward;
-  b.logits = out.logits_held + out.loss_saved + out.loss_backward_transient;
+  b.logits = s.logits_in_backward + out.loss_saved + out.loss_backward_transient;
   return {forward, Phase{last_stage ? "loss" : "forward", b}};
 }
 
@@ -350,7 +352,7 @@ class BackwardWalk {
         layer_casts_(s.layer_casts) {
     base_.weights = s.st.weights;
     base_.optimizer = s.st.optimizer;
-    base_.logits = s.out.logits_held;
+    base_.logits = s.logits_in_backward;
     base_.overhead = k.workspace;
   }
 

@@ -389,6 +389,10 @@ Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelP
   if (t.accumulate_unsharded && t.framework != Framework::kFsdp) {
     add("accumulate_unsharded", "is FSDP's no_sync accumulation: use --framework fsdp");
   }
+  if (t.drop_logits && t.framework == Framework::kMegatron) {
+    add("drop_logits", "Megatron-LM's loss keeps its own buffers: use --framework hf, fsdp or "
+                       "deepspeed");
+  }
   if (t.fsdp_wrap_embeddings && t.framework != Framework::kFsdp) {
     add("fsdp_wrap_embeddings", "is FSDP's wrapping: use --framework fsdp");
   }

@@ -203,6 +203,12 @@ struct TrainingSpec {
   // Block policy, Accelerate's transformer-layer policy, torchtitan until 2025. torchtitan since
   // wraps tok_embeddings and [norm, output] as units of their own: gathered only around their use.
   bool fsdp_wrap_embeddings = false;
+  // The training loop keeps only the loss when backward starts, so the logits are freed
+  // before it: the HF Trainer (compute_loss returns the loss alone, the model's outputs go out of
+  // scope), torchtune's recipes (`del logits`). A loop that keeps them in a local (litgpt's,
+  // `outputs = model(**batch); accelerator.backward(outputs.loss)`) holds them through backward,
+  // the default.
+  bool drop_logits = false;
   // Current HuggingFace models upcast logits to fp32 for the loss; older versions (and models run
   // in 16 bits without autocast) computed the loss in the model's dtype.
   bool loss_fp32 = true;

@@ -235,10 +235,21 @@ GRID += [
     ("qwen3-moe", 2, 128, "bf16", "adamw", "none", {"accum": 2}),
     ("llama-mha", 2, 128, "bf16", "adamw", "none", dict(LORA, accum=2)),
 ]
+# A loop that keeps only the loss when backward starts (the HF Trainer's compute_loss,
+# torchtune's `del logits`): the logits are freed before backward (predicted with --drop-logits).
+DROP = {"drop_logits": True}
+GRID += [
+    ("llama-mha", 2, 128, "fp32", "adamw", "none", DROP),
+    ("gpt2", 2, 128, "bf16", "adamw", "none", DROP),
+    ("llama-gqa", 4, 64, "fp32", "adamw", "full", DROP),
+    ("gemma2-sandwich", 2, 128, "bf16", "adamw", "none", DROP),
+    ("qwen3-moe", 2, 128, "bf16", "adamw", "none", dict(DROP, accum=2)),
+]
 
 
 def finetune_flags(ft):
     keep = ["--keep-grads"] if ft.get("keep_grads") else []
+    keep += ["--drop-logits"] if ft.get("drop_logits") else []
     if "finetune" not in ft:
         return keep
     flags = keep + ["--finetune", ft["finetune"], "--lora-rank", str(ft.get("lora_rank", 8)),
@@ -254,6 +265,7 @@ def finetune_kwargs(ft):
 def finetune_name(ft):
     keep = " keep-grads" if ft.get("keep_grads") else ""
     keep += f" accum {ft['accum']}" if ft.get("accum", 1) > 1 else ""
+    keep += " drop-logits" if ft.get("drop_logits") else ""
     if "finetune" not in ft:
         return "full" + keep
     return keep.strip() + " " * bool(keep) + " ".join([ft["finetune"], f"r{ft.get('lora_rank', 8)}", ft.get("lora_targets", "all-linear")] +

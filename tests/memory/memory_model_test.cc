@@ -381,6 +381,20 @@ TEST(PredictMemory, SoftwareEnvironmentKnobs) {
   EXPECT_EQ(2 * o16.loss_saved, o32.loss_saved);
   EXPECT_EQ(2 * o16.loss_backward_transient, o32.loss_backward_transient);
   EXPECT_LE(Predict(m, loss16, p).peak_bytes, base.peak_bytes);
+  // A loop that keeps only the loss frees the logits before backward: pure bf16, 8 x 1,024
+  // tokens, peak at the loss's backward, 8 x 1,024 x 50,257 bf16 logits = 823,410,688 bytes less.
+  TrainingSpec big = t;
+  big.precision = Precision::kBf16Pure;
+  big.micro_batch = 8;
+  TrainingSpec drop = big;
+  drop.drop_logits = true;
+  MemoryEstimate kept = Predict(m, big, p);
+  MemoryEstimate dropped = Predict(m, drop, p);
+  ASSERT_EQ(std::string(kept.stages[0].peak_phase), "loss");
+  ASSERT_EQ(std::string(dropped.stages[0].peak_phase), "loss");
+  EXPECT_EQ(kept.peak_bytes - dropped.peak_bytes, int64_t{8} * 1024 * 50'257 * 2);
+  drop.framework = Framework::kMegatron;  // Megatron's loss keeps its own buffers
+  ASSERT_FALSE(PredictMemory(m, drop, p).ok());
 }
 
 // Gradient accumulation. Llama-2-7B (Ψ = 6,738,415,616, see ZeroStagesShardAsThePaperSays) in
