@@ -300,10 +300,14 @@ StageState MakeStageState(const ModelSpec& m, const TrainingSpec& t, const Paral
   s.root_grad = s.st.root_grad;
   if (t.accumulate_unsharded && microbatches > 1 && p.zero >= 2) {
     // FSDP's no_sync: until the last micro-batch reduces them, the gradients are the whole
-    // stage's, in the dtype backward computes them in (the gathered weights').
-    s.grads_at_start = std::max(
-        s.grads_at_start, CeilBytes(static_cast<double>(s.sp.total) *
-                                    static_cast<double>(MakeStateInputs(t, p, s.sp).compute)));
+    // stage's, in the dtype backward computes them in (the gathered weights'; a fine-tune's
+    // adapters alone, in theirs).
+    const double unsharded =
+        t.finetune != FineTune::kFull
+            ? static_cast<double>(s.sp.adapters) * static_cast<double>(t.lora.adapter_bytes)
+            : static_cast<double>(s.sp.total) *
+                  static_cast<double>(MakeStateInputs(t, p, s.sp).compute);
+    s.grads_at_start = std::max(s.grads_at_start, CeilBytes(unsharded));
     s.root_grad = 0;
   }
   const bool recompute_layers = RecomputesLayerForward(t.recompute);
@@ -419,7 +423,8 @@ Phase BackwardPhase(const ModelSpec& m, const ParallelPlan& p, const ParamCounts
   }
   // Under FSDP's root unit the head's gradient is unsharded until the end of backward (in
   // root_grad), not yet the shard.
-  const int64_t start_grads = s.grads_at_start + (s.root_grad > 0 ? 0 : walk.GradBytes(head_params));
+  const int64_t start_grads =
+      s.grads_at_start + (s.root_grad > 0 ? 0 : walk.GradBytes(head_params));
   const int64_t start_act = s.act_all + s.cache_after_forward;
   int64_t g = start_grads, a = start_act;
   const bool uniform = k.every == 1 && s.stash == 0 && (l.n_moe == 0 || l.n_dense == 0);

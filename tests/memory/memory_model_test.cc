@@ -431,6 +431,14 @@ TEST(PredictMemory, AccumulationKeepsTheGradientsThroughTheNextForward) {
   // One micro-batch a step has nothing to keep unsharded.
   t.global_batch = 8;
   EXPECT_EQ(Predict(m, t, p).peak_bytes, one.peak_bytes);
+  // A LoRA fine-tune's unsharded gradients are its adapters' alone: r = 8 on all seven linears
+  // of 32 layers, 8 x ((4,096 + 4,096) x 4 + (4,096 + 11,008) x 3) = 624,640 a layer,
+  // 19,988,480 in all, fp32.
+  TrainingSpec lora = t;
+  lora.global_batch = 16;
+  lora.precision = Precision::kBf16;
+  lora.finetune = FineTune::kLora;
+  EXPECT_EQ(Predict(m, lora, p).stages[0].breakdown.gradients, int64_t{19'988'480} * 4);
   // no_sync is FSDP's: other frameworks refuse it by name.
   t.global_batch = 16;
   t.framework = Framework::kHf;
