@@ -79,7 +79,23 @@ States MegatronStates(const TrainingSpec& t, const ParallelPlan& p, const StateI
   return st;
 }
 
-States DeepSpeedStates(const ParallelPlan& p, const StageParams& sp, const StateInputs& in) {
+// ZeRO-3 / FSDP full shard: the layers gathered while they compute, at `bytes` a weight: the one
+// computing and the prefetched one (DeepSpeed prefetches at most stage3_prefetch_bucket_size, 5e7
+// elements); under FSDP also the root unit that no wrapped layer holds (embeddings, final norm,
+// output layer), gathered through the step unless they are units of their own.
+void GatherLayers(const TrainingSpec& t, const StageParams& sp, double bytes, States& st) {
+  const double layer = static_cast<double>(sp.per_layer_max);
+  const double layers =
+      t.framework == Framework::kDeepSpeed ? std::min(2.0 * layer, layer + 5e7) : 2.0 * layer;
+  st.gather = CeilBytes(layers * bytes);
+  if (t.framework == Framework::kFsdp && !t.fsdp_wrap_embeddings) {
+    st.root_gather = CeilBytes(static_cast<double>(sp.outside_layers) * bytes);
+    st.gather += st.root_gather;
+  }
+}
+
+States DeepSpeedStates(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp,
+                       const StateInputs& in) {
   // ZeRO (Rajbhandari et al., SC'20, §5): 2 + 2 + K bytes/param with K = 12 for mixed-
   // precision Adam; stage 1 shards K, stage 2 also the gradients, stage 3 also the weights.
   States st;
@@ -99,8 +115,7 @@ States DeepSpeedStates(const ParallelPlan& p, const StageParams& sp, const State
                  std::min<int64_t>(CeilBytes(w), 500'000'000 * in.compute);
   }
   if (p.zero >= 3) {
-    // stage3_prefetch_bucket_size (5e7) and the layer being computed are unsharded.
-    st.gather = std::min<int64_t>(2 * sp.per_layer_max, sp.per_layer_max + 50'000'000) * in.compute;
+    GatherLayers(t, sp, static_cast<double>(in.compute), st);
     st.gather_grad = sp.per_layer_max * in.compute;
   }
   return st;
@@ -119,14 +134,9 @@ States FsdpStates(const TrainingSpec& t, const ParallelPlan& p, const StageParam
   st.grads = CeilBytes(p.zero >= 2 ? w / z : w);
   st.optimizer = CeilBytes(p.zero >= 2 ? in.opt_bytes / z : in.opt_bytes);
   if (p.zero >= 3 && in.z > 1) {
-    st.gather = 2 * sp.per_layer_max * in.compute;
+    GatherLayers(t, sp, static_cast<double>(in.compute), st);
     st.gather_grad = sp.per_layer_max * in.compute;
-    if (!t.fsdp_wrap_embeddings) {
-      // The root unit, gathered through forward and backward, and its unsharded gradient.
-      st.root_gather = sp.outside_layers * in.compute;
-      st.gather += st.root_gather;
-      st.root_grad = st.root_gather;
-    }
+    st.root_grad = st.root_gather;  // the root's unsharded gradient, the same size
   } else if (in.mixed) {
     st.autocast_cache = CeilBytes(static_cast<double>(sp.matmul) * 2.0);
   }
@@ -213,17 +223,8 @@ States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageP
   if (p.dp > 1 && p.zero == 0) st.buckets = st.grads;  // DDP's bucket copy
   if (p.zero >= 3 && z > 1 && frozen > 0) {
     // The frozen base is sharded too, so its layers are gathered to compute, as in full
-    // training (FsdpStates, DeepSpeedStates): the layer computing and the prefetched one, at the
-    // base's bytes a weight (16-bit, or NF4 where quantized), and under FSDP the root unit.
-    const double per_weight = (base + a_bytes) / (frozen + adapters);
-    const double layer = static_cast<double>(sp.per_layer_max) * per_weight;
-    st.gather = t.framework == Framework::kDeepSpeed
-                    ? CeilBytes(std::min(2.0 * layer, layer + 5e7 * per_weight))
-                    : CeilBytes(2.0 * layer);
-    if (t.framework == Framework::kFsdp && !t.fsdp_wrap_embeddings) {
-      st.root_gather = CeilBytes(static_cast<double>(sp.outside_layers) * per_weight);
-      st.gather += st.root_gather;
-    }
+    // training, at the base's bytes a weight (16-bit, or NF4 where quantized).
+    GatherLayers(t, sp, (base + a_bytes) / (frozen + adapters), st);
   }
   return st;
 }
@@ -263,7 +264,7 @@ States FullTrainingStates(const TrainingSpec& t, const ParallelPlan& p, const St
       st = MegatronStates(t, p, in);
       break;
     case Framework::kDeepSpeed:
-      st = DeepSpeedStates(p, sp, in);
+      st = DeepSpeedStates(t, p, sp, in);
       break;
     case Framework::kFsdp:
       st = FsdpStates(t, p, sp, in);
