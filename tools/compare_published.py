@@ -24,6 +24,11 @@ fsdp, hf) over the plain rows (no feature MARP does not model): the rows, the mo
 predict` reports the band and `frenzy plan --safe-margin` sizes its margin by it
 (data/measurements/error_bands.json; tests check that file is what this tool writes now).
 
+The held-out set (data/measurements/heldout.csv, sources in HELDOUT_SOURCES.md) was gathered
+after the mechanisms were built and was not used to choose or tune any of them:
+`--csv data/measurements/heldout.csv`. Its rows carry an `args` column with the flags of the
+source's own settings (fine-tuning, loop, software), fixed before the first prediction was run.
+
 Usage: compare_published.py FRENZY_BIN [--csv data/measurements/published.csv] [--markdown]
                             [--bands FILE]
 """
@@ -31,6 +36,7 @@ import argparse
 import csv
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -46,7 +52,7 @@ EXTRA_MODELS = {
 
 FRAMEWORK = {  # how each measured system maps onto the frameworks MARP models
     "megatron": "megatron", "deepspeed": "deepspeed", "hf": "hf",
-    "torchtitan": "fsdp", "litgpt": "fsdp", "torchtune": "hf", "other": "hf",
+    "torchtitan": "fsdp", "litgpt": "fsdp", "torchtune": "hf", "other": "hf", "fsdp": "fsdp",
 }
 
 # Features MARP does not model yet; rows that use them are reported apart.
@@ -83,7 +89,8 @@ def model_arg(name):
     for key, path in EXTRA_MODELS.items():
         if name.startswith(key.split("-intermediate")[0]):
             return os.path.join(ROOT, path)
-    return name
+    kept = os.path.join(ROOT, "data/measurements/configs", name + ".json")
+    return kept if os.path.exists(kept) else name
 
 
 def frenzy_json(frenzy, args):
@@ -105,7 +112,9 @@ def predict_row(frenzy, r):
     for flag in ("tp", "pp", "dp", "cp"):
         if r[flag]:
             args += [f"--{flag}", r[flag]]
-    if r["zero"] and r["zero"] != "0":
+    if framework == "megatron" and r["zero"] == "1":
+        args.append("--distributed-optimizer")  # Megatron's ZeRO-1
+    elif r["zero"] and r["zero"] != "0":
         args += ["--zero", r["zero"]]
     if r["global_batch"]:
         args += ["--global-batch", r["global_batch"]]
@@ -115,6 +124,11 @@ def predict_row(frenzy, r):
         args.append("--sequence-parallel")
     if r["model"].startswith("bert"):
         args += ["--head", "classification"]
+    if r.get("args") is not None:
+        # A row that names its own flags (heldout.csv: the source's software and fine-tuning
+        # settings, each explained in HELDOUT_SOURCES.md) replaces the per-framework defaults.
+        args += shlex.split(r["args"])
+        return frenzy_json(frenzy, args)
     args += ENVIRONMENT.get(r["framework"], [])
     if r["framework"] == "litgpt" and int(r["dp"] or 1) > 1 and r["zero"] in ("2", "3"):
         # litgpt's finetune loops accumulate under fabric.no_backward_sync, which is FSDP's
