@@ -107,14 +107,21 @@ StageParams ParamsOnRank(const ModelSpec& m, const ParamCounts& c, const Paralle
 // ---- pipeline ---------------------------------------------------------------------------------
 
 // Micro-batches whose activations stage `stage` holds at once under 1F1B: pp - stage (capped by
-// the micro-batch count); interleaving adds (pp - 1) / (pp * vpp) to the first stage (Narayanan
-// et al., SC'21, §2.2; Megatron-LM theoretical_memory_usage.py).
+// the micro-batch count). Interleaved (vpp model chunks a rank, Megatron-LM's
+// forward_backward_pipelining_with_interleaving, schedules.py): rank r runs 2 (pp - r - 1) +
+// (vpp - 1) pp chunk forwards before its first backward (all m x vpp when that is more), then
+// one more before each backward, so min(m vpp, warmup + 1) chunks hold activations at once, each
+// 1/vpp of the rank's layers. For the first rank that is pp + (pp - 1) / vpp micro-batches, the
+// (pp - 1) / (pp vpp) increase of Narayanan et al. (SC'21, section 2.2); the last rank holds
+// (vpp - 1) pp + 1 chunks, nearly pp micro-batches, not 1.
 double InFlight(const ParallelPlan& p, int64_t stage, int64_t microbatches) {
-  double k = static_cast<double>(std::min<int64_t>(p.pp - stage, microbatches));
   if (p.vpp > 1 && p.pp > 1) {
-    k *= 1.0 + static_cast<double>(p.pp - 1) / static_cast<double>(p.pp * p.vpp);
+    const int64_t total = microbatches * p.vpp;
+    const int64_t warmup = std::min(total, 2 * (p.pp - stage - 1) + (p.vpp - 1) * p.pp);
+    const int64_t alive = std::min(total, warmup + 1);
+    return std::max(1.0, static_cast<double>(alive) / static_cast<double>(p.vpp));
   }
-  return std::max(1.0, k);
+  return static_cast<double>(std::max<int64_t>(1, std::min<int64_t>(p.pp - stage, microbatches)));
 }
 
 // CUDA-only memory outside tensors, per GPU.

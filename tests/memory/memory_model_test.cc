@@ -237,6 +237,36 @@ TEST(PredictMemory, PipelineFirstStageHoldsMostMicrobatches) {
             e.stages[0].activations_per_microbatch * 4 - 1);
 }
 
+// Megatron's interleaved schedule, counted by hand: rank r runs 2 (pp - r - 1) + (vpp - 1) pp
+// chunk forwards before its first backward (capped at m x vpp), then one more, each chunk half
+// (vpp 2) or an eighth (vpp 8) of the rank's layers.
+TEST(PredictMemory, InterleavedStagesHoldWhatMegatronsWarmupLeaves) {
+  ModelSpec m = Zoo("llama-2-13b");  // 40 layers
+  TrainingSpec t;
+  t.global_batch = 64;  // 64 micro-batches
+  ParallelPlan p;
+  p.pp = 4;
+  p.vpp = 2;
+  MemoryEstimate e = Predict(m, t, p);
+  ASSERT_EQ(e.stages.size(), 4u);
+  // rank 0: 6 + 4 + 1 = 11 chunks = 5.5; rank 1: 4 + 4 + 1 = 9 = 4.5; rank 2: 2 + 4 + 1 = 7 =
+  // 3.5; rank 3: 0 + 4 + 1 = 5 = 2.5 micro-batches (reported rounded up).
+  EXPECT_EQ(e.stages[0].microbatches_in_flight, 6);
+  EXPECT_EQ(e.stages[1].microbatches_in_flight, 5);
+  EXPECT_EQ(e.stages[2].microbatches_in_flight, 4);
+  EXPECT_EQ(e.stages[3].microbatches_in_flight, 3);
+  // 4 micro-batches on 4 ranks with 5 chunks each (vpp 5 of 2 layers): rank 0 runs all 20
+  // forwards first (6 + 16 > 20); rank 3 runs 16, then one more: 17 / 5 = 3.4.
+  t.global_batch = 4;
+  p.vpp = 5;
+  e = Predict(m, t, p);
+  EXPECT_EQ(e.stages[0].microbatches_in_flight, 4);
+  EXPECT_EQ(e.stages[3].microbatches_in_flight, 4);
+  EXPECT_LT(e.stages[3].breakdown.activations, e.stages[0].breakdown.activations);
+  p.vpp = 1;  // plain 1F1B: the last rank holds one
+  EXPECT_EQ(Predict(m, t, p).stages[3].microbatches_in_flight, 1);
+}
+
 TEST(PredictMemory, MoreShardingNeverNeedsMoreMemory) {
   ModelSpec m = Zoo("mixtral-8x7b");
   TrainingSpec t;
