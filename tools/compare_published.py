@@ -206,8 +206,8 @@ def main():
         if r["framework"] == "megatron":
             mf = megatron_formula(info, r)
             res["megatron_gib"], res["megatron_err"] = mf / GIB, (mf - meas) / meas
-        if r["zero"] in ("2", "3"):
-            df = deepspeed_formula(info, r)
+        if r["zero"] in ("2", "3") and "--finetune" not in (r.get("args") or ""):
+            df = deepspeed_formula(info, r)  # full training's states only
             res["deepspeed_gib"], res["deepspeed_err"] = df / GIB, (df - meas) / meas
         results.append(res)
     by_source = {}

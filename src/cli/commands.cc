@@ -17,6 +17,7 @@
 #include "hardware/cluster.h"
 #include "hardware/gpu.h"
 #include "memory/error_bands.h"
+#include "memory/finetune.h"
 #include "memory/memory_json.h"
 #include "memory/memory_model.h"
 #include "perf/perf_model.h"
@@ -408,7 +409,13 @@ void RunPredict(PredictOptions o) {
              o.train.flash_attn ? "flash" : "eager", o.plan.zero,
              o.plan.sequence_parallel ? ", sequence parallel" : "");
   if (o.train.finetune != FineTune::kFull) {
-    fmt::print("  fine-tune {}\n", DescribeFineTune(o.train.finetune, o.train.lora));
+    LoraSpec run = o.train.lora;
+    if (ShardedQlora(o.train, o.plan)) run.upcast_rest = false;
+    fmt::print("  fine-tune {}\n", DescribeFineTune(o.train.finetune, run));
+    if (run.upcast_rest != o.train.lora.upcast_rest) {
+      fmt::print("  sharded QLoRA: 4-bit layers in 16-bit storage, the rest kept 16-bit (FSDP and "
+                 "ZeRO-3 need one dtype; TRL skips prepare_model_for_kbit_training)\n");
+    }
   }
   if (o.train.fp8()) fmt::print("  {}\n", DescribeFp8(o.train));
   if (auto words = DescribeRecompute(o.rc, o.train); !words.empty()) {

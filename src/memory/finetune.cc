@@ -71,6 +71,11 @@ int64_t LayerLinearElements(const ModelSpec& m, bool moe_layer) {
   return n;
 }
 
+bool ShardedQlora(const TrainingSpec& t, const ParallelPlan& p) {
+  return t.finetune == FineTune::kQlora &&
+         (t.framework == Framework::kFsdp || (t.framework == Framework::kDeepSpeed && p.zero >= 3));
+}
+
 double Nf4BytesPerWeight(bool double_quant) {
   return double_quant ? 0.5 + 1.0 / 64.0 + 4.0 / (64.0 * 256.0) : 0.5 + 4.0 / 64.0;
 }

@@ -37,6 +37,14 @@ int64_t LayerLinearElements(const ModelSpec& m, bool moe_layer);
 // of scales a weight).
 double Nf4BytesPerWeight(bool double_quant);
 
+// Sharded QLoRA: FSDP (any sharding) or DeepSpeed ZeRO-3 over 4-bit layers. Their flat
+// parameters need one dtype, so the 4-bit layers are packed into 16-bit storage
+// (bnb_4bit_quant_storage) and every other weight stays 16-bit: TRL's SFTTrainer skips
+// prepare_model_for_kbit_training for such a model (the weights it finds on cpu or meta), and
+// Answer.AI's FSDP-QLoRA never upcasts. The estimate then keeps the rest 16-bit whatever
+// --no-kbit-upcast says.
+bool ShardedQlora(const TrainingSpec& t, const ParallelPlan& p);
+
 // Adapter parameters of the whole model.
 int64_t ModelAdapterParams(const ModelSpec& m, const LoraSpec& lora);
 

@@ -538,6 +538,11 @@ void SummarizeStages(MemoryEstimate& est) {
 Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
                                      const ParallelPlan& p, StageDetail detail) {
   RETURN_IF_ERROR(ValidateLayout(m, t, p));
+  if (ShardedQlora(t, p) && t.lora.upcast_rest) {
+    TrainingSpec one_dtype = t;  // what sharded QLoRA runs (ShardedQlora)
+    one_dtype.lora.upcast_rest = false;
+    return PredictMemory(m, one_dtype, p, detail);
+  }
   const ParamCounts counts = TrainedParamCounts(m, t);
   const LayerKinds kinds = MakeLayerKinds(m, t, p);
   const int64_t microbatches = MicroBatchesPerStep(t, p);

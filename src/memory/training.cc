@@ -194,8 +194,10 @@ void CheckFineTune(const TrainingSpec& t, const ParallelPlan& p, const AddProble
     if (t.framework == Framework::kMegatron) {
       add("finetune", std::string(kind) +
                           " is modelled as PEFT runs it: use --framework hf, fsdp or deepspeed");
-    } else if (t.finetune == FineTune::kQlora && t.framework != Framework::kHf) {
-      add("finetune", "qlora (bitsandbytes 4-bit layers) is modelled with --framework hf only");
+    } else if (t.finetune == FineTune::kQlora && t.framework == Framework::kDeepSpeed &&
+               p.zero > 0 && p.zero < 3) {
+      add("finetune", "qlora under DeepSpeed is modelled without ZeRO or with ZeRO-3 (bitsandbytes' "
+                      "4-bit storage), found ZeRO " + s(p.zero));
     }
     if (t.precision == Precision::kBf16Pure) {
       add("precision", std::string(kind) +
