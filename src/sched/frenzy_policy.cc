@@ -53,7 +53,7 @@ class FrenzyPolicy final : public Policy {
     rows_.clear();
     size_t rows = 0;
     for (const JobView& j : s.jobs) rows += j.options->options.size();
-    speed_.assign(rows, 0.0);  // sized once: the spans into it stay valid
+    speed_.resize(rows);  // sized once: the spans into it stay valid (every row is written below)
     size_t row = 0;
     for (size_t i = 0; i < s.jobs.size(); ++i) {
       const JobView& j = s.jobs[i];
@@ -80,6 +80,7 @@ class FrenzyPolicy final : public Policy {
         std::copy_n(speed_.data() + it->second, n, speed);
         if (plain) cj.speed_class = static_cast<int64_t>(it->second);
       } else {
+        std::fill_n(speed, n, 0.0);
         for (size_t k = 0; k < n; ++k) {
           const int o = static_cast<int>(k);
           if (j.option(o).mixed() && !mixed_options()) continue;  // the ablation's

@@ -66,6 +66,14 @@ const std::vector<int>& AllocationCore::Allocate(std::span<const CoreJob> jobs,
     // the options without extra (most of them) and one per option with.
     const double rem = j.remaining_tokens;
     const double inv_rem = rem > 0 ? 1.0 / rem : 0.0;
+    if (rem > 0 && j.current < 0 && j.restart_s <= 0) {
+      // A job that never ran (most of a long queue): no extra on any option, one multiply each
+      // (an option it may not run has speed 0, so 1 / T = 0).
+      for (size_t o = 0; o < n; ++o) {
+        inv_t_[row + o] = std::min(j.speed[o] * inv_rem, 1.0 / kMinTimeS);
+      }
+      continue;
+    }
     for (size_t o = 0; o < n; ++o) {
       const double v = j.speed[o];
       double inv = 0;
@@ -352,12 +360,27 @@ AllocationCore::Step AllocationCore::BestStep(size_t i) {
   return best;
 }
 
+// Job i's single-type option on `type` with exactly `gpus` GPUs, or -1: a binary search of its
+// compact (type, GPUs) columns, sorted as its options are.
+int AllocationCore::Row(size_t i, int type, int64_t gpus) const {
+  size_t lo = first_[i], hi = first_[i] + single_[i];
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (type_[mid] < type || (type_[mid] == type && gpus_[mid] < gpus)) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  if (lo == first_[i] + single_[i] || type_[lo] != type || gpus_[lo] != gpus) return -1;
+  return static_cast<int>(lo - first_[i]);
+}
+
 // The option of job i on `type` with exactly `gpus` GPUs that it may run, or -1.
 int AllocationCore::Same(size_t i, int type, int64_t gpus) const {
   const CoreJob& j = jobs_[i];
-  const RunOption* r = j.options->Find(type, gpus);
-  if (r == nullptr) return -1;
-  const int o = static_cast<int>(r - j.options->options.data());
+  const int o = Row(i, type, gpus);
+  if (o < 0) return -1;
   return j.speed[static_cast<size_t>(o)] > 0 && (j.current < 0 || k_->move || o == j.current) ? o
                                                                                               : -1;
 }
@@ -404,21 +427,18 @@ void AllocationCore::SwapTypes() {
   // By (type, GPUs): the candidates for job a's option o are the run holding exactly o. A trade
   // gives each job the other's (type, GPUs), so trading the two entries' jobs keeps the order.
   std::sort(held_.begin(), held_.end());
-  type_begin_.assign(cap_.size(), 0);
-  type_end_.assign(cap_.size(), 0);
-  for (size_t h = held_.size(); h-- > 0;) type_begin_[static_cast<size_t>(held_[h].type)] = h;
-  for (size_t h = 0; h < held_.size(); ++h) type_end_[static_cast<size_t>(held_[h].type)] = h + 1;
   // Each (type, GPUs) run is a slot; job b's option on slot s is looked up once (many jobs hold
   // the same slot and scan the same partners).
+  slots_.clear();
   slot_.assign(held_.size(), 0);
-  size_t slots = 0;
   for (size_t h = 0; h < held_.size(); ++h) {
-    if (h > 0 && (held_[h].type != held_[h - 1].type || held_[h].gpus != held_[h - 1].gpus)) {
-      ++slots;
+    if (h == 0 || held_[h].type != held_[h - 1].type || held_[h].gpus != held_[h - 1].gpus) {
+      slots_.push_back({held_[h].type, held_[h].gpus, h, h});
     }
-    slot_[h] = slots;
+    slots_.back().end = h + 1;
+    slot_[h] = slots_.size() - 1;
   }
-  on_slot_.assign((slots + 1) * held_.size(), Side{});
+  on_slot_.assign(slots_.size() * held_.size(), Side{});
   // Each holder's side on what it holds now.
   now_.resize(held_.size());
   for (const Holder& e : held_) now_[holder_[e.job]] = SideOf(e.job, choice_[e.job]);
@@ -430,19 +450,16 @@ void AllocationCore::SwapTypes() {
     size_t at = 0;
     int pa = -1, pb = -1;
     double best = 0;
-    for (size_t o = 0; o < single_[a]; ++o) {
-      const size_t row = first_[a] + o;
-      if (type_[row] == held_[h].type || inv_t_[row] <= a_now) continue;
-      const auto end = held_.begin() + static_cast<std::ptrdiff_t>(type_end_[type_[row]]);
-      auto lo =
-          std::lower_bound(held_.begin() + static_cast<std::ptrdiff_t>(type_begin_[type_[row]]),
-                           end, Holder{type_[row], gpus_[row], 0});
-      if (lo == end || lo->gpus != gpus_[row]) continue;  // nobody holds that count there
-      const int oa = static_cast<int>(o);
+    // a's options where someone holds exactly that (type, GPUs): the slots of other types, in
+    // the order of a's options (both by type, then GPUs).
+    for (const Slot& sl : slots_) {
+      if (sl.type == held_[h].type) continue;
+      const int oa = Row(a, sl.type, sl.gpus);
+      if (oa < 0 || inv_t_[first_[a] + static_cast<size_t>(oa)] <= a_now) continue;
       if (!Allowed(a, oa) || !keeps(a, oa)) continue;
       const Side a_alt = SideOf(a, oa);
-      for (auto it = lo; it != end && it->gpus == gpus_[row]; ++it) {
-        const size_t b = it->job;
+      for (size_t e = sl.begin; e < sl.end; ++e) {
+        const size_t b = held_[e].job;
         Side& b_alt = on_slot_[slot_[h] * held_.size() + holder_[b]];
         if (b_alt.option == -2) {  // not looked up yet
           const int ob = Same(b, held_[h].type, held_[h].gpus);
@@ -454,7 +471,7 @@ void AllocationCore::SwapTypes() {
             PairSum(a_cur, a_alt, b_cur, b_alt) - PairSum(a_alt, a_cur, b_alt, b_cur);
         if (gain > best) {
           best = gain;
-          at = static_cast<size_t>(it - held_.begin());
+          at = e;
           pa = oa;
           pb = b_alt.option;
         }

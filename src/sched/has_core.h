@@ -138,6 +138,7 @@ class AllocationCore {
   Step BestStep(size_t i);
   bool GrowthPays(const CoreJob& j, int from, size_t to, int64_t added, int64_t held) const;
   int Same(size_t i, int type, int64_t gpus) const;
+  int Row(size_t i, int type, int64_t gpus) const;
   void SwapTypes();
   void Grant(size_t i, int o);
 
@@ -170,7 +171,12 @@ class AllocationCore {
     auto operator<=>(const Holder&) const = default;
   };
   std::vector<Holder> held_;
-  std::vector<size_t> type_begin_, type_end_;  // per type: its run in held_
+  struct Slot {  // a (type, GPUs) run of held_ (entries [begin, end))
+    int type;
+    int64_t gpus;
+    size_t begin, end;
+  };
+  std::vector<Slot> slots_;    // in held_'s order: by type, then GPUs
   std::vector<size_t> slot_;   // per entry of held_: its (type, GPUs) run's number
   std::vector<size_t> holder_;  // per job holding GPUs: its entry in held_ before any trade
   std::vector<Side> on_slot_;  // per (slot, holder): the job's side there (option -1: none)
