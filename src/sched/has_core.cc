@@ -41,6 +41,8 @@ const std::vector<int>& AllocationCore::Allocate(std::span<const CoreJob> jobs,
   tables_.clear();
   col_type_.clear();
   col_gpus_.clear();
+  col_run_end_.clear();
+  table_col_.resize(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
     const CoreJob& j = jobs[i];
     const auto& opts = j.options->options;
@@ -55,8 +57,17 @@ const std::vector<int>& AllocationCore::Allocate(std::span<const CoreJob> jobs,
         col_type_.push_back(r.type);
         col_gpus_.push_back(r.gpus);
       }
+      // Where each single-type row's run of its type ends (the proposals skip the counts of a
+      // type too large to fit in one step).
+      const size_t first = it->second.first, single = it->second.single;
+      col_run_end_.resize(col_type_.size(), 0);
+      for (size_t o = single; o-- > 0;) {
+        const bool last = o + 1 == single || col_type_[first + o + 1] != col_type_[first + o];
+        col_run_end_[first + o] = last ? o + 1 : col_run_end_[first + o + 1];
+      }
     }
     const size_t col = it->second.first, row = first_[i];
+    table_col_[i] = col;
     single_[i] = std::min(it->second.single, n);
     std::copy_n(col_type_.begin() + static_cast<std::ptrdiff_t>(col), n,
                 type_.begin() + static_cast<std::ptrdiff_t>(row));
@@ -301,7 +312,7 @@ AllocationCore::Step AllocationCore::BestStep(size_t i) {
       for (; o < n && type_[base + o] == type; ++o) {
         const int64_t gpus = gpus_[base + o];
         if (gpus > cap) {  // the rest of this type is larger still
-          while (o < n && type_[base + o] == type) ++o;
+          o = std::min(n, col_run_end_[table_col_[i] + o]);
           break;
         }
         const double gain = inv_t_[base + o] - from;

@@ -160,6 +160,8 @@ class AllocationCore {
   std::unordered_map<const JobOptions*, Columns> tables_;  // this decision's option tables
   std::vector<int> col_type_;
   std::vector<int64_t> col_gpus_;
+  std::vector<size_t> col_run_end_;  // per single-type row: the end of its type's run
+  std::vector<size_t> table_col_;    // per job: its table's first row in the columns
   std::vector<Step> heap_;
   bool contended_ = false;  // a step of the last greedy pass found its GPUs taken
   std::vector<int64_t> idle_;        // second pass: the GPUs per type the first pass left free
