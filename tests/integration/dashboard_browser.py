@@ -269,11 +269,20 @@ def run(args):
         print("cancel from the page", flush=True)
         target = next(i for i in ids if d.get(f"/v1/jobs/{i}")["state"] in ("queued", "running"))
         view(f"job/{target}", "job-cancel.png", lambda: driver.find_element(By.ID, "cancel"))
-        driver.find_element(By.ID, "cancel").click()
+        # The page redraws live: a button found just before a redraw is stale, so each click is
+        # retried on the button found again.
+        wait_for("a click on the button",
+                 lambda: driver.find_element(By.ID, "cancel").click() or True)
         wait_for("the armed button", lambda: "Confirm" in driver.find_element(By.ID, "cancel").text)
         check(d.get(f"/v1/jobs/{target}")["state"] != "cancelled", "one click only arms the button")
-        driver.find_element(By.ID, "cancel").click()
-        wait_for("the cancel", lambda: d.get(f"/v1/jobs/{target}")["state"] == "cancelled")
+
+        def confirm():
+            # Armed: this click cancels; disarmed by a redraw: it arms again, the next confirms.
+            if d.get(f"/v1/jobs/{target}")["state"] == "cancelled":
+                return True
+            driver.find_element(By.ID, "cancel").click()
+            return False
+        wait_for("the cancel", confirm)
         check(True, f"the second click cancelled {target} (API)")
         wait_for("the page's state",
                  lambda: driver.find_element(By.ID, "job-state").text == "cancelled")
