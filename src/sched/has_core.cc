@@ -419,8 +419,8 @@ inline double AllocationCore::PairSum(const Side& pa, const Side& alt_a, const S
 // places with the job there whose trade shortens the two jobs' summed completion time most
 // (PairSum; restarts priced as everywhere). The capacity is unchanged by a trade. A trade obeys
 // the knobs (Allowed: moves, elastic counts; without preemption a running job keeps at least
-// its GPUs) for both jobs. O(P K log P + M) for P jobs holding
-// GPUs with at most K options and M candidate pairs.
+// its GPUs) for both jobs. O(P R log K + M) for P jobs holding GPUs in R distinct (type, GPUs)
+// runs, with at most K options, and M candidate pairs.
 void AllocationCore::SwapTypes() {
   held_.clear();
   holder_.assign(jobs_.size(), 0);
