@@ -409,8 +409,7 @@ void RunPredict(PredictOptions o) {
              o.train.flash_attn ? "flash" : "eager", o.plan.zero,
              o.plan.sequence_parallel ? ", sequence parallel" : "");
   if (o.train.finetune != FineTune::kFull) {
-    LoraSpec run = o.train.lora;
-    if (ShardedQlora(o.train, o.plan)) run.upcast_rest = false;
+    const LoraSpec run = LoraAsRun(o.train, o.plan);
     fmt::print("  fine-tune {}\n", DescribeFineTune(o.train.finetune, run));
     if (run.upcast_rest != o.train.lora.upcast_rest) {
       fmt::print("  sharded QLoRA: 4-bit layers in 16-bit storage, the rest kept 16-bit (FSDP and "

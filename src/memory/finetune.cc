@@ -76,6 +76,12 @@ bool ShardedQlora(const TrainingSpec& t, const ParallelPlan& p) {
          (t.framework == Framework::kFsdp || (t.framework == Framework::kDeepSpeed && p.zero >= 3));
 }
 
+LoraSpec LoraAsRun(const TrainingSpec& t, const ParallelPlan& p) {
+  LoraSpec l = t.lora;
+  if (ShardedQlora(t, p)) l.upcast_rest = false;
+  return l;
+}
+
 double Nf4BytesPerWeight(bool double_quant) {
   return double_quant ? 0.5 + 1.0 / 64.0 + 4.0 / (64.0 * 256.0) : 0.5 + 4.0 / 64.0;
 }

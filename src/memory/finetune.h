@@ -45,6 +45,10 @@ double Nf4BytesPerWeight(bool double_quant);
 // --no-kbit-upcast says.
 bool ShardedQlora(const TrainingSpec& t, const ParallelPlan& p);
 
+// The adapters' settings as the layout runs them: `t.lora`, without the upcast under sharded
+// QLoRA. What the estimate accounts and `predict` prints.
+LoraSpec LoraAsRun(const TrainingSpec& t, const ParallelPlan& p);
+
 // Adapter parameters of the whole model.
 int64_t ModelAdapterParams(const ModelSpec& m, const LoraSpec& lora);
 

@@ -538,10 +538,10 @@ void SummarizeStages(MemoryEstimate& est) {
 Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
                                      const ParallelPlan& p, StageDetail detail) {
   RETURN_IF_ERROR(ValidateLayout(m, t, p));
-  if (ShardedQlora(t, p) && t.lora.upcast_rest) {
-    TrainingSpec one_dtype = t;  // what sharded QLoRA runs (ShardedQlora)
-    one_dtype.lora.upcast_rest = false;
-    return PredictMemory(m, one_dtype, p, detail);
+  if (const LoraSpec run = LoraAsRun(t, p); run.upcast_rest != t.lora.upcast_rest) {
+    TrainingSpec as_run = t;  // sharded QLoRA keeps one dtype (ShardedQlora)
+    as_run.lora = run;
+    return PredictMemory(m, as_run, p, detail);
   }
   const ParamCounts counts = TrainedParamCounts(m, t);
   const LayerKinds kinds = MakeLayerKinds(m, t, p);
