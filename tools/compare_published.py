@@ -73,6 +73,10 @@ ENVIRONMENT = {
     "hf": ["--cuda-context-mib", "1343", "--no-foreach", "--keep-grads"],
     "other": ["--no-foreach", "--keep-grads"],
     "deepspeed": ["--no-foreach"],
+    # published.csv's Megatron rows ran Megatron-LM 992da75 (April 2023): its own transformer
+    # layers (Transformer Engine was opt-in), and a GPT model that passed fp32 logits to a cross
+    # entropy that subtracted their maximum out of place.
+    "megatron": ["--megatron-legacy"],
     # litgpt's GPT returns the lm_head's output in the model's dtype (bf16-true) and its
     # chunked_cross_entropy (litgpt/utils.py) takes F.cross_entropy of those 16-bit logits, 128
     # tokens at a time, without an fp32 copy.

@@ -270,6 +270,7 @@ struct PredictOptions {
   bool fsdp_wrap_embeddings = false;
   bool drop_logits = false;
   bool loss_in_model_dtype = false;
+  bool megatron_legacy = false;
   double cuda_context_mib = 512;
   FineTuneFlags ft;
   std::string offload = "none";
@@ -312,6 +313,7 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
   o.train.fsdp_wrap_embeddings = o.fsdp_wrap_embeddings;
   o.train.drop_logits = o.drop_logits;
   o.train.loss_fp32 = !o.loss_in_model_dtype;
+  o.train.megatron_legacy = o.megatron_legacy;
   if (!(o.cuda_context_mib >= 0) || o.cuda_context_mib > 1 << 20) {
     return InvalidArgument("must be between 0 and 1048576", {}, "--cuda-context-mib");
   }
@@ -641,6 +643,9 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
                   "before it (HF Trainer, torchtune)");
     cmd->add_flag("--loss-in-model-dtype", o->loss_in_model_dtype,
                   "Loss computed on 16-bit logits (older HF models run in 16 bits)");
+    cmd->add_flag("--megatron-legacy", o->megatron_legacy,
+                  "Megatron-LM as released through 2023: its own layers (no Transformer Engine "
+                  "workspace) and a second fp32 copy of the logits while the loss runs");
     cmd->add_option("--cuda-context-mib", o->cuda_context_mib,
                     "CUDA context and kernels (512: lazy loading; 1343 measured on CUDA 11.2)")
         ->capture_default_str();

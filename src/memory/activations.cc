@@ -719,11 +719,17 @@ OutputActivations OutputActivationBytes(const ModelSpec& m, const TrainingSpec& 
   if (UsesMegatronKernels(t)) {
     // Final norm input and the output layer's input; logits in the activation dtype, then
     // vocab_parallel_cross_entropy works on an fp32 copy that it keeps as softmax (its
-    // backward reuses that buffer in place).
+    // backward reuses that buffer in place, then casts it to the logits' dtype). The model
+    // returns the loss alone (GPTModel.forward, legacy post_language_model_processing), so the
+    // 16-bit logits are freed when forward ends: backward holds the softmax and its cast.
     out.saved = norm_tokens * m.hidden_size * e + tokens * m.hidden_size * e;
     out.logits_held = tokens * vocab * e;
     out.loss_saved = tokens * vocab * kF32;
     out.loss_backward_transient = tokens * vocab * e;
+    out.logits_outlive_forward = false;
+    // Before 2024 the model passed `output.float()` and the loss subtracted the maximum out of
+    // place: the caller's fp32 copy and the shifted one are alive until the loss returns.
+    if (t.megatron_legacy) out.loss_forward_transient = tokens * vocab * kF32;
     return out;
   }
   if (m.final_norm) {

@@ -37,6 +37,7 @@ nlohmann::json LayoutToJson(const TrainingSpec& t, const ParallelPlan& p) {
   if (t.accumulate_unsharded) j["accumulate_unsharded"] = true;
   if (t.fsdp_wrap_embeddings) j["fsdp_wrap_embeddings"] = true;
   if (t.drop_logits) j["drop_logits"] = true;
+  if (t.megatron_legacy) j["megatron_legacy"] = true;
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (t.moe_capacity_factor > 0) j["moe_capacity_factor"] = t.moe_capacity_factor;
   if (p.ep > 1) j["moe_dispatcher"] = MoeDispatcherName(t.moe_dispatcher);

@@ -128,6 +128,11 @@ double InFlight(const ParallelPlan& p, int64_t stage, int64_t microbatches) {
 // cuBLAS/cuBLASLt workspaces come from the caching allocator: ":4096:8" (8 x 4 MiB) on Hopper,
 // ":4096:2:16:8" otherwise (PyTorch docs, CUDA semantics / cuBLAS workspaces).
 constexpr int64_t kCublasWorkspace = 32 * kMiB;
+// Transformer Engine's GEMMs take their own cuBLASLt workspace, also a torch.empty through the
+// caching allocator: 32 MiB on Hopper and later, 4 MiB before (get_cublas_workspace_size_bytes in
+// transformer_engine/pytorch); the larger, as above. Megatron-LM's layers are TE's by default
+// since 2024 (`--transformer-impl transformer_engine`); 2023 releases ran their own layers.
+constexpr int64_t kTransformerEngineWorkspace = 32 * kMiB;
 // NCCL communicators: NCCL_BUFFSIZE (4 MiB) per channel and peer (NCCL env docs); one
 // communicator per parallel group in use.
 constexpr int64_t kNcclPerGroup = 128 * kMiB;
@@ -204,6 +209,9 @@ LayerKinds MakeLayerKinds(const ModelSpec& m, const TrainingSpec& t, const Paral
   const ActivationShape sh = MakeActivationShape(t, p);
   k.stream_grad = sh.b * sh.s * m.hidden_size * sh.e;
   k.workspace = t.device == DeviceKind::kCuda ? kCublasWorkspace : 0;
+  if (t.device == DeviceKind::kCuda && t.framework == Framework::kMegatron && !t.megatron_legacy) {
+    k.workspace += kTransformerEngineWorkspace;
+  }
   return k;
 }
 
@@ -296,7 +304,7 @@ StageState MakeStageState(const ModelSpec& m, const TrainingSpec& t, const Paral
   }
   if (l.first_stage) s.act += k.embedding_act;
   if (l.last_stage) s.out = k.output_act;
-  s.logits_in_backward = t.drop_logits ? 0 : s.out.logits_held;
+  s.logits_in_backward = t.drop_logits || !s.out.logits_outlive_forward ? 0 : s.out.logits_held;
   s.in_flight = InFlight(p, l.stage, microbatches);
   s.act_all = static_cast<int64_t>(std::ceil(static_cast<double>(s.act) * s.in_flight));
   // Gradient accumulation (several micro-batches a step on this pipeline): backward adds into
@@ -344,7 +352,7 @@ std::pair<Phase, Phase> ForwardAndLossPhases(const StageState& s, const LayerKin
   b.gradients = s.grads_at_start;
   b.optimizer = s.st.optimizer;
   b.activations = s.act_all + out.saved + s.st.autocast_cache;
-  b.logits = out.logits_held + out.loss_saved;
+  b.logits = out.logits_held + out.loss_saved + out.loss_forward_transient;
   b.temporary = s.st.buckets + s.st.gather;
   b.overhead = k.workspace;
   Phase forward{"forward", b};

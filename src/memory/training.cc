@@ -395,6 +395,9 @@ Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelP
     add("drop_logits", "Megatron-LM's loss keeps its own buffers: use --framework hf, fsdp or "
                        "deepspeed");
   }
+  if (t.megatron_legacy && t.framework != Framework::kMegatron) {
+    add("megatron_legacy", "describes Megatron-LM releases: use --framework megatron");
+  }
   if (t.fsdp_wrap_embeddings && t.framework != Framework::kFsdp) {
     add("fsdp_wrap_embeddings", "is FSDP's wrapping: use --framework fsdp");
   }

@@ -209,6 +209,12 @@ struct TrainingSpec {
   // `outputs = model(**batch); accelerator.backward(outputs.loss)`) holds them through backward,
   // the default.
   bool drop_logits = false;
+  // Megatron-LM as released through 2023: its own transformer layers (no Transformer Engine
+  // workspace), and a cross entropy that got fp32 logits from the model (`output.float()`) and
+  // subtracted their maximum out of place (a second fp32 copy) before its in-place exp. Since
+  // 2024 the layers are Transformer Engine's and, from core_r0.9.0, the cast happens inside the
+  // loss and the subtraction is in place ("In-place subtraction reduces memory pressure").
+  bool megatron_legacy = false;
   // Current HuggingFace models upcast logits to fp32 for the loss; older versions (and models run
   // in 16 bits without autocast) computed the loss in the model's dtype.
   bool loss_fp32 = true;

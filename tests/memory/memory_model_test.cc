@@ -427,6 +427,43 @@ TEST(PredictMemory, SoftwareEnvironmentKnobs) {
   ASSERT_FALSE(PredictMemory(m, drop, p).ok());
 }
 
+// Megatron's GPT model returns the loss alone, so its bf16 logits die when forward ends. GPT-2 XL
+// (vocabulary 50,257), 8 x 1,024 tokens, full recompute so the loss holds the peak; one logit
+// entry is 2 bytes in bf16 and 4 in fp32, 8 x 1,024 x 50,257 = 411,705,344 entries.
+//  - forward, at the loss: bf16 logits + vocab_parallel_cross_entropy's fp32 softmax = 6 B each;
+//  - start of backward: the softmax, turned into its gradient in place, and that gradient's
+//    bf16 cast for the output layer (the logits are gone) = 6 B each;
+//  - Megatron-LM through 2023: the model passed `output.float()` and the loss subtracted the
+//    maximum out of place, a second fp32 copy alive in forward = 10 B each.
+TEST(PredictMemory, MegatronLossFreesTheLogitsWithForward) {
+  constexpr int64_t kEntries = int64_t{8} * 1024 * 50'257;
+  ModelSpec m = *ResolveModel("gpt2-xl");
+  TrainingSpec t;
+  t.framework = Framework::kMegatron;
+  t.seq_len = 1024;
+  t.micro_batch = 8;
+  t.global_batch = 8;
+  t.recompute = Recompute::kFull;
+  ParallelPlan p;
+  MemoryEstimate modern = Predict(m, t, p);
+  // Forward and the start of backward tie at 6 B; logits kept into backward would make it 8.
+  EXPECT_EQ(modern.stages[0].breakdown.logits, 6 * kEntries);
+  TrainingSpec legacy = t;
+  legacy.megatron_legacy = true;
+  MemoryEstimate old = Predict(m, legacy, p);
+  ASSERT_EQ(std::string(old.stages[0].peak_phase), "forward");
+  EXPECT_EQ(old.stages[0].breakdown.logits, 10 * kEntries);
+  // Besides the logits they differ by Transformer Engine's cuBLASLt workspace, 32 MiB on Hopper
+  // (get_cublas_workspace_size_bytes), which 2023's own layers did not allocate.
+  EXPECT_EQ(modern.stages[0].breakdown.overhead - old.stages[0].breakdown.overhead,
+            int64_t{32} << 20);
+  EXPECT_EQ(old.stages[0].breakdown.total() - old.stages[0].breakdown.logits + (int64_t{32} << 20),
+            modern.stages[0].breakdown.total() - modern.stages[0].breakdown.logits);
+  // The legacy loss is Megatron's alone.
+  legacy.framework = Framework::kHf;
+  EXPECT_FALSE(PredictMemory(m, legacy, p).ok());
+}
+
 // Gradient accumulation. Llama-2-7B (Ψ = 6,738,415,616, see ZeroStagesShardAsThePaperSays) in
 // pure bf16 under FSDP over 8 ranks, 2 sequences of 1 per rank a step, so 2 micro-batches: the
 // second runs its forward beside the gradients the first left, which zero_grad frees only after

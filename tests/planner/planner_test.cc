@@ -636,8 +636,8 @@ TEST(Planner, BadJobsAreErrors) {
 TEST(Planner, EncodersArePlannedWithAMaskedLmHead) {
   // BERT-large (hidden 1024, vocab 30,522, seq 512). The masked-LM head predicts every token
   // over the vocabulary; a classification head (2 labels) only the pooled first token. So on
-  // the same layout, the plan must hold at least the bf16 logits and the fp32 log-softmax
-  // that cross-entropy keeps for backward, 2 + 4 bytes per token per vocabulary entry (of the
+  // the same layout, the plan must hold the bf16 logits and the fp32 softmax that
+  // cross-entropy keeps for backward, 2 + 4 bytes per token per vocabulary entry (of the
   // rank's vocabulary shard), and at most those plus the logits' bf16 gradient (2 more), the
   // head's extra parameters at 18 bytes each (bf16 weight, fp32 gradient, fp32 master weight
   // and Adam moments) and 32 MiB for the head's hidden-width activations and allocator
@@ -672,7 +672,12 @@ TEST(Planner, EncodersArePlannedWithAMaskedLmHead) {
     const double tokens = static_cast<double>(p.micro_batch * 512 / p.cp);
     const double vocab = 30522.0 / static_cast<double>(p.tp);
     const double diff = static_cast<double>(p.device_bytes - cls->device_bytes);
-    EXPECT_GE(diff, tokens * vocab * (2 + 4)) << "mb " << p.micro_batch << " tp " << p.tp;
+    // Megatron frees the logits when forward ends, so the classification plan's own peak can
+    // lie in its layers' backward, where the MLM plan holds no vocabulary-sized buffer either:
+    // the residual stream's gradient and a layer's hidden-width gradients above the start of
+    // backward, fewer than 4 bf16 tensors of tokens x 1,024.
+    EXPECT_GE(diff, tokens * vocab * (2 + 4) - 4.0 * 2 * tokens * 1024)
+        << "mb " << p.micro_batch << " tp " << p.tp;
     EXPECT_LE(diff, tokens * vocab * (2 + 4 + 2) + 18.0 * 1080120 + 32.0 * (1 << 20))
         << "mb " << p.micro_batch << " tp " << p.tp;
     ++checked;
