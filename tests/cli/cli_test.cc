@@ -182,6 +182,11 @@ TEST(Cli, PredictSaysWhyALayoutIsImpossible) {
   EXPECT_EQ(split.exit_code, 2);
   EXPECT_NE(split.out.find("--stage-layers:"), std::string::npos) << split.out;
   EXPECT_NE(split.out.find("32 layers"), std::string::npos) << split.out;
+  // A flag that describes another framework's releases is refused with the framework to use.
+  CliRun legacy = Frenzy("predict --model gpt2 --seq-len 1024 --framework hf --megatron-legacy");
+  EXPECT_EQ(legacy.exit_code, 2);
+  EXPECT_NE(legacy.out.find("--megatron-legacy:"), std::string::npos) << legacy.out;
+  EXPECT_NE(legacy.out.find("--framework megatron"), std::string::npos) << legacy.out;
 }
 
 // A heterogeneous pipeline: each stage judged on its own GPU type, and bad parts named.
