@@ -137,6 +137,12 @@ class FrenzyPolicy final : public Policy {
 
   // The decisions that take the cluster from what runs to `target`.
   Decisions Place(const Snapshot& s, const std::vector<int>& target) {
+    // Most decisions (the round's ticks on a steady cluster) change nothing: no map to build.
+    bool change = false;
+    for (size_t i = 0; i < core_.size() && !change; ++i) {
+      change = !core_[i].pinned && target[i] != core_[i].current;
+    }
+    if (!change) return {};
     const ClusterView& c = *s.cluster;
     FreeMap free(c);
     std::vector<char> stop(core_.size(), 0);
