@@ -726,7 +726,6 @@ OutputActivations OutputActivationBytes(const ModelSpec& m, const TrainingSpec& 
     out.logits_held = tokens * vocab * e;
     out.loss_saved = tokens * vocab * kF32;
     out.loss_backward_transient = tokens * vocab * e;
-    out.logits_outlive_forward = false;
     // Before 2024 the model passed `output.float()` and the loss subtracted the maximum out of
     // place: the caller's fp32 copy and the shifted one are alive until the loss returns.
     if (t.megatron_legacy) out.loss_forward_transient = tokens * vocab * kF32;

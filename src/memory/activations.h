@@ -49,9 +49,6 @@ struct OutputActivations {
   int64_t loss_saved = 0;    // what the loss keeps (log-softmax output)
   int64_t loss_backward_transient = 0;  // gradients of the loss chain, at their peak
   int64_t loss_forward_transient = 0;   // what the loss's forward holds besides loss_saved
-  // Whether the training loop still references the logits in backward (HF models return them
-  // in their output; Megatron's GPT model returns the loss alone, so they die with forward).
-  bool logits_outlive_forward = true;
 };
 
 // Tokens and per-rank sizes shared by the account.

@@ -208,9 +208,9 @@ LayerKinds MakeLayerKinds(const ModelSpec& m, const TrainingSpec& t, const Paral
   k.output_act = OutputActivationBytes(m, t, p);
   const ActivationShape sh = MakeActivationShape(t, p);
   k.stream_grad = sh.b * sh.s * m.hidden_size * sh.e;
-  k.workspace = t.device == DeviceKind::kCuda ? kCublasWorkspace : 0;
-  if (t.device == DeviceKind::kCuda && t.framework == Framework::kMegatron && !t.megatron_legacy) {
-    k.workspace += kTransformerEngineWorkspace;
+  if (t.device == DeviceKind::kCuda) {
+    const bool te_layers = t.framework == Framework::kMegatron && !t.megatron_legacy;
+    k.workspace = kCublasWorkspace + (te_layers ? kTransformerEngineWorkspace : 0);
   }
   return k;
 }
@@ -304,7 +304,7 @@ StageState MakeStageState(const ModelSpec& m, const TrainingSpec& t, const Paral
   }
   if (l.first_stage) s.act += k.embedding_act;
   if (l.last_stage) s.out = k.output_act;
-  s.logits_in_backward = t.drop_logits || !s.out.logits_outlive_forward ? 0 : s.out.logits_held;
+  s.logits_in_backward = t.logits_freed_before_backward() ? 0 : s.out.logits_held;
   s.in_flight = InFlight(p, l.stage, microbatches);
   s.act_all = static_cast<int64_t>(std::ceil(static_cast<double>(s.act) * s.in_flight));
   // Gradient accumulation (several micro-batches a step on this pipeline): backward adds into

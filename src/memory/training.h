@@ -228,6 +228,11 @@ struct TrainingSpec {
     return precision == Precision::kBf16 || precision == Precision::kFp16 || fp8();
   }
   bool fp8() const { return precision == Precision::kFp8; }
+  // Whether the logits are gone when backward starts: a loop that drops them, or Megatron-LM,
+  // whose GPT model returns the loss alone (GPTModel.forward), so they die with forward.
+  bool logits_freed_before_backward() const {
+    return drop_logits || framework == Framework::kMegatron;
+  }
   // Transformer Engine's FP8 linears (FP8 inputs kept, FP8 weight caches).
   bool te_fp8() const { return fp8() && TransformerEngineRecipe(fp8_recipe); }
 };
