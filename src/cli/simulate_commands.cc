@@ -44,6 +44,7 @@ struct SimulateOptions {
   double crash_mtbf_h = 0;
   double stragglers = 0;
   double straggler_speed = 0.5;
+  std::string withhold;  // a file of job ids, one per line
   std::string out;
   bool json = false;
   bool no_progress = false;
@@ -116,6 +117,15 @@ void RunSimulate(const SimulateOptions& o) {
   so.node_repair_s = o.repair_h * 3600;
   if (o.max_hours > 0) so.max_time_s = o.max_hours * 3600;
   so.record_runs = !o.out.empty();
+  if (!o.withhold.empty()) {
+    std::ifstream f(o.withhold);
+    if (!f) return Fail(InvalidArgument("cannot read " + o.withhold, {}, "--withhold"));
+    for (std::string line; std::getline(f, line);) {
+      const auto b = line.find_first_not_of(" \t\r");
+      if (b == std::string::npos || line[b] == '#') continue;
+      so.withheld.insert(line.substr(b, line.find_last_not_of(" \t\r") + 1 - b));
+    }
+  }
   if (Status valid = so.Validate(); !valid.ok()) {
     // The engine names its option; the user typed the flag.
     static const std::map<std::string, std::string> kFlag = {
@@ -257,6 +267,9 @@ void RegisterSimulateCommands(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--straggler-speed", o->straggler_speed, "Speed of a straggler node (fraction)")
       ->capture_default_str();
+  cmd->add_option("--withhold", o->withhold,
+                  "File of job ids (one per line) drawn into the simulated world but never "
+                  "submitted: the same world without those jobs");
   cmd->add_option(
       "--out,-o", o->out,
       "Folder for summary.json, jobs.csv, runs.csv (every run of every job), timeline.csv, SVG "

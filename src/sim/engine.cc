@@ -37,6 +37,16 @@ Status Engine::Prepare() {
     order_[idx[key]] = key;
     RETURN_IF_ERROR(PrepareJob(key, w_.jobs[idx[key]], models));
   }
+  if (!opt_.withheld.empty()) {
+    std::set<std::string> ids;
+    for (const auto& j : w_.jobs) ids.insert(j.id);
+    for (const auto& id : opt_.withheld) {
+      if (!ids.contains(id)) {
+        return InvalidArgument("no job '" + id + "' in the workload to withhold", w_.name,
+                               "withheld");
+      }
+    }
+  }
   node_speed_ = world_.DrawNodeSpeeds(view_.nodes.size());
   node_failed_.assign(view_.nodes.size(), 0);
   if (opt_.node_mtbf_s > 0) {
@@ -98,6 +108,11 @@ Status Engine::PrepareJob(size_t key, const WorkloadJob& wj,
   js.record.submit_s = wj.submit_s;
   js.record.memory_factor = js.truth.factor;
   js.record.memory_drift = js.truth.drift;
+  if (opt_.withheld.contains(wj.id)) {
+    js.withheld = true;
+    ++arrived_;  // never submitted: the run ends without waiting for it
+    return Status::Ok();
+  }
   Push(wj.submit_s, EventKind::kArrival, static_cast<int64_t>(key));
   return Status::Ok();
 }
@@ -384,7 +399,9 @@ SimResult Engine::Results(double now, double first_arrival) {
   }
   SimResult r;
   r.jobs.reserve(jobs_.size());
-  for (size_t i = 0; i < w_.jobs.size(); ++i) r.jobs.push_back(jobs_[order_[i]].record);
+  for (size_t i = 0; i < w_.jobs.size(); ++i) {
+    if (!jobs_[order_[i]].withheld) r.jobs.push_back(jobs_[order_[i]].record);
+  }
   PolicyMetrics counts = m_;
   counts.policy = std::string(policy_.name());
   RunTotals totals;

@@ -38,6 +38,7 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,10 @@ struct SimOptions {
   double retry_backoff_s = 60;  // first back-off after a crash; doubles with each in a row
   int max_crashes = 4;          // crashes in a row without progress before a job fails
   double max_time_s = std::numeric_limits<double>::infinity();  // stop the clock here
+  // Jobs of the workload (by id) whose truths are drawn, in their place, but which are never
+  // submitted: the same world without them (every other job draws what it would with them).
+  // They are left out of the results. An id the workload lacks is an error.
+  std::set<std::string> withheld;
   // Wall clock for measuring the policy's overhead, in seconds (injected: the engine never
   // reads a clock itself). Unset: overhead is reported as 0.
   std::function<double()> wall_now_s;

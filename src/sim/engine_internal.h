@@ -51,6 +51,7 @@ struct JobState {
   JobTruth truth;          // real peak / predicted, and its growth; real speed / predicted
   bool profiled = false;   // `options` holds the true speeds (a profiling policy's copy)
   bool after_oom = false;  // the current (or next) run follows an out-of-memory crash
+  bool withheld = false;   // SimOptions::withheld: drawn, never submitted
   runtime::RetryState retry;
   int64_t version = 0;  // bumped whenever the job starts or stops
   double checkpoint_tokens = 0;

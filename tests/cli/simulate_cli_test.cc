@@ -118,6 +118,25 @@ TEST(SimulateCli, BadInputIsAClearErrorWithExitCode2) {
   EXPECT_NE(r.out.find("perf-error-per"), std::string::npos) << r.out;
 }
 
+// --withhold: the listed jobs are drawn but never submitted (out of every figure); a missing
+// file or an id the workload lacks is a clear error.
+TEST(SimulateCli, WithheldJobsLeaveTheRunAndBadListsAreErrors) {
+  std::string ids = TempFile("withhold.txt", "# two jobs of lab-synthetic\ngen-00006\n\n  gen-00008 \n");
+  CliRun r = Frenzy("simulate -c lab -w lab-synthetic -p fifo-static --json --withhold " + ids,
+                    false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["policies"][0]["jobs"], 58);
+
+  r = Frenzy("simulate -c lab -w lab-synthetic -p fifo-static --withhold /no/such/list");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("/no/such/list"), std::string::npos) << r.out;
+
+  std::string stray = TempFile("withhold-bad.txt", "gen-00006\nnot-a-job\n");
+  r = Frenzy("simulate -c lab -w lab-synthetic -p fifo-static --withhold " + stray);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("not-a-job"), std::string::npos) << r.out;
+}
+
 // The speed truth per model (the default) or per job: the same seed, another world (the lab
 // workload has 60 jobs of 11 models, so per job most jobs draw another speed), and per model
 // is what no flag gives.

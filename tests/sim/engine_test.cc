@@ -152,6 +152,54 @@ TEST(SimEngine, SameSeedSameRunOtherSeedOtherMemoryTruth) {
   EXPECT_EQ(a.metrics.avg_jct_s, b.metrics.avg_jct_s);
 }
 
+// A withheld job is drawn into the world but never submitted: every other job keeps the memory
+// truth it had with it (job j3 comes after it in submission order), while deleting the job from
+// the workload hands j3 the draw that was j1's. The withheld job is in no result, and an id the
+// workload lacks is an error that names it.
+TEST(SimEngine, AWithheldJobKeepsTheOthersTruthsAndIsInNoResult) {
+  std::string csv = "job_id,submit_s,model,tokens,global_batch,seq_len\n";
+  for (int i = 0; i < 4; ++i) {
+    csv += "j" + std::to_string(i) + "," + std::to_string(i * 400) + ",opt-1.3b,2e9,64,2048\n";
+  }
+  std::string without = "job_id,submit_s,model,tokens,global_batch,seq_len\n";
+  for (int i : {0, 2, 3}) {
+    without += "j" + std::to_string(i) + "," + std::to_string(i * 400) + ",opt-1.3b,2e9,64,2048\n";
+  }
+  OptionCache cache(Lab(), GpuCatalog::Default(), 0.10);
+  SimOptions o;  // MARP's measured error distribution: every job draws its own factor
+  o.seed = 7;
+  auto run = [&](const std::string& text, const SimOptions& opt) {
+    ScriptedPolicy p(0, 2);
+    return Simulate(Parse(text), Lab(), GpuCatalog::Default(), p, opt, cache);
+  };
+  auto all = run(csv, o);
+  SimOptions w = o;
+  w.withheld = {"j1"};
+  auto held = run(csv, w);
+  auto deleted = run(without, o);
+  ASSERT_TRUE(all.ok() && held.ok() && deleted.ok());
+  ASSERT_EQ(all->jobs.size(), 4u);
+  ASSERT_EQ(held->jobs.size(), 3u);
+  ASSERT_EQ(deleted->jobs.size(), 3u);
+  EXPECT_EQ(held->jobs[0].id, "j0");
+  EXPECT_EQ(held->jobs[1].id, "j2");
+  EXPECT_EQ(held->jobs[2].id, "j3");
+  for (size_t i : {0u, 2u, 3u}) {
+    const size_t k = i == 0 ? 0 : i - 1;
+    EXPECT_EQ(held->jobs[k].memory_factor, all->jobs[i].memory_factor) << i;
+    EXPECT_EQ(held->jobs[k].outcome, JobOutcome::kFinished) << i;
+  }
+  // Deleted instead, j2 draws what j1 drew (the draws go in submission order). The seed was
+  // chosen so that j1's and j2's factors differ.
+  ASSERT_NE(all->jobs[1].memory_factor, all->jobs[2].memory_factor);
+  EXPECT_EQ(deleted->jobs[1].memory_factor, all->jobs[1].memory_factor);
+  EXPECT_EQ(held->metrics.finished, 3);
+  w.withheld = {"j9"};
+  auto bad = run(csv, w);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().ToString().find("j9"), std::string::npos) << bad.status().ToString();
+}
+
 // Stopped by the policy at 1,000 s, restarted at 2,000 s: the job pays one restart and loses no
 // progress. With every run kept (runs.csv) there are two: the first stopped at 1,000 s with its
 // progress kept, the second from 2,000 s, progressing after its 100 s pause, to the end; their
