@@ -11,10 +11,17 @@ against the best baseline; the average over all jobs (one not finished counted t
 stopped) against the best baseline's; GPU-hours on those jobs against Sia's; jobs finished; OOM crashes.
 
 usage: bench/sched_variant.py FRENZY_BIN SHARED_TRACES_DIR --cache DIR [--policy P ...]
-       [--seeds N] [--only WORKLOAD ...] [--jobs N] [--set main|heldout]
+       [--seeds N] [--only WORKLOAD ...] [--jobs N] [--set main|heldout] [--same-work]
 
 --set heldout runs the held-out workloads (sched_eval.HELDOUT: ITP clusters other than
 cluster04) instead of sched_eval.py's seven; use a cache folder of its own.
+
+--same-work withholds from each (workload, seed) the jobs some baseline cannot finish (they never
+fit its options, or it held them after crashes; `frenzy simulate --withhold`: the same world
+without them), repeated until every baseline finishes every job (at most 4 rounds), and runs
+every policy on what is left: the same work for all. On the full workloads a
+policy that runs such a job spends contended GPUs that the common jobs wait for, and the common
+set does not see it (bench/RESULTS.md, 2026-12-06).
 """
 import argparse
 import concurrent.futures
@@ -64,6 +71,31 @@ def load_or_run_baselines(frenzy, cluster, workload, seed, folder, extra):
     return r
 
 
+def same_work(frenzy, label, cluster, path, seed, cache, extra, rounds=4):
+    """The jobs some baseline cannot finish, withheld, and the baselines' runs without them.
+
+    A job a baseline never finishes (it never fits that baseline's options, or it was held after
+    crashes) leaves the common set, but a policy that runs it spends contended GPUs on it that
+    the common jobs then wait for. Withholding such jobs (`frenzy simulate --withhold`: drawn
+    into the simulated world, never submitted, so every other job keeps its truths) gives every
+    policy the same work. Without them the baselines' runs differ, so repeat until every
+    baseline finishes every job submitted (at most `rounds` times). Returns (the simulate flags
+    that withhold them, the baselines' runs, how many were withheld)."""
+    withheld = set()
+    flags = list(extra)
+    for r in range(rounds + 1):
+        folder = os.path.join(cache, f"{label}-{seed}" + (f"-same{r}" if r else ""))
+        base = load_or_run_baselines(frenzy, cluster, path, seed, folder, flags)
+        lost = {x["job_id"] for x in base["rows"] if x["outcome"] != "finished"}
+        if not lost or r == rounds:
+            return flags, base, len(withheld)
+        withheld |= lost
+        ids = os.path.join(cache, f"{label}-{seed}-same{r + 1}.txt")
+        with open(ids, "w") as f:
+            f.write("".join(i + "\n" for i in sorted(withheld)))
+        flags = list(extra) + ["--withhold", ids]
+
+
 def verdict(base, test, policy):
     """Ratios of `policy` to the best baseline on the jobs every policy finished."""
     rows = base["rows"] + test["rows"]
@@ -108,6 +140,9 @@ def main():
     ap.add_argument("--sim-args", default="",
                     help="more `frenzy simulate` flags for every run, e.g. '--perf-error 0' "
                          "(use a cache folder of its own)")
+    ap.add_argument("--same-work", action="store_true",
+                    help="drop from each workload the jobs some baseline cannot finish, so that "
+                         "every policy does the same work (see same_work)")
     ap.add_argument("--set", choices=["main", "heldout"], default="main",
                     help="sched_eval.py's seven workloads, or the held-out ones [main]")
     a = ap.parse_args()
@@ -121,10 +156,14 @@ def main():
 
     def one(label, cluster, path, seed):
         folder = os.path.join(a.cache, f"{label}-{seed}")
-        base = load_or_run_baselines(a.frenzy, cluster, path, seed, folder, extra)
+        removed, flags = 0, extra
+        if a.same_work:
+            flags, base, removed = same_work(a.frenzy, label, cluster, path, seed, a.cache, extra)
+        else:
+            base = load_or_run_baselines(a.frenzy, cluster, path, seed, folder, extra)
         test = simulate(a.frenzy, cluster, path, policies, seed,
-                        os.path.join(folder, "test-" + str(os.getpid())), extra)
-        return {p: verdict(base, test, p) for p in policies}
+                        os.path.join(folder, "test-" + str(os.getpid())), flags)
+        return {p: dict(verdict(base, test, p), removed=removed) for p in policies}
 
     results = {}
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
@@ -135,8 +174,8 @@ def main():
         print(f"\n{p}: against the best baseline on the jobs every policy finished\n")
         print("| workload | avg JCT ratio (mean) | (worst) | all jobs (mean) | (worst) | "
               "p99 ratio (mean) | (worst) | GPU-h vs sia | finishes as many | OOMs | "
-              "per seed avg/p99 |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+              "per seed avg/p99 |" + (" jobs withheld per seed |" if a.same_work else ""))
+        print("|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if a.same_work else ""))
         for label, _, _ in ws:
             v = [results[(label, s)][p] for s in seeds]
             mean = lambda k: sum(x[k] for x in v) / len(v)  # noqa: E731
@@ -145,7 +184,8 @@ def main():
                   f"{mean('all'):.2f} | {max(x['all'] for x in v):.2f} | "
                   f"{mean('p99'):.2f} | {max(x['p99'] for x in v):.2f} | {mean('gpuh'):.2f} | "
                   f"{'yes' if all(x['finishes'] for x in v) else 'no'} | "
-                  f"{sum(x['ooms'] for x in v)} | {per} |")
+                  f"{sum(x['ooms'] for x in v)} | {per} |" +
+                  (" " + " ".join(str(x["removed"]) for x in v) + " |" if a.same_work else ""))
 
 
 if __name__ == "__main__":
