@@ -226,6 +226,13 @@ States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageP
     // training, at the base's bytes a weight (16-bit, or NF4 where quantized).
     GatherLayers(t, sp, (base + a_bytes) / (frozen + adapters), st);
   }
+  if (p.offload == Offload::kParams) {
+    // FSDP's CPUOffload(offload_params=True) keeps every flat-parameter shard in host memory —
+    // the frozen base and the adapters alike — with the adapters' gradients, and steps the
+    // optimizer there; the GPU holds the gathered layers only (CheckOffload: FSDP full shard).
+    st.host = st.weights + st.grads + st.optimizer;
+    st.weights = st.grads = st.optimizer = st.optimizer_temp = 0;
+  }
   return st;
 }
 

@@ -182,7 +182,9 @@ void CheckOffload(const TrainingSpec& t, const ParallelPlan& p, const AddProblem
       add("offload", "is modelled as DeepSpeed (ZeRO-Offload/Infinity) and FSDP (CPUOffload) run "
                      "it: use --framework deepspeed or fsdp");
     }
-    if (t.finetune != FineTune::kFull) add("offload", "is modelled for full training");
+    if (t.finetune != FineTune::kFull && t.framework == Framework::kDeepSpeed) {
+      add("offload", "is modelled for fine-tuning under FSDP's CPUOffload: use --framework fsdp");
+    }
     if (t.device != DeviceKind::kCuda) add("offload", "needs a GPU to offload from");
   }
 }
@@ -199,10 +201,12 @@ void CheckFineTune(const TrainingSpec& t, const ParallelPlan& p, const AddProble
       add("finetune", "qlora under DeepSpeed is modelled without ZeRO or with ZeRO-3 (bitsandbytes' "
                       "4-bit storage), found ZeRO " + s(p.zero));
     }
-    if (t.precision == Precision::kBf16Pure) {
+    if (t.precision == Precision::kBf16Pure && t.lora.adapter_bytes != 2) {
+      // Pure bf16 (the whole model cast to bf16, no autocast) trains bf16 adapters, whose
+      // gradients and optimizer states follow their dtype; fp32 adapters need autocast.
       add("precision", std::string(kind) +
-                           " keeps fp32 adapters over a 16-bit base: use --precision bf16 "
-                           "(autocast), fp16 or fp32");
+                           " with fp32 adapters runs under autocast: use --precision bf16, or "
+                           "--lora-dtype bf16 for a pure bf16 run");
     }
     if (t.finetune == FineTune::kQlora && t.precision == Precision::kFp32) {
       add("precision", "qlora computes in 16 bits: use --precision bf16 or fp16");

@@ -169,6 +169,53 @@ TEST(FineTune, SixteenBitAdaptersWithAPagedOptimizer) {
   EXPECT_EQ(PredictMemory(m, t, ParallelPlan{}).status().field(), "lora_dtype");
 }
 
+// Pure bf16 LoRA under FSDP (Answer.AI's fsdp_qlora: the model cast to bf16, no autocast): the
+// adapters, their gradients and AdamW's two moments are bf16 (2 + 2 + 4 bytes an adapter), and
+// full sharding over 2 ranks halves everything. Llama-2-7B, r = 64 on q, k, v, gate, up, down
+// (no o_proj), by hand per layer: 3 x 64 x (4096 + 4096) + 3 x 64 x (4096 + 11008) = 4,472,832;
+// x 32 layers = 143,130,624 adapters over 6,738,415,616 base weights. With FSDP's
+// CPUOffload(offload_params=True) all three move to host memory; the GPU keeps the gathered
+// layers only.
+TEST(FineTune, PureBf16AdaptersAndTheirOffloadUnderFsdp) {
+  ModelSpec m = Zoo("llama-2-7b");
+  TrainingSpec t;
+  t.framework = Framework::kFsdp;
+  t.finetune = FineTune::kLora;
+  t.precision = Precision::kBf16Pure;
+  t.lora.rank = 64;
+  t.lora.targets = *ParseLoraTargets("q_proj,k_proj,v_proj,gate_proj,up_proj,down_proj");
+  t.lora.adapter_bytes = 2;
+  t.seq_len = 2048;
+  t.recompute = Recompute::kFull;
+  ParallelPlan p;
+  p.dp = 2;
+  p.zero = 3;
+  const int64_t adapters = 143'130'624;
+  ASSERT_EQ(ModelAdapterParams(m, t.lora), adapters);
+  auto est = PredictMemory(m, t, p);
+  ASSERT_TRUE(est.ok()) << est.status().ToString();
+  const MemoryBreakdown& b = est->stages[0].breakdown;
+  EXPECT_EQ(b.weights, (2 * int64_t{6'738'415'616} + 2 * adapters) / 2);
+  EXPECT_EQ(b.optimizer, 4 * adapters / 2);
+  EXPECT_LE(b.gradients, 2 * adapters / 2);
+  EXPECT_EQ(est->stages[0].host_bytes, 0);
+  p.offload = Offload::kParams;
+  auto off = PredictMemory(m, t, p);
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  const MemoryBreakdown& o = off->stages[0].breakdown;
+  EXPECT_EQ(o.weights, 0);
+  EXPECT_EQ(o.optimizer, 0);
+  EXPECT_EQ(o.gradients, 0);
+  EXPECT_EQ(off->stages[0].host_bytes,
+            (2 * int64_t{6'738'415'616} + 2 * adapters) / 2 + 2 * adapters / 2 + 4 * adapters / 2);
+  // What stays is the same gathered layers and activations: the peak falls by at least the
+  // states that left.
+  EXPECT_GE(est->peak_bytes - off->peak_bytes, b.weights + b.optimizer);
+  // fp32 adapters (PEFT's default) need autocast: pure bf16 with them is refused, by name.
+  t.lora.adapter_bytes = 4;
+  EXPECT_EQ(PredictMemory(m, t, p).status().field(), "precision");
+}
+
 TEST(FineTune, ImpossibleSettingsSayWhy) {
   ModelSpec m = Zoo("llama-3-8b");
   TrainingSpec t;
