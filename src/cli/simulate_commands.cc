@@ -8,6 +8,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -56,6 +57,21 @@ Status WriteFile(const std::filesystem::path& p, const std::string& text) {
   f << text;
   if (!f) return InvalidArgument("write failed: " + p.string(), {}, "out");
   return Status::Ok();
+}
+
+// --withhold's file: one job id a line; blank lines and lines starting with '#' are skipped.
+// No file (an empty path): no job withheld.
+Result<std::set<std::string>> ReadWithheld(const std::string& path) {
+  if (path.empty()) return std::set<std::string>{};
+  std::ifstream f(path);
+  if (!f) return InvalidArgument("cannot read " + path, {}, "--withhold");
+  std::set<std::string> ids;
+  for (std::string line; std::getline(f, line);) {
+    const auto b = line.find_first_not_of(" \t\r");
+    if (b == std::string::npos || line[b] == '#') continue;
+    ids.insert(line.substr(b, line.find_last_not_of(" \t\r") + 1 - b));
+  }
+  return ids;
 }
 
 // The --json document: every policy's metrics, and (with several) the fair comparison — every
@@ -117,15 +133,9 @@ void RunSimulate(const SimulateOptions& o) {
   so.node_repair_s = o.repair_h * 3600;
   if (o.max_hours > 0) so.max_time_s = o.max_hours * 3600;
   so.record_runs = !o.out.empty();
-  if (!o.withhold.empty()) {
-    std::ifstream f(o.withhold);
-    if (!f) return Fail(InvalidArgument("cannot read " + o.withhold, {}, "--withhold"));
-    for (std::string line; std::getline(f, line);) {
-      const auto b = line.find_first_not_of(" \t\r");
-      if (b == std::string::npos || line[b] == '#') continue;
-      so.withheld.insert(line.substr(b, line.find_last_not_of(" \t\r") + 1 - b));
-    }
-  }
+  auto withheld = ReadWithheld(o.withhold);
+  if (!withheld.ok()) return Fail(withheld.status());
+  so.withheld = std::move(*withheld);
   if (Status valid = so.Validate(); !valid.ok()) {
     // The engine names its option; the user typed the flag.
     static const std::map<std::string, std::string> kFlag = {
