@@ -193,9 +193,11 @@ Candidates CandidatesFor(const JobSpec& job, const TypeInfo& ti) {
 }
 
 // The offload modes worth a second search when nothing fits without: those of the job's
-// framework, on full training; none when the job pins offload (its first search tried it).
+// framework (for a fine-tune, FSDP's CPUOffload only: what MARP models of it); none when the job
+// pins offload (its first search tried it).
 std::vector<Offload> OffloadsToTry(const JobSpec& job) {
-  if (job.offload || job.finetune != FineTune::kFull) return {};
+  if (job.offload) return {};
+  if (job.finetune != FineTune::kFull && job.framework != Framework::kFsdp) return {};
   std::vector<Offload> modes;
   if (job.framework == Framework::kDeepSpeed) modes = {Offload::kOptimizer, Offload::kParams};
   if (job.framework == Framework::kFsdp) modes = {Offload::kParams};

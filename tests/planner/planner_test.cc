@@ -439,6 +439,39 @@ TEST(Planner, Full70bFineTuneFitsSixteenA100_40GbOnlyWithOffload) {
   EXPECT_NE(Why(unknown).find("host_memory_gib"), std::string::npos) << Why(unknown);
 }
 
+// Answer.AI's fsdp_qlora fine-tuned Llama-2-70B with QLoRA on two 24 GB RTX 3090s, with FSDP's
+// CPUOffload (benchmarks_03_2024.md). Its 4-bit base is about 35 GB, half of it on each GPU with
+// the adapters' states and a layer being gathered: nothing fits two 24 GB GPUs without offload,
+// and with it the sharded base and the adapters' states wait in host memory.
+TEST(Planner, QloraOf70bOnTwo24GbGpusFitsWithFsdpCpuOffload) {
+  JobSpec j = Job("llama-2-70b", 1e7, 2, 2048);
+  j.framework = Framework::kFsdp;
+  j.finetune = FineTune::kQlora;
+  j.lora.rank = 64;
+  j.lora.upcast_rest = false;
+  auto two_3090 = [](double host_gib) {
+    Cluster c;
+    c.name = "two-3090";
+    c.nodes.push_back({"n0", "RTX-3090", 2, 25, host_gib});
+    return c;
+  };
+  JobSpec pinned = j;
+  pinned.offload = Offload::kNone;
+  PlanResult none = Plan_(pinned, two_3090(128));
+  ASSERT_TRUE(none.infeasible) << Why(none);
+  PlanResult r = Plan_(j, two_3090(128));
+  ASSERT_FALSE(r.plans.empty()) << Why(r);
+  for (const auto& p : r.plans) {
+    EXPECT_EQ(p.offload, Offload::kParams);  // on one GPU or both: every plan offloads
+    EXPECT_GT(p.host_bytes_per_node, 0);
+  }
+  EXPECT_NE(Why(r).find("offload"), std::string::npos) << Why(r);
+  // A node with too little host memory for the states: offload was tried and says why.
+  PlanResult small = Plan_(j, two_3090(16));
+  ASSERT_TRUE(small.infeasible);
+  EXPECT_TRUE(small.infeasible->offload_tried);
+}
+
 // An FP8 job on a cluster of H100 and A100 nodes: FP8 linears where the GPUs have FP8 tensor
 // cores, bf16 mixed precision on the others, and the plans say which; on the H100s FP8 is
 // faster than the same job in bf16.
