@@ -351,7 +351,10 @@ Result<SimResult> Engine::Run() {
   RETURN_IF_ERROR(Prepare());
   double now = 0;
   double first_arrival = w_.jobs.empty() ? 0 : std::numeric_limits<double>::infinity();
-  for (const auto& j : w_.jobs) first_arrival = std::min(first_arrival, j.submit_s);
+  for (const auto& j : w_.jobs) {
+    if (!opt_.withheld.contains(j.id)) first_arrival = std::min(first_arrival, j.submit_s);
+  }
+  if (std::isinf(first_arrival)) first_arrival = 0;  // every job withheld
   last_finish_ = first_arrival;
   const int64_t total = static_cast<int64_t>(jobs_.size());
   int64_t next_progress = 0;

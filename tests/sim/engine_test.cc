@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "model/zoo.h"
 #include "sched/placement.h"
 #include "sched/policy.h"
@@ -194,6 +196,13 @@ TEST(SimEngine, AWithheldJobKeepsTheOthersTruthsAndIsInNoResult) {
   ASSERT_NE(all->jobs[1].memory_factor, all->jobs[2].memory_factor);
   EXPECT_EQ(deleted->jobs[1].memory_factor, all->jobs[1].memory_factor);
   EXPECT_EQ(held->metrics.finished, 3);
+  // Withholding the first arrival: the makespan runs from the first job submitted (j1, 400 s).
+  w.withheld = {"j0"};
+  auto late = run(csv, w);
+  ASSERT_TRUE(late.ok());
+  double last = 0;
+  for (const JobRecord& j : late->jobs) last = std::max(last, j.finish_s);
+  EXPECT_DOUBLE_EQ(late->metrics.makespan_s, last - 400);
   w.withheld = {"j9"};
   auto bad = run(csv, w);
   ASSERT_FALSE(bad.ok());
