@@ -141,7 +141,7 @@ def main():
                     help="more `frenzy simulate` flags for every run, e.g. '--perf-error 0' "
                          "(use a cache folder of its own)")
     ap.add_argument("--same-work", action="store_true",
-                    help="drop from each workload the jobs some baseline cannot finish, so that "
+                    help="withhold from each workload the jobs some baseline cannot finish, so that "
                          "every policy does the same work (see same_work)")
     ap.add_argument("--set", choices=["main", "heldout"], default="main",
                     help="sched_eval.py's seven workloads, or the held-out ones [main]")

@@ -350,11 +350,11 @@ Result<SimResult> Engine::Run() {
   double wall0 = opt_.wall_now_s ? opt_.wall_now_s() : 0.0;
   RETURN_IF_ERROR(Prepare());
   double now = 0;
-  double first_arrival = w_.jobs.empty() ? 0 : std::numeric_limits<double>::infinity();
-  for (const auto& j : w_.jobs) {
-    if (!opt_.withheld.contains(j.id)) first_arrival = std::min(first_arrival, j.submit_s);
+  double first_arrival = std::numeric_limits<double>::infinity();
+  for (const JobState& js : jobs_) {
+    if (!js.withheld) first_arrival = std::min(first_arrival, js.record.submit_s);
   }
-  if (std::isinf(first_arrival)) first_arrival = 0;  // every job withheld
+  if (std::isinf(first_arrival)) first_arrival = 0;  // no job, or every job withheld
   last_finish_ = first_arrival;
   const int64_t total = static_cast<int64_t>(jobs_.size());
   int64_t next_progress = 0;
