@@ -27,7 +27,10 @@ units (all-gathered on FSDP's unshard stream, whose pool the compute stream cann
 `init_free` is the cache the compute stream may reuse (optimistically all of it).
 
 usage: tools/fsdp_init_replay.py FRENZY_BIN
-Nothing here is fitted. bench/RESULTS.md (2026-12-06) records what it prints.
+Nothing here is fitted. bench/RESULTS.md (2026-12-06) records what it prints. MARP now runs the
+same replay (`frenzy predict --fsdp-init host|host-sync`, src/memory/fsdp_init.h); this script,
+written apart from it, is the independent implementation its test compares with (the table's
+"MARP reserved" column is whatever MARP predicts for the row, with or without the flag).
 """
 import bisect
 import csv

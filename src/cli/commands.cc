@@ -268,6 +268,7 @@ struct PredictOptions {
   bool keep_grads = false;
   bool accumulate_unsharded = false;
   bool fsdp_wrap_embeddings = false;
+  std::string fsdp_init = "none";
   bool drop_logits = false;
   bool loss_in_model_dtype = false;
   bool megatron_legacy = false;
@@ -318,6 +319,9 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
     return InvalidArgument("must be between 0 and 1048576", {}, "--cuda-context-mib");
   }
   o.train.cuda_context_bytes = static_cast<int64_t>(o.cuda_context_mib * (1 << 20));
+  auto fsdp_init = ParseFsdpInit(o.fsdp_init);
+  if (!fsdp_init) return bad("--fsdp-init", o.fsdp_init, "none, host or host-sync");
+  o.train.fsdp_init = *fsdp_init;
   auto offload = ParseOffload(o.offload);
   if (!offload) return bad("--offload", o.offload, "none, optimizer or params");
   o.plan.offload = *offload;
@@ -349,6 +353,17 @@ void PrintGradientsAndRoot(const PredictOptions& o) {
                             : "embeddings, final norm and output layer in FSDP's root unit: "
                               "gathered through the step (--fsdp-wrap-embeddings if not)");
   }
+}
+
+// What FSDP1's initialisation from host memory left in the allocator's cache, where accounted.
+void PrintFsdpInit(const PredictOptions& o, const MemoryEstimate& est) {
+  const StageEstimate& w = est.stages.at(static_cast<size_t>(est.worst_stage));
+  if (w.init_reserved_bytes <= 0) return;
+  fmt::print("  FSDP1 initialised from host memory ({}): {} GiB reserved after wrapping, {} GiB "
+             "of it free for the step; reserved is at least that plus what the step needs "
+             "beyond the free blocks and the gathered units\n",
+             FsdpInitName(o.train.fsdp_init), Gib(w.init_reserved_bytes),
+             Gib(w.init_free_bytes));
 }
 
 void RunPredict(PredictOptions o) {
@@ -437,6 +452,7 @@ void RunPredict(PredictOptions o) {
   fmt::print("  peak allocated {} GiB, reserved {} GiB, device {} GiB (stage {})\n",
              Gib(est->peak_bytes), Gib(est->peak_reserved_bytes), Gib(est->device_bytes),
              est->worst_stage);
+  PrintFsdpInit(o, *est);
   if (band) {
     fmt::print("  expected error {:+.1f}% to {:+.1f}% (mean {:.1f}%): MARP against {} published "
                "{} run(s) (data/measurements/error_bands.json)\n",
@@ -638,6 +654,12 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
     cmd->add_flag("--fsdp-wrap-embeddings", o->fsdp_wrap_embeddings,
                   "FSDP units of their own for the embeddings and the output layer (torchtitan "
                   "since 2025); default: they sit in the root unit, gathered through the step");
+    cmd->add_option("--fsdp-init", o->fsdp_init,
+                    "How FSDP's units reach the GPU: none (not accounted; FSDP2 materialises "
+                    "them sharded), host (FSDP1 wraps a model held in host memory: each unit "
+                    "moved, flattened and sharded) or host-sync (the same, broadcast from rank 0: "
+                    "sync_module_states, Accelerate's fsdp_cpu_ram_efficient_loading)")
+        ->capture_default_str();
     cmd->add_flag("--drop-logits", o->drop_logits,
                   "The loop keeps only the loss when backward starts: the logits are freed "
                   "before it (HF Trainer, torchtune)");

@@ -36,6 +36,7 @@ nlohmann::json LayoutToJson(const TrainingSpec& t, const ParallelPlan& p) {
           {"gpus", p.gpus()}};
   if (t.accumulate_unsharded) j["accumulate_unsharded"] = true;
   if (t.fsdp_wrap_embeddings) j["fsdp_wrap_embeddings"] = true;
+  if (t.fsdp_init != FsdpInit::kNone) j["fsdp_init"] = FsdpInitName(t.fsdp_init);
   if (t.drop_logits) j["drop_logits"] = true;
   if (t.megatron_legacy) j["megatron_legacy"] = true;
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
@@ -72,6 +73,10 @@ nlohmann::json MemoryEstimateToJson(const MemoryEstimate& e, const GpuType* gpu)
                      {"peak_reserved_bytes", s.peak_reserved_bytes},
                      {"device_bytes", s.device_bytes},
                      {"breakdown", BreakdownToJson(s.breakdown)}});
+    if (s.init_reserved_bytes > 0) {
+      ranks.back()["init_reserved_bytes"] = s.init_reserved_bytes;
+      ranks.back()["init_free_bytes"] = s.init_free_bytes;
+    }
   }
   if (gpu != nullptr) {
     j["gpu"] = gpu->name;

@@ -7,6 +7,7 @@
 
 #include "memory/activations.h"
 #include "memory/finetune.h"
+#include "memory/fsdp_init.h"
 #include "memory/model_states.h"
 #include "model/param_count.h"
 
@@ -498,6 +499,32 @@ void AddDeviceBytes(const TrainingSpec& t, const ParallelPlan& p, StageEstimate&
   se.device_bytes = se.peak_reserved_bytes + t.cuda_context_bytes + groups * kNcclPerGroup;
 }
 
+// FSDP1 wrapping a model held in host memory: the allocator keeps what the initialisation
+// cached (memory/fsdp_init.h). The step's compute-stream allocations — its peak less the states
+// the initialisation left and the gathered units — may reuse the free part of that cache
+// (counted whole: the bound errs low where blocks are too small), while the gathered units come
+// from FSDP1's unshard stream, whose cached blocks serve that stream alone. The reserved reading
+// is at least the initialisation's reserve plus what the step needs beyond its free blocks.
+void AddFsdpInitReserve(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
+                        const StageState& s, StageEstimate& se) {
+  if (t.fsdp_init == FsdpInit::kNone || t.framework != Framework::kFsdp || p.zero < 2 ||
+      t.device != DeviceKind::kCuda) {
+    return;
+  }
+  const FsdpInitReplay init =
+      ReplayFsdpInit(FsdpInitUnits(m, t, p), p.shard_size(), t.fsdp_init == FsdpInit::kHostSync,
+                     p.offload == Offload::kParams);
+  se.init_reserved_bytes = init.reserved;
+  se.init_free_bytes = init.cached_free;
+  const int64_t gathered = (s.st.gather + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
+  const int64_t step = std::max<int64_t>(0, se.peak_bytes - init.live - s.st.gather);
+  const int64_t bound = init.reserved + std::max<int64_t>(0, step - init.cached_free) + gathered;
+  if (bound > se.peak_reserved_bytes) {
+    se.device_bytes += bound - se.peak_reserved_bytes;
+    se.peak_reserved_bytes = bound;
+  }
+}
+
 StageEstimate EstimateStage(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
                             const ParamCounts& counts, const LayerKinds& k, const StageLayers& l,
                             int64_t microbatches) {
@@ -523,6 +550,7 @@ StageEstimate EstimateStage(const ModelSpec& m, const TrainingSpec& t, const Par
   se.host_bytes = s.st.host + s.offloaded;  // offloaded activations sit in pinned host memory
   se.pageable_bytes = std::min(s.st.pageable, peak->b.optimizer);
   AddDeviceBytes(t, p, se);
+  AddFsdpInitReserve(m, t, p, s, se);
   return se;
 }
 

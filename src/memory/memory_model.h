@@ -51,6 +51,10 @@ struct StageEstimate {
   int64_t activations_per_microbatch = 0;
   int64_t peak_bytes = 0;
   int64_t peak_reserved_bytes = 0;
+  // FSDP1 initialised from host memory (TrainingSpec::fsdp_init): reserved after wrapping, and
+  // of it the free blocks the step may reuse; 0 when not accounted.
+  int64_t init_reserved_bytes = 0;
+  int64_t init_free_bytes = 0;
   int64_t device_bytes = 0;
   int64_t host_bytes = 0;  // offloaded model states in host memory, this rank's share
   int64_t pageable_bytes = 0;  // paged optimizer states (in device_bytes while resident)

@@ -83,13 +83,15 @@ States MegatronStates(const TrainingSpec& t, const ParallelPlan& p, const StateI
 // computing and the prefetched one (DeepSpeed prefetches at most stage3_prefetch_bucket_size, 5e7
 // elements); under FSDP also the root unit that no wrapped layer holds (embeddings, final norm,
 // output layer), gathered through the step unless they are units of their own.
-void GatherLayers(const TrainingSpec& t, const StageParams& sp, double bytes, States& st) {
+void GatherLayers(const TrainingSpec& t, const StageParams& sp, double bytes, States& st,
+                  double root_bytes = -1) {
+  if (root_bytes < 0) root_bytes = bytes;
   const double layer = static_cast<double>(sp.per_layer_max);
   const double layers =
       t.framework == Framework::kDeepSpeed ? std::min(2.0 * layer, layer + 5e7) : 2.0 * layer;
   st.gather = CeilBytes(layers * bytes);
   if (t.framework == Framework::kFsdp && !t.fsdp_wrap_embeddings) {
-    st.root_gather = CeilBytes(static_cast<double>(sp.outside_layers) * bytes);
+    st.root_gather = CeilBytes(static_cast<double>(sp.outside_layers) * root_bytes);
     st.gather += st.root_gather;
   }
 }
@@ -224,7 +226,16 @@ States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageP
   if (p.zero >= 3 && z > 1 && frozen > 0) {
     // The frozen base is sharded too, so its layers are gathered to compute, as in full
     // training, at the base's bytes a weight (16-bit, or NF4 where quantized).
-    GatherLayers(t, sp, (base + a_bytes) / (frozen + adapters), st);
+    // The root unit (embeddings, final norm, output layer) is never quantised: it is gathered
+    // at the bytes of the unquantised weights, the layers at their own average.
+    const double rest = t.finetune == FineTune::kQlora && t.lora.upcast_rest
+                            ? 4.0
+                            : static_cast<double>(t.act_bytes());
+    const double outside = static_cast<double>(sp.outside_layers);
+    const double in_layers = frozen + adapters - outside;
+    const double layer_bytes =
+        in_layers > 0 ? (base + a_bytes - outside * rest) / in_layers : rest;
+    GatherLayers(t, sp, layer_bytes, st, rest);
   }
   if (p.offload == Offload::kParams) {
     // FSDP's CPUOffload(offload_params=True) keeps every flat-parameter shard in host memory —

@@ -102,6 +102,14 @@ std::optional<Fp8Recipe> ParseFp8Recipe(std::string_view s) { return Parse(kFp8R
 Fp8Recipe DefaultFp8Recipe(Framework f) {
   return f == Framework::kFsdp ? Fp8Recipe::kTensorwise : Fp8Recipe::kDelayed;
 }
+constexpr std::array<std::pair<FsdpInit, const char*>, 3> kFsdpInits = {{
+    {FsdpInit::kNone, "none"},
+    {FsdpInit::kHost, "host"},
+    {FsdpInit::kHostSync, "host-sync"},
+}};
+
+const char* FsdpInitName(FsdpInit f) { return NameOf(kFsdpInits, f); }
+std::optional<FsdpInit> ParseFsdpInit(std::string_view s) { return Parse(kFsdpInits, s); }
 const char* OffloadName(Offload o) { return NameOf(kOffloads, o); }
 std::optional<Offload> ParseOffload(std::string_view s) { return Parse(kOffloads, s); }
 std::optional<FineTune> ParseFineTune(std::string_view s) { return Parse(kFineTunes, s); }
@@ -226,6 +234,14 @@ void CheckFineTune(const TrainingSpec& t, const ParallelPlan& p, const AddProble
       add("finetune", "PEFT fine-tuning runs data parallel (with ZeRO/FSDP sharding): use "
                       "tp = pp = cp = ep = 1");
     }
+  }
+}
+
+void CheckFsdpInit(const TrainingSpec& t, const ParallelPlan& p, const AddProblem& add) {
+  if (t.fsdp_init != FsdpInit::kNone &&
+      (t.framework != Framework::kFsdp || p.zero < 2 || p.tp > 1 || p.pp > 1 || p.ep > 1)) {
+    add("fsdp_init", "is FSDP1's initialisation of a sharded model over data-parallel ranks: "
+                     "use --framework fsdp with --zero 2 or 3 and no tp, pp or ep");
   }
 }
 
@@ -437,6 +453,7 @@ Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelP
   CheckOffload(t, p, add);
   CheckFineTune(t, p, add);
   CheckFp8(t, p, add);
+  CheckFsdpInit(t, p, add);
   if (problems.empty()) return Status::Ok();
   std::string msg = problems[0].second;
   for (size_t i = 1; i < problems.size(); ++i) {

@@ -108,6 +108,13 @@ std::string LoraTargetsName(unsigned targets);
 // (DeepSpeed ZeRO-Offload, `offload_optimizer`); the GPU keeps its 16-bit weights. kParams: the
 // 16-bit weights too, fetched layer by layer (DeepSpeed ZeRO-Infinity's `offload_param` with
 // ZeRO-3; FSDP's CPUOffload(offload_params=True), which also keeps the gradients on the host).
+// How FSDP's units come to the GPU (memory/fsdp_init.h): not accounted (FSDP2 materialises
+// them sharded), or FSDP1 wrapping a model held in host memory, each unit moved, flattened and
+// sharded in turn, with (kHostSync) or without a broadcast from rank 0 (sync_module_states).
+enum class FsdpInit { kNone, kHost, kHostSync };
+const char* FsdpInitName(FsdpInit f);
+std::optional<FsdpInit> ParseFsdpInit(std::string_view s);
+
 enum class Offload { kNone, kOptimizer, kParams };
 const char* OffloadName(Offload o);
 std::optional<Offload> ParseOffload(std::string_view s);
@@ -203,6 +210,10 @@ struct TrainingSpec {
   // Block policy, Accelerate's transformer-layer policy, torchtitan until 2025. torchtitan since
   // wraps tok_embeddings and [norm, output] as units of their own: gathered only around their use.
   bool fsdp_wrap_embeddings = false;
+  // FSDP1 wrapping a model held in host memory (memory/fsdp_init.h): the allocator keeps what
+  // the unit-by-unit initialisation cached, and the reserved reading is at least that plus what
+  // the step adds beyond it.
+  FsdpInit fsdp_init = FsdpInit::kNone;
   // The training loop keeps only the loss when backward starts, so the logits are freed
   // before it: the HF Trainer (compute_loss returns the loss alone, the model's outputs go out of
   // scope), torchtune's recipes (`del logits`). A loop that keeps them in a local (litgpt's,
