@@ -88,6 +88,10 @@ LayoutLimits LimitsOf(Launcher l) {
       // no_sync() (GradientAccumulationPlugin's sync_each_batch defaults to False): FSDP keeps
       // unsharded gradients until the step's last micro-batch.
       x.accumulate_unsharded = true;
+      // Frenzy's config sets no fsdp_cpu_ram_efficient_loading: every rank holds the model its
+      // script loaded in host memory, and FSDP1 moves, flattens and shards it unit by unit
+      // (memory/fsdp_init.h), without a broadcast.
+      x.fsdp_init = FsdpInit::kHost;
       break;
     case Launcher::kDeepSpeed:
       // ZeRO 0-3 with optimizer/parameter offload from the config file. Pipeline stages,

@@ -1,7 +1,11 @@
 #include "memory/fsdp_init.h"
 
 #include <algorithm>
+#include <mutex>
 #include <numeric>
+#include <unordered_map>
+
+#include <fmt/format.h>
 
 #include "memory/caching_allocator.h"
 #include "memory/finetune.h"
@@ -102,6 +106,31 @@ FsdpInitReplay ReplayFsdpInit(const std::vector<FsdpInitUnit>& units, int64_t sh
     if (offload_params) a.Free(shard);
   }
   return {a.allocated(), a.reserved(), a.CachedFree(0)};
+}
+
+FsdpInitReplay FsdpInitOf(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p) {
+  // Everything FsdpInitUnits and the replay read (the model by its name and shapes).
+  const LoraSpec l = LoraAsRun(t, p);
+  const std::string key = fmt::format(
+      "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", m.name, m.num_layers,
+      m.hidden_size, m.ffn_hidden_size, m.vocab_size, m.num_heads, m.num_kv_heads, m.head_dim,
+      m.moe.num_experts, m.moe.ffn_hidden_size, TotalParams(m), static_cast<int>(t.finetune),
+      l.rank, l.targets, l.adapter_bytes, l.double_quant, l.upcast_rest,
+      static_cast<int>(t.precision), p.shard_size(), static_cast<int>(t.fsdp_init),
+      static_cast<int>(p.offload), m.gated_mlp);
+  static std::mutex mu;
+  static std::unordered_map<std::string, FsdpInitReplay> cache;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  const FsdpInitReplay r =
+      ReplayFsdpInit(FsdpInitUnits(m, t, p), p.shard_size(), t.fsdp_init == FsdpInit::kHostSync,
+                     p.offload == Offload::kParams);
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() >= 4096) cache.clear();
+  cache.emplace(key, r);
+  return r;
 }
 
 }  // namespace frenzy

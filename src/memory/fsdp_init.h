@@ -53,6 +53,10 @@ struct FsdpInitReplay {
 FsdpInitReplay ReplayFsdpInit(const std::vector<FsdpInitUnit>& units, int64_t shards,
                               bool broadcast, bool offload_params);
 
+// The replay of `m` under `t` on one rank of `p` (t.fsdp_init: kHost or kHostSync), kept for
+// the next caller: the planner asks for the same model under many layouts.
+FsdpInitReplay FsdpInitOf(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p);
+
 }  // namespace frenzy
 
 #endif  // FRENZY_MEMORY_FSDP_INIT_H_

@@ -511,9 +511,7 @@ void AddFsdpInitReserve(const ModelSpec& m, const TrainingSpec& t, const Paralle
       t.device != DeviceKind::kCuda) {
     return;
   }
-  const FsdpInitReplay init =
-      ReplayFsdpInit(FsdpInitUnits(m, t, p), p.shard_size(), t.fsdp_init == FsdpInit::kHostSync,
-                     p.offload == Offload::kParams);
+  const FsdpInitReplay init = FsdpInitOf(m, t, p);
   se.init_reserved_bytes = init.reserved;
   se.init_free_bytes = init.cached_free;
   const int64_t gathered = (s.st.gather + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);

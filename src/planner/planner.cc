@@ -586,6 +586,7 @@ TrainingSpec TrainingFor(const JobSpec& job, const GpuType& g) {
   t.moe_capacity_factor = job.moe_capacity_factor;
   t.offload_activations = job.offload_activations.value_or(false);
   t.accumulate_unsharded = job.limits.accumulate_unsharded && job.framework == Framework::kFsdp;
+  if (job.framework == Framework::kFsdp) t.fsdp_init = job.limits.fsdp_init;
   if (t.fp8() && !g.fp8_tflops) {
     t.precision = Precision::kBf16;  // no FP8 tensor cores (A100, V100): bf16 mixed precision
     t.fp8_param_gather = false;

@@ -59,6 +59,9 @@ struct LayoutLimits {
   // accumulate(), FSDP's no_sync): unsharded gradients between micro-batches
   // (TrainingSpec::accumulate_unsharded).
   bool accumulate_unsharded = false;
+  // How FSDP's units reach the GPU (TrainingSpec::fsdp_init): FSDP1 wrapping a model held in
+  // host memory leaves its initialisation's blocks in the allocator's cache.
+  FsdpInit fsdp_init = FsdpInit::kNone;
   bool Allows(int64_t zero) const;
   bool Allows(Offload o) const;
 };

@@ -286,6 +286,8 @@ Result<std::shared_ptr<const JobOptions>> OptionCache::Get(const std::string& mo
                          x.recompute_every, x.offload_activations, x.fp16, x.even_nodes);
   for (int64_t z : x.zeros) variant += fmt::format("z{}", z);
   for (Offload o : x.offloads) variant += fmt::format("o{}", static_cast<int>(o));
+  if (x.accumulate_unsharded) variant += "/u";
+  if (x.fsdp_init != FsdpInit::kNone) variant += fmt::format("/i{}", static_cast<int>(x.fsdp_init));
   if (job.offload_activations) variant += fmt::format("/a{}", *job.offload_activations);
   if (job.finetune != FineTune::kFull) {
     const LoraSpec& l = job.lora;

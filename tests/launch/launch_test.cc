@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "launch/schema.h"
+#include "memory/memory_model.h"
 #include "model/zoo.h"
 
 namespace frenzy {
@@ -271,6 +272,49 @@ TEST(Launch, AcceleratePlansPriceTheUnshardedGradientsOfNoSync) {
   ASSERT_TRUE(t.ok());
   ASSERT_FALSE(t->plans.empty());
   EXPECT_LT(t->plans.front().peak_bytes, 2 * kPsi + 12 * kPsi / 8);
+}
+
+// Frenzy's Accelerate config loads the model on every rank in host memory (no
+// fsdp_cpu_ram_efficient_loading) and FSDP1 wraps it unit by unit: the planner prices what that
+// initialisation leaves in the allocator's cache, as `predict --fsdp-init host` does for the
+// same layout. A LoRA fine-tune of Llama-2-7B at short sequences over 2 GPUs, where the step
+// adds little to the states, so the initialisation's cache sets the reserved peak.
+TEST(Launch, AcceleratePlansPriceWhatFsdp1sInitialisationCaches) {
+  JobSpec job = Job("llama-2-7b", 2, 512);
+  job.finetune = FineTune::kLora;
+  job.lora.rank = 64;
+  job.lora.adapter_bytes = 2;
+  ASSERT_TRUE(PrepareJob(Launcher::kAccelerate, &job).ok());
+  EXPECT_EQ(job.limits.fsdp_init, FsdpInit::kHost);
+  job.gpu = "A100-80GB";
+  job.gpus = 2;
+  job.micro_batch = 1;
+  job.zero = 3;
+  job.recompute = Recompute::kFull;
+  auto r = PlanJob(job, Bundled("cluster64"), GpuCatalog::Default(), PlannerOptions{});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_FALSE(r->plans.empty());
+  const Plan& plan = r->plans.front();
+  ASSERT_EQ(plan.dp, 2);
+  TrainingSpec t;
+  t.framework = Framework::kFsdp;
+  t.finetune = FineTune::kLora;
+  t.lora = job.lora;
+  t.seq_len = 512;
+  t.global_batch = 2;
+  t.recompute = Recompute::kFull;
+  t.precision = job.precision;
+  ParallelPlan p;
+  p.dp = 2;
+  p.zero = 3;
+  t.fsdp_init = FsdpInit::kHost;
+  auto with = PredictMemory(job.model, t, p);
+  t.fsdp_init = FsdpInit::kNone;
+  auto without = PredictMemory(job.model, t, p);
+  ASSERT_TRUE(with.ok() && without.ok());
+  EXPECT_EQ(plan.reserved_bytes, with->peak_reserved_bytes);
+  EXPECT_GT(with->peak_reserved_bytes, without->peak_reserved_bytes);
+  EXPECT_GT(with->stages[0].init_reserved_bytes, 0);
 }
 
 // Hybrid sharding (a shard group of one node's 8 ranks, replicated over 2 nodes): torchtitan's
