@@ -26,7 +26,9 @@ where `compute` is MARP's allocated peak less the states the initialisation left
 units (all-gathered on FSDP's unshard stream, whose pool the compute stream cannot reuse), and
 `init_free` is the cache the compute stream may reuse (optimistically all of it).
 
-usage: tools/fsdp_init_replay.py FRENZY_BIN
+usage: tools/fsdp_init_replay.py FRENZY_BIN [--loss-chain]
+(--loss-chain: the HF loss's vocabulary-sized tensors alone through the allocator, a diagnostic
+of the step's reserve; bench/RESULTS.md.)
 Nothing here is fitted. bench/RESULTS.md (2026-12-06) records what it prints. MARP now runs the
 same replay (`frenzy predict --fsdp-init host|host-sync`, src/memory/fsdp_init.h); this script,
 written apart from it, is the independent implementation its test compares with (the table's
@@ -185,8 +187,51 @@ def llama_units(cfg, weight_bytes, nf4, lora_rank, targets, adapter_bytes):
     return units
 
 
+def hf_loss_chain(b, s, vocab, keep_logits=True):
+    """The vocabulary-sized tensors of an HF causal-LM loss as transformers ~4.38 computes it
+    (`logits.float()`, `logits[..., :-1, :].contiguous()`, CrossEntropyLoss = log_softmax + nll)
+    and its backward, replayed alone through the allocator: (reserved, live after backward).
+    The shifted slice has one position fewer than the logits, so none of its blocks can hold the
+    full-size fp32 gradient that the slice's backward allocates."""
+    a = CachingAllocator()
+    n, shifted = b * s * vocab, b * (s - 1) * vocab
+    half = a.malloc(2 * n)  # lm_head output, bf16
+    full = a.malloc(4 * n)  # .float(): kept by the loop (output.logits) until after backward
+    a.release(half)
+    copy = a.malloc(4 * shifted)  # the shifted slice made contiguous
+    logp = a.malloc(4 * shifted)  # log_softmax output, saved for backward
+    a.release(copy)
+    g_logp = a.malloc(4 * shifted)  # nll_loss backward
+    g_shift = a.malloc(4 * shifted)  # log_softmax backward
+    a.release(g_logp)
+    a.release(logp)
+    g_full = a.malloc(4 * n)  # the slice's backward: zeros of the logits' size
+    a.release(g_shift)
+    g_half = a.malloc(2 * n)  # .float()'s backward
+    a.release(g_full)
+    a.release(g_half)
+    if not keep_logits:
+        a.release(full)
+    return a.reserved, a.allocated
+
+
 def main():
     frenzy = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build/bin/frenzy")
+    if "--loss-chain" in sys.argv:
+        print("| row | b x s | three fp32 logits-sized tensors (about what is live at once) | "
+              "reserved by the chain alone |")
+        print("|---|---|---|---|")
+        with open(os.path.join(ROOT, "data/measurements/heldout.csv")) as f:
+            for r in csv.DictReader(f):
+                if "fsdp_qlora" not in r["source_url"]:
+                    continue
+                b, s = int(r["micro_batch"]), int(r["seq_len"])
+                n = b * s * 32000
+                reserved, _ = hf_loss_chain(b, s, 32000)
+                # logits kept (4n), the log-softmax output and one gradient (4n each, near enough)
+                print(f"| {r['id']} | {b} x {s} | {3 * 4 * n / GIB:.2f} GiB | "
+                      f"{reserved / GIB:.2f} GiB |")
+        return
     print("| row | setting | measured GiB | MARP reserved | init: reserved / free / live GiB "
           "| with the init bound | ")
     print("|---|---|---|---|---|---|")
