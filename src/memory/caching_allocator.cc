@@ -53,7 +53,6 @@ CachingAllocatorModel::Handle CachingAllocatorModel::Malloc(int64_t bytes, int s
   }
   blocks_[h].free = false;
   allocated_ += blocks_[h].size;
-  peak_allocated_ = std::max(peak_allocated_, allocated_);
   return h;
 }
 
@@ -66,21 +65,20 @@ void CachingAllocatorModel::Free(Handle h) {
   const Handle p = blocks_[h].prev;
   if (p >= 0 && blocks_[p].free) {
     pool.erase({blocks_[p].size, p});
-    blocks_[p].size += blocks_[h].size;
-    blocks_[p].next = blocks_[h].next;
-    if (blocks_[h].next >= 0) blocks_[blocks_[h].next].prev = p;
-    blocks_[h].size = 0;
+    Absorb(p, h, pool);
     h = p;
   }
   const Handle n = blocks_[h].next;
-  if (n >= 0 && blocks_[n].free) {
-    pool.erase({blocks_[n].size, n});
-    blocks_[h].size += blocks_[n].size;
-    blocks_[h].next = blocks_[n].next;
-    if (blocks_[n].next >= 0) blocks_[blocks_[n].next].prev = h;
-    blocks_[n].size = 0;
-  }
+  if (n >= 0 && blocks_[n].free) Absorb(h, n, pool);
   pool.insert({blocks_[h].size, h});
+}
+
+void CachingAllocatorModel::Absorb(Handle h, Handle next, std::set<FreeKey>& pool) {
+  pool.erase({blocks_[next].size, next});  // absent when `next` is the block being freed
+  blocks_[h].size += blocks_[next].size;
+  blocks_[h].next = blocks_[next].next;
+  if (blocks_[next].next >= 0) blocks_[blocks_[next].next].prev = h;
+  blocks_[next].size = 0;
 }
 
 int64_t CachingAllocatorModel::CachedFree(int stream) const {

@@ -37,7 +37,6 @@ class CachingAllocatorModel {
 
   int64_t allocated() const { return allocated_; }
   int64_t reserved() const { return reserved_; }
-  int64_t peak_allocated() const { return peak_allocated_; }
   // Bytes of the free cached blocks that `stream` can reuse, and the largest of them.
   int64_t CachedFree(int stream) const;
   int64_t LargestFree(int stream) const;
@@ -56,9 +55,11 @@ class CachingAllocatorModel {
   };
   // Free blocks per (stream, small pool?), ordered by size then handle: best fit is lower_bound.
   using FreeKey = std::pair<int64_t, Handle>;
+  // Merges free block `next` (the successor of `h`) into `h`, taking it out of `pool`.
+  void Absorb(Handle h, Handle next, std::set<FreeKey>& pool);
   std::map<std::pair<int, bool>, std::set<FreeKey>> free_;
   std::vector<Block> blocks_;
-  int64_t allocated_ = 0, reserved_ = 0, peak_allocated_ = 0;
+  int64_t allocated_ = 0, reserved_ = 0;
 };
 
 }  // namespace frenzy

@@ -114,7 +114,8 @@ FsdpInitReplay FsdpInitOf(const ModelSpec& m, const TrainingSpec& t, const Paral
   const std::string key = fmt::format(
       "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", m.name, m.num_layers,
       m.hidden_size, m.ffn_hidden_size, m.vocab_size, m.num_heads, m.num_kv_heads, m.head_dim,
-      m.moe.num_experts, m.moe.ffn_hidden_size, TotalParams(m), static_cast<int>(t.finetune),
+      m.moe.num_experts, m.moe.ffn_hidden_size,
+      CountParams(m, HeadKind::kDefault, /*per_layer=*/false).total, static_cast<int>(t.finetune),
       l.rank, l.targets, l.adapter_bytes, l.double_quant, l.upcast_rest,
       static_cast<int>(t.precision), p.shard_size(), static_cast<int>(t.fsdp_init),
       static_cast<int>(p.offload), m.gated_mlp);

@@ -483,6 +483,8 @@ Phase OptimizerPhase(const StageState& s, const LayerKinds& k) {
   return {"optimizer", b};
 }
 
+int64_t RoundUp2Mib(int64_t bytes) { return (bytes + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB); }
+
 // Allocator and device bytes above the allocated peak.
 void AddDeviceBytes(const TrainingSpec& t, const ParallelPlan& p, StageEstimate& se) {
   if (t.device != DeviceKind::kCuda) {
@@ -494,7 +496,7 @@ void AddDeviceBytes(const TrainingSpec& t, const ParallelPlan& p, StageEstimate&
   // are kept; reserved memory sits a few percent above the allocated peak (PyTorch CUDA
   // semantics docs, "Memory management").
   int64_t reserved = static_cast<int64_t>(static_cast<double>(se.peak_bytes) * 1.05);
-  se.peak_reserved_bytes = (reserved + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
+  se.peak_reserved_bytes = RoundUp2Mib(reserved);
   int64_t groups = (p.dp > 1) + (p.tp > 1) + (p.pp > 1) + (p.cp > 1) + (p.ep > 1);
   se.device_bytes = se.peak_reserved_bytes + t.cuda_context_bytes + groups * kNcclPerGroup;
 }
@@ -507,16 +509,14 @@ void AddDeviceBytes(const TrainingSpec& t, const ParallelPlan& p, StageEstimate&
 // is at least the initialisation's reserve plus what the step needs beyond its free blocks.
 void AddFsdpInitReserve(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
                         const StageState& s, StageEstimate& se) {
-  if (t.fsdp_init == FsdpInit::kNone || t.framework != Framework::kFsdp || p.zero < 2 ||
-      t.device != DeviceKind::kCuda) {
-    return;
-  }
+  // ValidateLayout has refused it outside FSDP's ZeRO-2/3 over data-parallel ranks.
+  if (t.fsdp_init == FsdpInit::kNone || t.device != DeviceKind::kCuda) return;
   const FsdpInitReplay init = FsdpInitOf(m, t, p);
   se.init_reserved_bytes = init.reserved;
   se.init_free_bytes = init.cached_free;
-  const int64_t gathered = (s.st.gather + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
   const int64_t step = std::max<int64_t>(0, se.peak_bytes - init.live - s.st.gather);
-  const int64_t bound = init.reserved + std::max<int64_t>(0, step - init.cached_free) + gathered;
+  const int64_t bound = init.reserved + std::max<int64_t>(0, step - init.cached_free) +
+                        RoundUp2Mib(s.st.gather);
   if (bound > se.peak_reserved_bytes) {
     se.device_bytes += bound - se.peak_reserved_bytes;
     se.peak_reserved_bytes = bound;

@@ -83,9 +83,9 @@ States MegatronStates(const TrainingSpec& t, const ParallelPlan& p, const StateI
 // computing and the prefetched one (DeepSpeed prefetches at most stage3_prefetch_bucket_size, 5e7
 // elements); under FSDP also the root unit that no wrapped layer holds (embeddings, final norm,
 // output layer), gathered through the step unless they are units of their own.
-void GatherLayers(const TrainingSpec& t, const StageParams& sp, double bytes, States& st,
-                  double root_bytes = -1) {
-  if (root_bytes < 0) root_bytes = bytes;
+// `bytes` a weight in the layers, `root_bytes` in the root unit.
+void GatherLayers(const TrainingSpec& t, const StageParams& sp, double bytes, double root_bytes,
+                  States& st) {
   const double layer = static_cast<double>(sp.per_layer_max);
   const double layers =
       t.framework == Framework::kDeepSpeed ? std::min(2.0 * layer, layer + 5e7) : 2.0 * layer;
@@ -117,7 +117,7 @@ States DeepSpeedStates(const TrainingSpec& t, const ParallelPlan& p, const Stage
                  std::min<int64_t>(CeilBytes(w), 500'000'000 * in.compute);
   }
   if (p.zero >= 3) {
-    GatherLayers(t, sp, static_cast<double>(in.compute), st);
+    GatherLayers(t, sp, static_cast<double>(in.compute), static_cast<double>(in.compute), st);
     st.gather_grad = sp.per_layer_max * in.compute;
   }
   return st;
@@ -136,7 +136,7 @@ States FsdpStates(const TrainingSpec& t, const ParallelPlan& p, const StageParam
   st.grads = CeilBytes(p.zero >= 2 ? w / z : w);
   st.optimizer = CeilBytes(p.zero >= 2 ? in.opt_bytes / z : in.opt_bytes);
   if (p.zero >= 3 && in.z > 1) {
-    GatherLayers(t, sp, static_cast<double>(in.compute), st);
+    GatherLayers(t, sp, static_cast<double>(in.compute), static_cast<double>(in.compute), st);
     st.gather_grad = sp.per_layer_max * in.compute;
     st.root_grad = st.root_gather;  // the root's unsharded gradient, the same size
   } else if (in.mixed) {
@@ -235,7 +235,7 @@ States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageP
     const double in_layers = frozen + adapters - outside;
     const double layer_bytes =
         in_layers > 0 ? (base + a_bytes - outside * rest) / in_layers : rest;
-    GatherLayers(t, sp, layer_bytes, st, rest);
+    GatherLayers(t, sp, layer_bytes, rest, st);
   }
   if (p.offload == Offload::kParams) {
     // FSDP's CPUOffload(offload_params=True) keeps every flat-parameter shard in host memory —
