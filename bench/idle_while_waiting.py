@@ -11,34 +11,41 @@ of a policy: GPU-hours it left idle that the queue could have used now.
 
 A mixed run (types joined with '+') counts its GPUs spread evenly over its types.
 
-usage: bench/idle_while_waiting.py FOLDER [FOLDER ...]
+A folder with several test-* runs (variants) reports each apart, as "policy (test-...)".
+
+usage: bench/idle_while_waiting.py FRENZY_BIN CLUSTER FOLDER [FOLDER ...]
+       (CLUSTER as given to `frenzy simulate -c`: its GPU counts per type)
 """
 import collections
 import csv
 import glob
+import json
 import os
+import subprocess
 import sys
 
 
 def read(folder):
     runs, jobs = collections.defaultdict(list), collections.defaultdict(dict)
-    for sub in [folder] + sorted(glob.glob(os.path.join(folder, "test-*"))):
+    tests = sorted(glob.glob(os.path.join(folder, "test-*")))
+    for sub in [folder] + tests:
         if not os.path.exists(os.path.join(sub, "runs.csv")):
             continue
+        tag = f" ({os.path.basename(sub)})" if sub != folder and len(tests) > 1 else ""
         for r in csv.DictReader(open(os.path.join(sub, "runs.csv"))):
-            runs[r["policy"]].append(r)
+            runs[r["policy"] + tag].append(r)
         for r in csv.DictReader(open(os.path.join(sub, "jobs.csv"))):
-            jobs[r["policy"]][r["job_id"]] = r
+            jobs[r["policy"] + tag][r["job_id"]] = r
     return runs, jobs
 
 
-def capacities(runs):
-    """Each type's GPU count: the most GPUs of it busy at once under any policy is a lower
-    bound; the cluster's own count is passed where known."""
-    known = {"A100-80GB": 16, "V100-32GB": 16, "RTX-3090": 32,  # cluster64 (frenzy cluster show)
-             "A100-40GB": 16, "T4": 24}                          # sia64's A100s and T4s
-    types = {t for rs in runs.values() for r in rs for t in r["gpu"].split("+")}
-    return {t: known.get(t, 0) for t in types}
+def capacities(frenzy, cluster):
+    """GPUs per type of the cluster, as `frenzy cluster show` describes it."""
+    out = subprocess.run([frenzy, "cluster", "show", cluster, "--json"], capture_output=True,
+                         text=True)
+    if out.returncode != 0:
+        sys.exit(f"frenzy cluster show {cluster}: {out.stderr.strip()}")
+    return {t["gpu"]: t["gpus"] for t in json.loads(out.stdout)["gpu_types"]}
 
 
 def smallest_runs(runs):
@@ -88,13 +95,14 @@ def idle_while_waiting(runs, jobs, can, cap):
 
 
 def main():
-    if len(sys.argv) < 2:
+    if len(sys.argv) < 4:
         sys.exit(__doc__)
+    cap = capacities(sys.argv[1], sys.argv[2])
     print("| folder | policy | type | idle GPU-h | idle while a job that fits there waits |")
     print("|---|---|---|---|---|")
-    for folder in sys.argv[1:]:
+    for folder in sys.argv[3:]:
         runs, jobs = read(folder)
-        cap, can = capacities(runs), smallest_runs(runs)
+        can = smallest_runs(runs)
         for pol in sorted(runs):
             idle, gap = idle_while_waiting(runs[pol], jobs[pol], can, cap)
             for t in sorted(cap):

@@ -145,6 +145,15 @@ def predict_row(frenzy, r):
     return frenzy_json(frenzy, args)
 
 
+def predicted_and_measured(frenzy, r):
+    """MARP's prediction of the row's measured reading (its stage's, where it names one) and the
+    measurement, in bytes. Raises RuntimeError when frenzy refuses the row."""
+    p = predict_row(frenzy, r)
+    if r["stage"] != "":
+        p = [x for x in p["ranks"] if x["stage"] == int(r["stage"])][0]
+    return p[METRIC[r["metric"]]], float(r["measured_gib"]) * GIB
+
+
 def megatron_formula(info, r):
     """Megatron-LM's theoretical memory, first pipeline stage (its own convention)."""
     m = info
@@ -191,18 +200,11 @@ def main():
             skipped.append((r["id"], "sequence length or micro-batch not published"))
             continue
         try:
-            p = predict_row(a.frenzy, r)
+            pred, meas = predicted_and_measured(a.frenzy, r)
             info = frenzy_json(a.frenzy, ["inspect", "--model", model_arg(r["model"])])
         except RuntimeError as e:
             skipped.append((r["id"], str(e)))
             continue
-        key = METRIC[r["metric"]]
-        if r["stage"] != "":
-            stage = [x for x in p["ranks"] if x["stage"] == int(r["stage"])][0]
-            pred = stage[key]
-        else:
-            pred = p[key]
-        meas = float(r["measured_gib"]) * GIB
         res = {"id": r["id"], "framework": r["framework"], "model": r["model"],
                "unmodelled": ", ".join(unmodelled(r)),
                "metric": r["metric"], "measured_gib": meas / GIB, "marp_gib": pred / GIB,
