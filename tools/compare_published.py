@@ -60,6 +60,42 @@ UNMODELLED = ("float8", "torch.compile on", "+ compile", "chunked", "activation 
               "optimizer_in_bwd=true", "gemini")
 
 
+def features(r):
+    """The issue-17 features a row exercises, from its layout columns and its flags (a row may
+    have several; "plain full training" is one with none of the fine-tuning, offload or FP8
+    ones)."""
+    args = shlex.split(r.get("args") or "")
+    arg = lambda flag: args[args.index(flag) + 1] if flag in args[:-1] else None  # noqa: E731
+    note = r["source_note"].lower()
+    n = lambda k: int(r[k] or 1)  # noqa: E731
+    tags = []
+    if n("cp") > 1:
+        tags.append("context parallel")
+    if FRAMEWORK[r["framework"]] == "fsdp" and r["zero"] == "3" and n("tp") > 1:
+        tags.append("FSDP + TP")
+    if r["precision"] == "fp8" or "float8" in note or arg("--precision") == "fp8":
+        tags.append("FP8")
+    tune = arg("--finetune")
+    if tune in ("lora", "qlora"):
+        tags.append({"lora": "LoRA", "qlora": "QLoRA"}[tune])
+    if (arg("--offload") or "none") != "none" or "--offload-activations" in args:
+        tags.append("offload")
+    if r["seq_len"] and int(r["seq_len"]) >= 32768:
+        tags.append("long context (>= 32k)")
+    if n("pp") > 1:
+        tags.append("pipeline parallel")
+    if not set(tags) & {"FP8", "LoRA", "QLoRA", "offload"}:
+        tags.append("plain full training")
+    return tags
+
+
+def source_doc(r):
+    """The document a row was read from: owner/repo for GitHub, the host otherwise."""
+    url = r["source_url"].split("://", 1)[-1]
+    parts = url.split("/")
+    return "/".join(parts[1:3]) if parts[0] == "github.com" else parts[0]
+
+
 def unmodelled(r):
     note = r["source_note"].lower()
     return [u for u in UNMODELLED if u in note]
@@ -206,6 +242,7 @@ def main():
             skipped.append((r["id"], str(e)))
             continue
         res = {"id": r["id"], "framework": r["framework"], "model": r["model"],
+               "features": features(r), "doc": source_doc(r),
                "unmodelled": ", ".join(unmodelled(r)),
                "metric": r["metric"], "measured_gib": meas / GIB, "marp_gib": pred / GIB,
                "marp_err": (pred - meas) / meas}
@@ -243,6 +280,22 @@ def main():
         other = [x for x in xs if x["unmodelled"]]
         mean, worst = acc(plain)
         print(f"| {src} | {len(plain)} | {mean} | {worst} | {len(other)} | {acc(other)[0]} |")
+    # Per feature and per source document: a row counts under every feature it has.
+    for title, key in (("feature", lambda x: x["features"]), ("source document", lambda x: [x["doc"]])):
+        groups = {}
+        for x in results:
+            for k in key(x):
+                groups.setdefault(k, []).append(x)
+        print(f"\n| {title} | rows (plain) | MARP mean accuracy, plain rows | worst | "
+              "under by more than 3% | rows with unmodelled features | mean accuracy there |")
+        print("|---|---|---|---|---|---|---|")
+        for k, xs in sorted(groups.items()):
+            plain = [x for x in xs if not x["unmodelled"]]
+            other = [x for x in xs if x["unmodelled"]]
+            mean, worst = acc(plain)
+            under = sum(1 for x in plain if x["marp_err"] < -0.03)
+            print(f"| {k} | {len(plain)} | {mean} | {worst} | {under} | {len(other)} | "
+                  f"{acc(other)[0]} |")
     for name, key in (("Megatron formula", "megatron_err"), ("DeepSpeed estimator", "deepspeed_err")):
         xs = [x for x in results if key in x]
         if xs:
