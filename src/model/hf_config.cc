@@ -251,6 +251,20 @@ void ReadGpt2(Builder& b) {
   s.attention_dropout = b.Prob({"attn_pdrop"}, 0.1);
   b.Activation({"activation_function"}, "gelu_new");
   b.HeadDim(false);
+  // Megatron-LM's GPT is this block; two of its options have no GPT2Config key and are read
+  // under the names LlamaConfig and MixtralConfig give them: `--disable-bias-linear`
+  // (attention_bias / mlp_bias false; the LayerNorms keep theirs) and MoE MLPs (`--num-experts`
+  // as num_local_experts, `--moe-router-topk` as num_experts_per_tok): every layer's MLP becomes
+  // that many GeLU experts of n_inner, behind a bias-free router.
+  s.qkv_bias = s.attn_out_bias = b.r().Bool("attention_bias", true);
+  s.mlp_bias = b.r().Bool("mlp_bias", true);
+  if (b.r().HasValue("num_local_experts")) {
+    s.moe.num_experts = b.Int("moe.num_experts", {"num_local_experts"}, 0);
+    s.moe.experts_per_token = b.Int("moe.experts_per_token", {"num_experts_per_tok"}, 2);
+    s.moe.ffn_hidden_size = s.ffn_hidden_size;
+    s.moe.expert_bias = s.mlp_bias;
+    b.NoteKey("moe.ffn_hidden_size", "n_inner");
+  }
 }
 
 void ReadGptNeox(Builder& b) {

@@ -113,5 +113,31 @@ TEST(ParamCount, GrowsWithEveryDimension) {
   }
 }
 
+// Megatron-LM's GPT with --disable-bias-linear and --num-experts 4 --moe-router-topk 1, as a
+// GPT-2 config with LlamaConfig's bias keys and MixtralConfig's expert keys (hidden 16, FFN 64,
+// vocabulary 100, 8 positions, 2 layers). By hand: attention 4 x 16 x 16 = 1,024 with no bias;
+// each expert 16 x 64 + 64 x 16 = 2,048 with no bias, four of them 8,192; the router 16 x 4 = 64;
+// two LayerNorms with weight and bias 64; embeddings 1,600 + 128; final norm 32; tied head.
+TEST(ParamCount, MegatronGptWithoutLinearBiasesAndWithExperts) {
+  ModelSpec s = Parse(R"({"model_type": "gpt2", "n_embd": 16, "n_layer": 2, "n_head": 4,
+      "n_inner": 64, "vocab_size": 100, "n_positions": 8, "attention_bias": false,
+      "mlp_bias": false, "num_local_experts": 4, "num_experts_per_tok": 1})");
+  ParamCounts c = CountParams(s);
+  EXPECT_EQ(c.layers[0].attention, 1024);
+  EXPECT_EQ(c.layers[0].mlp, 8192);
+  EXPECT_EQ(c.layers[0].router, 64);
+  EXPECT_EQ(c.layers[0].norms, 64);
+  EXPECT_EQ(c.total, 2 * (1024 + 8192 + 64 + 64) + 1600 + 128 + 32);
+  // Per token: one expert of four.
+  EXPECT_EQ(c.active, 2 * (1024 + 2048 + 64 + 64) + 1600 + 128 + 32);
+  // Without the keys it is GPT-2: biases on every linear, one dense MLP.
+  ModelSpec d = Parse(R"({"model_type": "gpt2", "n_embd": 16, "n_layer": 2, "n_head": 4,
+      "n_inner": 64, "vocab_size": 100, "n_positions": 8})");
+  ParamCounts dc = CountParams(d);
+  EXPECT_EQ(dc.layers[0].attention, 1024 + 3 * 16 + 16);
+  EXPECT_EQ(dc.layers[0].mlp, 2048 + 64 + 16);
+  EXPECT_EQ(dc.layers[0].router, 0);
+}
+
 }  // namespace
 }  // namespace frenzy
