@@ -61,7 +61,7 @@ UNMODELLED = ("float8", "torch.compile on", "+ compile", "chunked", "activation 
 
 
 def features(r):
-    """The issue-17 features a row exercises, from its layout columns and its flags (a row may
+    """The features a row exercises (issue 17's, and pipeline and expert parallelism), from its layout columns and its flags (a row may
     have several; "plain full training" is one with none of the fine-tuning, offload or FP8
     ones)."""
     args = shlex.split(r.get("args") or "")
@@ -84,6 +84,8 @@ def features(r):
         tags.append("long context (>= 32k)")
     if n("pp") > 1:
         tags.append("pipeline parallel")
+    if int(arg("--ep") or 1) > 1:
+        tags.append("expert parallel")
     if not set(tags) & {"FP8", "LoRA", "QLoRA", "offload"}:
         tags.append("plain full training")
     return tags

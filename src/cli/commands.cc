@@ -594,6 +594,9 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
     cmd->add_option("--moe-capacity-factor", o->train.moe_capacity_factor,
                     "MoE routing: 0 dropless (default), else Megatron's capacity factor with "
                     "padded expert inputs");
+    cmd->add_flag("--moe-grouped-gemm", o->train.moe_grouped_gemm,
+                  "Megatron-LM's --moe-grouped-gemm: the experts as Transformer Engine grouped "
+                  "GEMMs (four more cuBLAS workspaces)");
     cmd->add_option("--moe-dispatcher", o->moe_dispatcher,
                     "alltoall (NCCL all-to-all of routed rows) or deepep (once per node, "
                     "forwarded over NVLink)")

@@ -41,6 +41,7 @@ nlohmann::json LayoutToJson(const TrainingSpec& t, const ParallelPlan& p) {
   if (t.megatron_legacy) j["megatron_legacy"] = true;
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (t.moe_capacity_factor > 0) j["moe_capacity_factor"] = t.moe_capacity_factor;
+  if (t.moe_grouped_gemm) j["moe_grouped_gemm"] = true;
   if (p.ep > 1) j["moe_dispatcher"] = MoeDispatcherName(t.moe_dispatcher);
   if (t.fp8()) {
     j["fp8_recipe"] = Fp8RecipeName(t.fp8_recipe);

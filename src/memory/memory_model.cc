@@ -134,6 +134,11 @@ constexpr int64_t kCublasWorkspace = 32 * kMiB;
 // transformer_engine/pytorch); the larger, as above. Megatron-LM's layers are TE's by default
 // since 2024 (`--transformer-impl transformer_engine`); 2023 releases ran their own layers.
 constexpr int64_t kTransformerEngineWorkspace = 32 * kMiB;
+// Transformer Engine's grouped GEMM (Megatron's --moe-grouped-gemm) splits its GEMMs over TE's
+// compute streams (num_compute_streams = 4, transformer_engine/common/util/multi_stream.h) and
+// gives each its own workspace of the size above (get_multi_stream_cublas_workspace in
+// transformer_engine/pytorch/module/base.py: one torch.empty per stream, allocated once).
+constexpr int64_t kTransformerEngineComputeStreams = 4;
 // NCCL communicators: NCCL_BUFFSIZE (4 MiB) per channel and peer (NCCL env docs); one
 // communicator per parallel group in use.
 constexpr int64_t kNcclPerGroup = 128 * kMiB;
@@ -212,6 +217,9 @@ LayerKinds MakeLayerKinds(const ModelSpec& m, const TrainingSpec& t, const Paral
   if (t.device == DeviceKind::kCuda) {
     const bool te_layers = t.framework == Framework::kMegatron && !t.megatron_legacy;
     k.workspace = kCublasWorkspace + (te_layers ? kTransformerEngineWorkspace : 0);
+    if (te_layers && k.has_moe && t.moe_grouped_gemm) {
+      k.workspace += kTransformerEngineComputeStreams * kTransformerEngineWorkspace;
+    }
   }
   return k;
 }

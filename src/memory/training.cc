@@ -331,6 +331,10 @@ void CheckExperts(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan&
                                  "(--moe-expert-capacity-factor); the others route dropless");
     }
   }
+  if (t.moe_grouped_gemm && (!m.moe.enabled() || t.framework != Framework::kMegatron)) {
+    add("moe_grouped_gemm", "grouped GEMM is Megatron-LM's (--moe-grouped-gemm) for an MoE "
+                            "model");
+  }
   if (t.moe_dispatcher == MoeDispatcher::kDeepEp && t.framework != Framework::kMegatron &&
       t.framework != Framework::kFsdp) {
     add("moe_dispatcher", "DeepEP is Megatron-LM's (flex dispatcher) and torchtitan's; use "

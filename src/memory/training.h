@@ -181,6 +181,11 @@ struct TrainingSpec {
   // top-k / experts) rows, so cf x the balanced rows in all.
   double moe_capacity_factor = 0;
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  // Megatron-LM's --moe-grouped-gemm: each MoE layer's local experts run as one Transformer
+  // Engine grouped GEMM (TEGroupedMLP), which splits the GEMMs over TE's four compute streams,
+  // each with a cuBLAS workspace of its own (memory_model.cc). Off: Megatron's default
+  // (SequentialMLP, one TE Linear per expert, the shared workspace).
+  bool moe_grouped_gemm = false;
   // Rows the routed experts of one rank compute per token of its input: top-k, x the capacity
   // factor when there is one.
   double moe_routed_per_token(int64_t top_k) const {

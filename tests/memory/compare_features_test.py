@@ -28,6 +28,8 @@ CASES = [
     # FSDP + TP needs a fully sharded FSDP-like framework: Megatron's TP alone is not it.
     (row(framework="torchtitan", zero="3", tp="8"), ["FSDP + TP", "plain full training"]),
     (row(tp="8"), ["plain full training"]),
+    (row(tp="2", args="--ep 2 --moe-grouped-gemm"), ["expert parallel", "plain full training"]),
+    (row(args="--ep 1"), ["plain full training"]),
     (row(framework="fsdp", zero="3", args="--finetune qlora --lora-rank 64 --offload params"),
      ["QLoRA", "offload"]),
     (row(framework="hf", args="--finetune lora --lora-rank 8 --drop-logits"), ["LoRA"]),

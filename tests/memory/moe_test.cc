@@ -133,5 +133,33 @@ TEST(Moe, RoutingAndExpertParallelismAreCheckedAgainstTheFramework) {
   EXPECT_FALSE(PredictMemory(dense, t, p).ok());
 }
 
+// --moe-grouped-gemm: Transformer Engine runs the grouped GEMM on its four compute streams, each
+// with a 32 MiB cuBLAS workspace of its own (get_multi_stream_cublas_workspace), on top of the
+// 32 MiB cuBLAS and 32 MiB TE workspaces every Megatron run has: 4 x 32 MiB = 134,217,728 bytes
+// more, in every phase. Megatron's 2023 layers (no TE) and other frameworks have no such flag.
+TEST(Moe, GroupedGemmAddsTransformerEngineStreamWorkspaces) {
+  MixtralRun run(16, 8);
+  const MemoryEstimate plain = run.Predict();
+  run.t.moe_grouped_gemm = true;
+  const MemoryEstimate grouped = run.Predict();
+  ASSERT_EQ(grouped.stages.size(), 1u);
+  EXPECT_EQ(plain.stages[0].breakdown.overhead, 64 * 1024 * 1024);
+  EXPECT_EQ(grouped.stages[0].breakdown.overhead, plain.stages[0].breakdown.overhead + 134'217'728);
+  EXPECT_EQ(grouped.peak_bytes, plain.peak_bytes + 134'217'728);
+  run.t.megatron_legacy = true;  // Megatron's own layers: no TE workspaces at all
+  EXPECT_EQ(run.Predict().stages[0].breakdown.overhead, 32 * 1024 * 1024);
+  run.t.megatron_legacy = false;
+  run.t.framework = Framework::kDeepSpeed;
+  run.p.distributed_optimizer = false;
+  auto ds = PredictMemory(run.m, run.t, run.p);
+  ASSERT_FALSE(ds.ok());
+  EXPECT_EQ(ds.status().field(), "moe_grouped_gemm");
+  run.t.framework = Framework::kMegatron;
+  run.p.ep = 1;
+  auto dense = PredictMemory(Zoo("llama-3.1-8b"), run.t, run.p);
+  ASSERT_FALSE(dense.ok());
+  EXPECT_EQ(dense.status().field(), "moe_grouped_gemm");
+}
+
 }  // namespace
 }  // namespace frenzy
