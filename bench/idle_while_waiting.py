@@ -13,7 +13,15 @@ A mixed run (types joined with '+') counts its GPUs spread evenly over its types
 
 A folder with several test-* runs (variants) reports each apart, as "policy (test-...)".
 
+With --gpu-hours it splits instead the GPU-hours each policy spent on the jobs every policy
+finished into those spent on a type while some job that could start there waited (contended:
+another job was kept from those GPUs) and those spent while none did (GPUs nobody else could use
+then). Issue 15 asks for GPU-hours within 10% of Sia's, "growing into idle GPUs is fine; wasting
+contended ones is not": the contended column is that criterion. A job "could start" on a type as
+above (it ran there alone without an OOM under some policy), with at most the type's GPUs.
+
 usage: bench/idle_while_waiting.py FRENZY_BIN CLUSTER FOLDER [FOLDER ...]
+       bench/idle_while_waiting.py --gpu-hours FRENZY_BIN CLUSTER FOLDER [FOLDER ...]
        (CLUSTER as given to `frenzy simulate -c`: its GPU counts per type)
 """
 import collections
@@ -60,32 +68,47 @@ def smallest_runs(runs):
     return can
 
 
-def idle_while_waiting(runs, jobs, can, cap):
-    held = collections.defaultdict(list)
+def intervals(runs, jobs, counted=None):
+    """Per elementary interval of the replay (between two consecutive events): its length, the
+    GPUs busy per type (of the jobs in `counted`, all when None) and the jobs waiting (arrived,
+    not finished, holding nothing). A sweep over the events: a run [start, end) is busy in every
+    interval it covers, a job present from its submission to its finish."""
+    events = collections.defaultdict(list)  # time -> [(order, kind, payload)]
     for r in runs:
-        held[r["job_id"]].append((float(r["start_s"]), float(r["end_s"]), r["gpu"], int(r["gpus"])))
-    pts = set()
+        s, e = float(r["start_s"]), float(r["end_s"])
+        if e <= s:
+            continue
+        run = (r["job_id"], r["gpu"].split("+"), int(r["gpus"]))
+        events[s].append((1, "start", run))
+        events[e].append((0, "end", run))
     for j, v in jobs.items():
-        pts.add(float(v["submit_s"]))
+        events[float(v["submit_s"])].append((1, "submit", j))
         if v["finish_s"]:
-            pts.add(float(v["finish_s"]))
-    for iv in held.values():
-        for a, b, _, _ in iv:
-            pts.update((a, b))
-    pts = sorted(pts)
-    idle, gap = collections.Counter(), collections.Counter()
-    for a, b in zip(pts, pts[1:]):
-        m, dt = (a + b) / 2, b - a
-        busy, holding = collections.Counter(), set()
-        for j, iv in held.items():
-            for s, e, g, n in iv:
-                if s <= m < e:
-                    holding.add(j)
-                    parts = g.split("+")
+            events[float(v["finish_s"])].append((0, "finish", j))
+    busy, active, present = collections.Counter(), collections.Counter(), set()
+    pts = sorted(events)
+    for a, b in zip(pts, pts[1:] + [None]):
+        for _, kind, x in sorted(events[a], key=lambda k: k[0]):  # ends before starts
+            if kind in ("start", "end"):
+                job, parts, n = x
+                sign = 1 if kind == "start" else -1
+                active[job] += sign
+                if counted is None or job in counted:
                     for t in parts:
-                        busy[t] += n / len(parts)
-        waiting = [j for j, v in jobs.items() if float(v["submit_s"]) <= m
-                   and (not v["finish_s"] or m < float(v["finish_s"])) and j not in holding]
+                        busy[t] += sign * n / len(parts)
+            elif kind == "submit":
+                present.add(x)
+            else:
+                present.discard(x)
+        if b is None:
+            break
+        waiting = [j for j in present if active[j] <= 0]
+        yield b - a, busy, waiting
+
+
+def idle_while_waiting(runs, jobs, can, cap):
+    idle, gap = collections.Counter(), collections.Counter()
+    for dt, busy, waiting in intervals(runs, jobs):
         for t, c in cap.items():
             free = max(0.0, c - busy[t])
             idle[t] += free * dt
@@ -94,8 +117,38 @@ def idle_while_waiting(runs, jobs, can, cap):
     return idle, gap
 
 
+def gpu_hours_split(runs, jobs, can, cap, common):
+    """GPU-seconds per type on the `common` jobs: all, and while a job that could start on
+    the type (with at most its GPUs) waited."""
+    used, contended = collections.Counter(), collections.Counter()
+    for dt, busy, waiting in intervals(runs, jobs, common):
+        for t, c in cap.items():
+            used[t] += busy[t] * dt
+            if any(can[j].get(t, 1 << 30) <= c for j in waiting):
+                contended[t] += busy[t] * dt
+    return used, contended
+
+
+def split_main(args):
+    cap = capacities(args[0], args[1])
+    print("| folder | policy | GPU-h (common jobs) | while a job that fits the type waits | "
+          "while none does |")
+    print("|---|---|---|---|---|")
+    for folder in args[2:]:
+        runs, jobs = read(folder)
+        can = smallest_runs(runs)
+        common = set.intersection(*[{j for j, v in js.items() if v["finish_s"]}
+                                    for js in jobs.values()])
+        for pol in sorted(runs):
+            used, contended = gpu_hours_split(runs[pol], jobs[pol], can, cap, common)
+            u, c = sum(used.values()) / 3600, sum(contended.values()) / 3600
+            print(f"| {os.path.basename(folder)} | {pol} | {u:.0f} | {c:.0f} | {u - c:.0f} |")
+
+
 def main():
-    if len(sys.argv) < 4:
+    if len(sys.argv) > 1 and sys.argv[1] == "--gpu-hours" and len(sys.argv) >= 5:
+        return split_main(sys.argv[2:])
+    if len(sys.argv) < 4 or sys.argv[1].startswith("--"):
         sys.exit(__doc__)
     cap = capacities(sys.argv[1], sys.argv[2])
     print("| folder | policy | type | idle GPU-h | idle while a job that fits there waits |")
