@@ -610,8 +610,11 @@ LayerActivations MegatronLayer(const ModelSpec& m, const TrainingSpec& t, const 
   int64_t mlp_grad = 2 * sb * w.f * e;
   if (moe_layer) {
     // Per routed row the grouped fc1 keeps its input (the permuted tokens, h wide; its weight
-    // gradient needs them) besides fc1's output and fc2's input, ffn / etp wide; the router
-    // keeps its input (mlp_in) and fp32 logits and probabilities. A rank computes the rows of
+    // gradient needs them) besides fc1's output and fc2's input, ffn / etp wide, and the
+    // combine keeps the experts' output (h wide): Megatron-core's unpermute multiplies it by the
+    // routing probabilities before scattering it back (moe_utils.unpermute), and that multiply
+    // keeps it for the probabilities' gradient. The router keeps its input (mlp_in) and fp32
+    // logits and probabilities. A rank computes the rows of
     // its sequence-parallel tokens gathered over the expert-TP ranks (all its tokens' rows
     // when etp = tp, Megatron's default). Expert parallelism moves rows between ranks but not
     // their number (balanced routing).
@@ -620,7 +623,7 @@ LayerActivations MegatronLayer(const ModelSpec& m, const TrainingSpec& t, const 
     const int64_t tokens = sh.sp ? sb * etp / sh.tp : sb;
     const double rows =
         static_cast<double>(tokens) * t.moe_routed_per_token(m.moe.experts_per_token);
-    const int64_t per_row = f * e * (m.gated_mlp ? 2 : 1) + f * le + w.h * le;
+    const int64_t per_row = f * e * (m.gated_mlp ? 2 : 1) + f * le + w.h * le + w.h * e;
     mlp = static_cast<int64_t>(rows * static_cast<double>(per_row)) +
           sb / outside * m.moe.num_experts * kF32 * 2;  // each rank routes its own tokens
     mlp_grad = static_cast<int64_t>(rows * static_cast<double>(2 * f * e));

@@ -86,17 +86,18 @@ TEST(Moe, ExpertsOutsideTensorParallelAreWholeOnEachTpRank) {
 TEST(Moe, RoutedRowsKeepThePermutedTokensAndScaleWithTheCapacityFactor) {
   // Megatron-core's MoE layer, per routed row (top-2 of 4096 tokens): the grouped fc1 keeps
   // its input (h = 4096 wide), fc1's output (2 x 14336: gate and up) and fc2's input (14336),
-  // 2 bytes each: (4096 + 3 x 14336) x 2 = 94,208 bytes a row. Padding to capacity 1.5 makes
-  // 1.5 x as many rows: the difference per layer is 0.5 x 2 x 4096 rows x 94,208 bytes.
+  // and the combine's multiply by the routing probability keeps the expert's output (4096),
+  // 2 bytes each: (4096 + 3 x 14336 + 4096) x 2 = 102,400 bytes a row. Padding to capacity 1.5
+  // makes 1.5 x as many rows: the difference per layer is 0.5 x 2 x 4096 rows x 102,400 bytes.
   MixtralRun run(8, 8);
   const MemoryEstimate dropless = run.Predict();
   run.t.moe_capacity_factor = 1.5;
   const MemoryEstimate padded = run.Predict();
   const int64_t per_layer = dropless.stages[0].activations_per_microbatch / 32;
   const int64_t padded_per_layer = padded.stages[0].activations_per_microbatch / 32;
-  EXPECT_EQ(padded_per_layer - per_layer, int64_t{4096} * 94'208);
-  // Dropless, the routed rows alone hold 2 x 4096 x 94,208 bytes a layer.
-  EXPECT_GT(per_layer, int64_t{2} * 4096 * 94'208);
+  EXPECT_EQ(padded_per_layer - per_layer, int64_t{4096} * 102'400);
+  // Dropless, the routed rows alone hold 2 x 4096 x 102,400 bytes a layer.
+  EXPECT_GT(per_layer, int64_t{2} * 4096 * 102'400);
 }
 
 TEST(Moe, RoutingAndExpertParallelismAreCheckedAgainstTheFramework) {
