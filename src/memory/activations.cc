@@ -614,10 +614,10 @@ LayerActivations MegatronLayer(const ModelSpec& m, const TrainingSpec& t, const 
     // combine keeps the experts' output (h wide): Megatron-core's unpermute multiplies it by the
     // routing probabilities before scattering it back (moe_utils.unpermute), and that multiply
     // keeps it for the probabilities' gradient. The router keeps its input (mlp_in) and fp32
-    // logits and probabilities. A rank computes the rows of
-    // its sequence-parallel tokens gathered over the expert-TP ranks (all its tokens' rows
-    // when etp = tp, Megatron's default). Expert parallelism moves rows between ranks but not
-    // their number (balanced routing).
+    // logits and probabilities. A rank computes the rows of its sequence-parallel tokens
+    // gathered over the expert-TP ranks (all its tokens' rows when etp = tp, Megatron's
+    // default). Expert parallelism moves rows between ranks but not their number (balanced
+    // routing).
     const int64_t etp = p.expert_tp();
     const int64_t f = ffn / etp;
     const int64_t tokens = sh.sp ? sb * etp / sh.tp : sb;
