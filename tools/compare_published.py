@@ -61,9 +61,9 @@ UNMODELLED = ("float8", "torch.compile on", "+ compile", "chunked", "activation 
 
 
 def features(r):
-    """The features a row exercises (issue 17's, and pipeline and expert parallelism), from its layout columns and its flags (a row may
-    have several; "plain full training" is one with none of the fine-tuning, offload or FP8
-    ones)."""
+    """The features a row exercises (issue 17's, and pipeline and expert parallelism), from its
+    layout columns and its flags (a row may have several; "plain full training" is one with none
+    of the fine-tuning, offload or FP8 ones)."""
     args = shlex.split(r.get("args") or "")
     arg = lambda flag: args[args.index(flag) + 1] if flag in args[:-1] else None  # noqa: E731
     note = r["source_note"].lower()
@@ -255,9 +255,6 @@ def main():
             df = deepspeed_formula(info, r)  # full training's states only
             res["deepspeed_gib"], res["deepspeed_err"] = df / GIB, (df - meas) / meas
         results.append(res)
-    by_source = {}
-    for x in results:
-        by_source.setdefault(x["framework"], []).append(x)
     if a.markdown:
         print("| id | system | model | metric | measured GiB | MARP GiB | MARP error | Megatron formula | DeepSpeed estimator | not modelled |")
         print("|---|---|---|---|---|---|---|---|---|---|")
@@ -268,30 +265,26 @@ def main():
                   f"{x['measured_gib']:.2f} | {x['marp_gib']:.2f} | {100 * x['marp_err']:+.1f}% | {mf} | {df} | "
                   f"{x['unmodelled'] or '-'} |")
         print()
-    print("| source | rows (plain) | MARP mean accuracy, plain rows | worst | rows with unmodelled features | mean accuracy there |")
-    print("|---|---|---|---|---|---|")
-
     def acc(xs):
         if not xs:
             return "-", "-"
         errs = [abs(x["marp_err"]) for x in xs]
         return f"{100 * (1 - sum(errs) / len(errs)):.1f}%", f"{100 * (1 - max(errs)):.1f}%"
 
-    for src, xs in sorted(by_source.items()) + [("all", results)]:
-        plain = [x for x in xs if not x["unmodelled"]]
-        other = [x for x in xs if x["unmodelled"]]
-        mean, worst = acc(plain)
-        print(f"| {src} | {len(plain)} | {mean} | {worst} | {len(other)} | {acc(other)[0]} |")
-    # Per feature and per source document: a row counts under every feature it has.
-    for title, key in (("feature", lambda x: x["features"]), ("source document", lambda x: [x["doc"]])):
+    # One table per grouping: by the system that ran the row (then all rows), by feature (a row
+    # counts under every feature it has) and by the document it was read from.
+    for n, (title, key) in enumerate((("source", lambda x: [x["framework"]]),
+                                      ("feature", lambda x: x["features"]),
+                                      ("source document", lambda x: [x["doc"]]))):
         groups = {}
         for x in results:
             for k in key(x):
                 groups.setdefault(k, []).append(x)
-        print(f"\n| {title} | rows (plain) | MARP mean accuracy, plain rows | worst | "
-              "under by more than 3% | rows with unmodelled features | mean accuracy there |")
+        rows = sorted(groups.items()) + ([("all", results)] if title == "source" else [])
+        print(("\n" if n else "") + f"| {title} | rows (plain) | MARP mean accuracy, plain rows | "
+              "worst | under by more than 3% | rows with unmodelled features | mean accuracy there |")
         print("|---|---|---|---|---|---|---|")
-        for k, xs in sorted(groups.items()):
+        for k, xs in rows:
             plain = [x for x in xs if not x["unmodelled"]]
             other = [x for x in xs if x["unmodelled"]]
             mean, worst = acc(plain)
