@@ -187,31 +187,42 @@ def llama_units(cfg, weight_bytes, nf4, lora_rank, targets, adapter_bytes):
     return units
 
 
-def hf_loss_chain(b, s, vocab, keep_logits=True):
+def hf_loss_chain(b, s, vocab, keep_logits=True, a=None, upcast=True):
     """The vocabulary-sized tensors of an HF causal-LM loss as transformers ~4.38 computes it
     (`logits.float()`, `logits[..., :-1, :].contiguous()`, CrossEntropyLoss = log_softmax + nll)
-    and its backward, replayed alone through the allocator: (reserved, live after backward).
+    and its backward, replayed alone through the allocator (or through `a`, which then keeps
+    what earlier steps cached): (reserved, live after backward).
     The shifted slice has one position fewer than the logits, so none of its blocks can hold the
-    full-size fp32 gradient that the slice's backward allocates."""
-    a = CachingAllocator()
+    full-size gradient that the slice's backward allocates. upcast=False: the loss in the
+    model's 16-bit dtype (Qwen's remote code of 2023: no `.float()`), the logits freed when the
+    loss returns."""
+    a = a if a is not None else CachingAllocator()
     n, shifted = b * s * vocab, b * (s - 1) * vocab
+    e = 4 if upcast else 2
     half = a.malloc(2 * n)  # lm_head output, bf16
-    full = a.malloc(4 * n)  # .float(): kept by the loop (output.logits) until after backward
-    a.release(half)
-    copy = a.malloc(4 * shifted)  # the shifted slice made contiguous
-    logp = a.malloc(4 * shifted)  # log_softmax output, saved for backward
+    full = None
+    if upcast:
+        full = a.malloc(4 * n)  # .float(): kept by the loop (output.logits) until after backward
+        a.release(half)
+    copy = a.malloc(e * shifted)  # the shifted slice made contiguous
+    logp = a.malloc(e * shifted)  # log_softmax output, saved for backward
     a.release(copy)
-    g_logp = a.malloc(4 * shifted)  # nll_loss backward
-    g_shift = a.malloc(4 * shifted)  # log_softmax backward
+    if not upcast:
+        a.release(half)  # the model's output goes when the loss returns
+    g_logp = a.malloc(e * shifted)  # nll_loss backward
+    g_shift = a.malloc(e * shifted)  # log_softmax backward
     a.release(g_logp)
     a.release(logp)
-    g_full = a.malloc(4 * n)  # the slice's backward: zeros of the logits' size
+    g_full = a.malloc(e * n)  # the slice's backward: zeros of the logits' size
     a.release(g_shift)
-    g_half = a.malloc(2 * n)  # .float()'s backward
-    a.release(g_full)
-    a.release(g_half)
-    if not keep_logits:
-        a.release(full)
+    if upcast:
+        g_half = a.malloc(2 * n)  # .float()'s backward
+        a.release(g_full)
+        a.release(g_half)
+        if not keep_logits:
+            a.release(full)
+    else:
+        a.release(g_full)
     return a.reserved, a.allocated
 
 
