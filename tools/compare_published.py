@@ -125,6 +125,8 @@ ENVIRONMENT = {
 
 METRIC = {"max_allocated": "peak_bytes", "max_reserved": "peak_reserved_bytes",
           "nvidia_smi": "device_bytes", "allocated": "peak_bytes"}
+LENGTH_METRIC = {"peak_reserved_bytes": "length_reserved_bytes",
+                 "device_bytes": "length_device_bytes"}
 
 
 def model_arg(name):
@@ -187,9 +189,14 @@ def predicted_and_measured(frenzy, r):
     """MARP's prediction of the row's measured reading (its stage's, where it names one) and the
     measurement, in bytes. Raises RuntimeError when frenzy refuses the row."""
     p = predict_row(frenzy, r)
+    metric = METRIC[r["metric"]]
     if r["stage"] != "":
         p = [x for x in p["ranks"] if x["stage"] == int(r["stage"])][0]
-    return p[METRIC[r["metric"]]], float(r["measured_gib"]) * GIB
+    elif "length_reserved_bytes" in p:
+        # A row whose batches vary in length (its args give the dataset's lengths): the
+        # reserved and device readings an epoch reaches.
+        metric = LENGTH_METRIC.get(metric, metric)
+    return p[metric], float(r["measured_gib"]) * GIB
 
 
 def megatron_formula(info, r):

@@ -24,7 +24,10 @@ prints, for the held-out ms-swift rows (data/measurements/heldout.csv, ho001-ho0
 ho009; their dataset: 4,959 samples, 3234.4 +- 2547.5 tokens, min 91, samples longer than
 max_length dropped, at most 1,000 samples above max_length 2,048), MARP's reserved prediction, the
 extra reserve the replay gives over the orders (median, range) and the measured residual.
-Nothing here is fitted; bench/RESULTS.md (2026-12-07) records what it prints.
+Nothing here is fitted; bench/RESULTS.md (2026-12-07) records what it prints. MARP now runs
+the replay itself (`frenzy predict --length-mean ...`, src/memory/variable_lengths.h) on its own
+step account; this script, with the loss chain tensor by tensor, is the independent version it
+was checked against.
 """
 import csv
 import json

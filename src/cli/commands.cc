@@ -2,6 +2,7 @@
 
 #include "cli/finetune_flags.h"
 #include "cli/fp8_flags.h"
+#include "cli/length_flags.h"
 #include "cli/recompute_flags.h"
 #include "cli/mixed_layouts.h"
 
@@ -382,6 +383,7 @@ void RunPredict(PredictOptions o) {
     return Fail(InvalidArgument("impossible layout for " + spec->name + ": " + s.message(),
                                 FlagOf(s.field())));
   }
+  if (gpu != nullptr) CapLengthReadings(est.value(), gpu->memory_bytes);
   nlohmann::json stage_fits;
   if (!o.stage_gpus.empty() && gpu != nullptr) {
     return Fail(InvalidArgument("give the GPU types with --stage-gpus only", {}, "--gpu"));
@@ -453,6 +455,7 @@ void RunPredict(PredictOptions o) {
              Gib(est->peak_bytes), Gib(est->peak_reserved_bytes), Gib(est->device_bytes),
              est->worst_stage);
   PrintFsdpInit(o, *est);
+  PrintLengthReserve(o.train, *est);
   if (band) {
     fmt::print("  expected error {:+.1f}% to {:+.1f}% (mean {:.1f}%): MARP against {} published "
                "{} run(s) (data/measurements/error_bands.json)\n",
@@ -713,6 +716,7 @@ void RegisterCommands(CLI::App& app) {
     cmd->add_option("--model,-m", o->model, "Zoo name, HuggingFace id, or config.json path")
         ->required();
     AddLayoutOptions(cmd, o.get());
+    AddLengthOptions(cmd, &o->train.lengths);
     cmd->add_option("--gpu", o->gpu, "GPU type: also report whether the job fits");
     cmd->add_flag("--json", o->json, "Machine-readable output");
     cmd->callback([o] { RunPredict(*o); });

@@ -38,6 +38,13 @@ nlohmann::json LayoutToJson(const TrainingSpec& t, const ParallelPlan& p) {
   if (t.fsdp_wrap_embeddings) j["fsdp_wrap_embeddings"] = true;
   if (t.fsdp_init != FsdpInit::kNone) j["fsdp_init"] = FsdpInitName(t.fsdp_init);
   if (t.drop_logits) j["drop_logits"] = true;
+  if (t.lengths.active()) {
+    j["lengths"] = {{"mean", t.lengths.mean},
+                    {"sd", t.lengths.sd},
+                    {"min", t.lengths.min},
+                    {"samples", t.lengths.samples},
+                    {"longer", t.lengths.drop_long ? "dropped" : "cut"}};
+  }
   if (t.megatron_legacy) j["megatron_legacy"] = true;
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (t.moe_capacity_factor > 0) j["moe_capacity_factor"] = t.moe_capacity_factor;
@@ -78,6 +85,19 @@ nlohmann::json MemoryEstimateToJson(const MemoryEstimate& e, const GpuType* gpu)
       ranks.back()["init_reserved_bytes"] = s.init_reserved_bytes;
       ranks.back()["init_free_bytes"] = s.init_free_bytes;
     }
+    if (s.length_batches > 0) {
+      ranks.back()["length_reserve_bytes"] = {{"median", s.length_reserve_bytes},
+                                              {"low", s.length_reserve_low},
+                                              {"high", s.length_reserve_high},
+                                              {"orders", kLengthOrders},
+                                              {"batches", s.length_batches}};
+    }
+  }
+  if (e.length_reserved_bytes > 0) {
+    // Readings over an epoch of batches of varying length (the median data order's); the fit
+    // is still judged on the fixed-length figures above.
+    j["length_reserved_bytes"] = e.length_reserved_bytes;
+    j["length_device_bytes"] = e.length_device_bytes;
   }
   if (gpu != nullptr) {
     j["gpu"] = gpu->name;

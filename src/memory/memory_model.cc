@@ -9,6 +9,7 @@
 #include "memory/finetune.h"
 #include "memory/fsdp_init.h"
 #include "memory/model_states.h"
+#include "memory/variable_lengths.h"
 #include "model/param_count.h"
 
 namespace frenzy {
@@ -531,6 +532,85 @@ void AddFsdpInitReserve(const ModelSpec& m, const TrainingSpec& t, const Paralle
   }
 }
 
+// A layer's saved bytes as tensors of the residual stream's size (tokens x hidden), the last
+// one the remainder: the account sums a layer's tensors, the allocator sees them one by one.
+std::vector<int64_t> AsStreamTensors(int64_t bytes, int64_t stream) {
+  std::vector<int64_t> out;
+  if (bytes <= 0) return out;
+  stream = std::max<int64_t>(1, stream);
+  for (; bytes > stream; bytes -= stream) out.push_back(stream);
+  out.push_back(bytes);
+  return out;
+}
+
+// One micro-batch's allocations and frees at `length` tokens, in the step's order, from MARP's
+// account at that length: forward keeps each layer's saved tensors, then the head's, the loss's
+// and the logits (the loss's forward transient comes and goes); backward allocates the loss's
+// two vocabulary-sized gradients, frees the loss chain (the logits too, or before backward
+// where the loop drops them), then layer by layer, last first, what recomputation brings back
+// and the layer's largest backward transient, freeing both and the layer's saved tensors.
+std::vector<StepEvent> StepEventsAt(const ModelSpec& m, const TrainingSpec& t,
+                                    const ParallelPlan& p, const StageLayers& l, int64_t length) {
+  TrainingSpec at = t;
+  at.seq_len = length;
+  at.lengths = LengthSpread{};
+  const LayerKinds k = MakeLayerKinds(m, at, p);
+  const ActivationShape sh = MakeActivationShape(at, p);
+  const int64_t stream = sh.b * sh.s * m.hidden_size * sh.e;
+  std::vector<StepEvent> ev;
+  auto alloc = [&ev](int64_t bytes) {
+    ev.push_back({bytes, -1});
+    return static_cast<int64_t>(ev.size()) - 1;
+  };
+  auto release = [&ev](int64_t i) {
+    if (i >= 0 && ev[static_cast<size_t>(i)].bytes > 0) ev.push_back({0, i});
+  };
+  std::vector<std::vector<int64_t>> kept;
+  for (int64_t i = l.first; i < l.first + l.n_layers; ++i) {
+    kept.emplace_back();
+    for (int64_t bytes : AsStreamTensors(k.Act(m, i).saved, stream)) {
+      kept.back().push_back(alloc(bytes));
+    }
+  }
+  if (l.last_stage) {
+    const OutputActivations& o = k.output_act;
+    const int64_t head = alloc(o.saved), loss = alloc(o.loss_saved);
+    int64_t logits = alloc(o.logits_held);
+    release(alloc(o.loss_forward_transient));
+    if (at.logits_freed_before_backward()) {
+      release(logits);
+      logits = -1;
+    }
+    const int64_t g1 = alloc(o.loss_backward_transient / 2);
+    const int64_t g2 = alloc(o.loss_backward_transient - o.loss_backward_transient / 2);
+    for (int64_t i : {g1, g2, loss, head, logits}) release(i);
+  }
+  for (size_t j = kept.size(); j-- > 0;) {
+    const LayerActivations& a = k.Act(m, l.first + static_cast<int64_t>(j));
+    const int64_t back = alloc(a.recomputed);
+    const int64_t transient = alloc(a.backward_transient());
+    release(transient);
+    release(back);
+    for (auto it = kept[j].rbegin(); it != kept[j].rend(); ++it) release(*it);
+  }
+  return ev;
+}
+
+// Batches of varying length: what an epoch's caching allocator reserves above the fixed-length
+// reading (memory/variable_lengths.h). Pipelines' other micro-batches in flight and offloaded
+// activations are not replayed.
+void AddLengthReserve(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
+                      const StageLayers& l, StageEstimate& se) {
+  if (!t.lengths.active() || t.device != DeviceKind::kCuda) return;
+  const VariableLengthReserve v = ReserveOverOrders(
+      [&](int64_t length) { return StepEventsAt(m, t, p, l, length); }, t.lengths, t.seq_len,
+      t.micro_batch);
+  se.length_reserve_bytes = v.median;
+  se.length_reserve_low = v.low;
+  se.length_reserve_high = v.high;
+  se.length_batches = v.batches;
+}
+
 StageEstimate EstimateStage(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
                             const ParamCounts& counts, const LayerKinds& k, const StageLayers& l,
                             int64_t microbatches) {
@@ -557,6 +637,7 @@ StageEstimate EstimateStage(const ModelSpec& m, const TrainingSpec& t, const Par
   se.pageable_bytes = std::min(s.st.pageable, peak->b.optimizer);
   AddDeviceBytes(t, p, se);
   AddFsdpInitReserve(m, t, p, s, se);
+  AddLengthReserve(m, t, p, l, se);
   return se;
 }
 
@@ -566,6 +647,12 @@ void SummarizeStages(MemoryEstimate& est) {
     const auto& s = est.stages[i];
     est.peak_bytes = std::max(est.peak_bytes, s.peak_bytes);
     est.peak_reserved_bytes = std::max(est.peak_reserved_bytes, s.peak_reserved_bytes);
+    if (s.length_batches > 0) {
+      est.length_reserved_bytes =
+          std::max(est.length_reserved_bytes, s.peak_reserved_bytes + s.length_reserve_bytes);
+      est.length_device_bytes =
+          std::max(est.length_device_bytes, s.device_bytes + s.length_reserve_bytes);
+    }
     est.host_bytes = std::max(est.host_bytes, s.host_bytes);
     if (s.device_bytes > est.device_bytes) {
       est.device_bytes = s.device_bytes;
@@ -576,6 +663,14 @@ void SummarizeStages(MemoryEstimate& est) {
 }
 
 }  // namespace
+
+void CapLengthReadings(MemoryEstimate& est, int64_t gpu_memory_bytes) {
+  if (est.length_device_bytes <= gpu_memory_bytes) return;
+  const int64_t over = est.length_device_bytes - gpu_memory_bytes;
+  est.length_device_bytes = gpu_memory_bytes;
+  est.length_reserved_bytes =
+      std::max(est.peak_reserved_bytes, est.length_reserved_bytes - over);
+}
 
 Result<MemoryEstimate> PredictMemory(const ModelSpec& m, const TrainingSpec& t,
                                      const ParallelPlan& p, StageDetail detail) {

@@ -56,6 +56,12 @@ struct StageEstimate {
   int64_t init_reserved_bytes = 0;
   int64_t init_free_bytes = 0;
   int64_t device_bytes = 0;
+  // Batches of varying length (TrainingSpec::lengths, memory/variable_lengths.h): an epoch's
+  // reserve above the fixed-length reading, median and range over the data orders, and the
+  // epoch's micro-batches; 0 when not accounted. A reading, not a fit: peak_reserved_bytes and
+  // device_bytes stay the fixed-length ones.
+  int64_t length_reserve_bytes = 0, length_reserve_low = 0, length_reserve_high = 0;
+  int64_t length_batches = 0;
   int64_t host_bytes = 0;  // offloaded model states in host memory, this rank's share
   int64_t pageable_bytes = 0;  // paged optimizer states (in device_bytes while resident)
 };
@@ -67,6 +73,10 @@ struct MemoryEstimate {
   int64_t peak_bytes = 0;   // max over stages
   int64_t peak_reserved_bytes = 0;
   int64_t device_bytes = 0;
+  // With batches of varying length: max over stages of the reserved and device readings an
+  // epoch reaches (the median data order's); 0 when not accounted.
+  int64_t length_reserved_bytes = 0;
+  int64_t length_device_bytes = 0;
   int64_t host_bytes = 0;  // max over stages: host memory one GPU's rank needs (offload)
   // What must stay on the GPU: device bytes less paged optimizer states, which the driver
   // pages to host memory when the GPU runs short (max over stages). What `fits` is judged on.
@@ -78,6 +88,12 @@ struct MemoryEstimate {
 // in-flight micro-batches) and the last — and gives the same peak, reserved and device bytes
 // as kAll at a fraction of the cost (the planner's sweeps use it).
 enum class StageDetail { kAll, kWorst };
+
+// An epoch of varying lengths on a GPU of `gpu_memory_bytes`: when a request finds no cached
+// block and the driver has no memory left, the caching allocator frees its cached blocks and
+// retries (CUDACachingAllocator's release_cached_blocks), so the readings stop at the GPU's
+// memory. Caps est.length_device_bytes there and the reserved reading by as much.
+void CapLengthReadings(MemoryEstimate& est, int64_t gpu_memory_bytes);
 
 // REQUIRES: model.Validate().ok(). Returns the ValidateLayout error for impossible layouts.
 Result<MemoryEstimate> PredictMemory(const ModelSpec& model, const TrainingSpec& train,

@@ -245,6 +245,26 @@ void CheckFsdpInit(const TrainingSpec& t, const ParallelPlan& p, const AddProble
   }
 }
 
+void CheckLengths(const TrainingSpec& t, const AddProblem& add) {
+  const LengthSpread& l = t.lengths;
+  if (!l.active()) {
+    if (l.mean < 0) add("length_mean", "must be positive");
+    return;
+  }
+  if (!(l.mean <= 1e8)) add("length_mean", "must be a positive number of tokens up to 1e8");
+  if (!(l.sd > 0 && l.sd <= 1e8)) {
+    add("length_sd", "must be a positive number of tokens up to 1e8 (with --length-mean)");
+  }
+  if (l.min < 1) add("length_min", "must be at least 1");
+  if (l.samples < 1 || l.samples > kMaxLengthSamples) {
+    add("length_samples", "must be between 1 and " + std::to_string(kMaxLengthSamples));
+  }
+  if (t.device != DeviceKind::kCuda) {
+    add("length_mean", "varying batch lengths change the CUDA caching allocator's readings "
+                       "only: not with --device cpu");
+  }
+}
+
 void CheckFp8(const TrainingSpec& t, const ParallelPlan& p, const AddProblem& add) {
   if (!t.fp8()) {
     if (t.fp8_param_gather) add("fp8_param_gather", "needs --precision fp8");
@@ -458,6 +478,7 @@ Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelP
   CheckFineTune(t, p, add);
   CheckFp8(t, p, add);
   CheckFsdpInit(t, p, add);
+  CheckLengths(t, add);
   if (problems.empty()) return Status::Ok();
   std::string msg = problems[0].second;
   for (size_t i = 1; i < problems.size(); ++i) {

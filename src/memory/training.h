@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "memory/variable_lengths.h"
 #include "model/model_spec.h"
 
 namespace frenzy {
@@ -219,6 +220,9 @@ struct TrainingSpec {
   // the unit-by-unit initialisation cached, and the reserved reading is at least that plus what
   // the step adds beyond it.
   FsdpInit fsdp_init = FsdpInit::kNone;
+  // The dataset's sample lengths when batches vary in length (memory/variable_lengths.h):
+  // seq_len is then the longest batch (the collator's max_length).
+  LengthSpread lengths;
   // The training loop keeps only the loss when backward starts, so the logits are freed
   // before it: the HF Trainer (compute_loss returns the loss alone, the model's outputs go out of
   // scope), torchtune's recipes (`del logits`). A loop that keeps them in a local (litgpt's,

@@ -189,6 +189,33 @@ TEST(Cli, PredictSaysWhyALayoutIsImpossible) {
   EXPECT_NE(legacy.out.find("--framework megatron"), std::string::npos) << legacy.out;
 }
 
+// Batches of varying length: the epoch's readings beside the fixed-length ones, and bad
+// statistics named by their flag.
+TEST(Cli, PredictReportsWhatVaryingLengthsReserve) {
+  const std::string base =
+      "predict --model llama-3.2-1b --framework hf --recompute full --seq-len 2048 "
+      "--finetune lora --drop-logits --length-mean 3234.4 --length-sd 2547.5 --length-min 91 "
+      "--length-samples 2000 --drop-long";
+  CliRun r = Frenzy(base + " --gpu A100-80GB --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["length_reserved_bytes"].get<int64_t>(), j["peak_reserved_bytes"].get<int64_t>());
+  EXPECT_GT(j["length_device_bytes"].get<int64_t>(), j["device_bytes"].get<int64_t>());
+  EXPECT_TRUE(j["fits"].get<bool>());  // judged on the fixed-length figures
+  EXPECT_EQ(j["layout"]["lengths"]["longer"], "dropped");
+  EXPECT_TRUE(j["ranks"][0].contains("length_reserve_bytes"));
+  CliRun text = Frenzy(base);
+  ASSERT_EQ(text.exit_code, 0) << text.out;
+  EXPECT_NE(text.out.find("varying lengths"), std::string::npos) << text.out;
+  CliRun bad = Frenzy("predict --model gpt2 --seq-len 1024 --framework hf --length-mean 1000");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("--length-sd:"), std::string::npos) << bad.out;
+  CliRun cpu = Frenzy("predict --model gpt2 --seq-len 1024 --framework hf --device cpu "
+                      "--length-mean 1000 --length-sd 10");
+  EXPECT_EQ(cpu.exit_code, 2);
+  EXPECT_NE(cpu.out.find("--length-mean:"), std::string::npos) << cpu.out;
+}
+
 // A heterogeneous pipeline: each stage judged on its own GPU type, and bad parts named.
 TEST(Cli, PredictJudgesEachStageOnItsOwnGpuType) {
   CliRun r = Frenzy("predict --model llama-2-7b --precision fp16 --pp 2 --stage-layers 16,16 "

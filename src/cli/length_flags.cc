@@ -1,0 +1,45 @@
+#include "cli/length_flags.h"
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+
+namespace frenzy::cli {
+
+void AddLengthOptions(CLI::App* cmd, LengthSpread* l) {
+  cmd->add_option("--length-mean", l->mean,
+                  "Batches of varying length: the dataset's mean sample length in tokens "
+                  "(--seq-len is then the longest batch); reports the reserved and device "
+                  "readings an epoch reaches");
+  cmd->add_option("--length-sd", l->sd, "... the standard deviation of its sample lengths");
+  cmd->add_option("--length-min", l->min, "... its shortest sample")->capture_default_str();
+  cmd->add_option("--length-samples", l->samples, "... the samples of an epoch")
+      ->capture_default_str();
+  cmd->add_flag("--drop-long", l->drop_long,
+                "... samples longer than --seq-len are dropped (ms-swift's truncation_strategy "
+                "'delete'); default: cut to it");
+}
+
+void PrintLengthReserve(const TrainingSpec& t, const MemoryEstimate& est) {
+  if (!t.lengths.active()) return;
+  const LengthSpread& l = t.lengths;
+  const StageEstimate& w = est.stages.at(static_cast<size_t>(est.worst_stage));
+  if (w.length_batches == 0) {
+    fmt::print("  varying lengths: no sample of {:.0f} +- {:.0f} tokens is {} tokens or shorter "
+               "(--drop-long drops them all)\n",
+               l.mean, l.sd, t.seq_len);
+    return;
+  }
+  fmt::print("  varying lengths ({:.0f} +- {:.0f} tokens, at least {}, {} samples, longer than {} "
+             "{}; {} micro-batches padded to their longest): over an epoch the allocator "
+             "reserves {} GiB more than at a fixed length (median of {} data orders; {} to {}): "
+             "reserved {} GiB, device {} GiB (at most the GPU's memory, where --gpu names it). "
+             "A reading, not a fit: the allocator frees its cache before it reports out of "
+             "memory\n",
+             l.mean, l.sd, l.min, l.samples, t.seq_len, l.drop_long ? "dropped" : "cut",
+             w.length_batches, Gib(w.length_reserve_bytes), kLengthOrders,
+             Gib(w.length_reserve_low), Gib(w.length_reserve_high), Gib(est.length_reserved_bytes),
+             Gib(est.length_device_bytes));
+}
+
+}  // namespace frenzy::cli

@@ -1,0 +1,111 @@
+#include "memory/variable_lengths.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "memory/caching_allocator.h"
+
+namespace frenzy {
+namespace {
+
+// A uniform in (0, 1] from the generator's top 53 bits.
+double Uniform(std::mt19937_64& rng) {
+  return (static_cast<double>(rng() >> 11) + 1.0) * 0x1.0p-53;
+}
+
+// Standard normal (Box-Muller; the second value is not kept, for simplicity).
+double Normal(std::mt19937_64& rng) {
+  const double u1 = Uniform(rng), u2 = Uniform(rng);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+// Gamma(shape, 1) by Marsaglia and Tsang's method (ACM TOMS 26(3), 2000); a shape under 1 by
+// boosting: Gamma(shape + 1) x U^(1 / shape).
+double Gamma(double shape, std::mt19937_64& rng) {
+  if (shape < 1.0) return Gamma(shape + 1.0, rng) * std::pow(Uniform(rng), 1.0 / shape);
+  const double d = shape - 1.0 / 3.0, c = 1.0 / std::sqrt(9.0 * d);
+  for (;;) {
+    const double x = Normal(rng);
+    const double v = std::pow(1.0 + c * x, 3);
+    if (v <= 0) continue;
+    if (std::log(Uniform(rng)) < 0.5 * x * x + d - d * v + d * std::log(v)) return d * v;
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> DrawLengths(const LengthSpread& spread, int64_t max_len, uint64_t seed) {
+  std::vector<int64_t> out;
+  if (!spread.active() || spread.sd <= 0 || max_len <= 0) return out;
+  std::mt19937_64 rng(seed);
+  const double shape = (spread.mean / spread.sd) * (spread.mean / spread.sd);
+  const double scale = spread.sd * spread.sd / spread.mean;
+  out.reserve(static_cast<size_t>(spread.samples));
+  for (int64_t i = 0; i < spread.samples; ++i) {
+    const double drawn = std::min(Gamma(shape, rng) * scale, 1e12);
+    const int64_t length = std::max(spread.min, static_cast<int64_t>(drawn));
+    if (length <= max_len) {
+      out.push_back(length);
+    } else if (!spread.drop_long) {
+      out.push_back(max_len);
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> BatchLengths(const std::vector<int64_t>& lengths, int64_t batch) {
+  std::vector<int64_t> out;
+  batch = std::max<int64_t>(1, batch);
+  for (size_t i = 0; i < lengths.size(); i += static_cast<size_t>(batch)) {
+    const auto end = lengths.begin() + static_cast<std::ptrdiff_t>(
+                                           std::min(lengths.size(), i + static_cast<size_t>(batch)));
+    out.push_back(*std::max_element(lengths.begin() + static_cast<std::ptrdiff_t>(i), end));
+  }
+  return out;
+}
+
+int64_t ReplayEpoch(const StepAt& step, const std::vector<int64_t>& batches) {
+  CachingAllocatorModel a;
+  std::map<int64_t, std::vector<StepEvent>> at;  // each length's events, built once
+  std::vector<CachingAllocatorModel::Handle> handles;
+  for (int64_t length : batches) {
+    auto it = at.find(length);
+    if (it == at.end()) it = at.emplace(length, step(length)).first;
+    const std::vector<StepEvent>& events = it->second;
+    handles.assign(events.size(), -1);
+    for (size_t i = 0; i < events.size(); ++i) {
+      const StepEvent& e = events[i];
+      if (e.free_of >= 0 && static_cast<size_t>(e.free_of) < i) {
+        a.Free(handles[static_cast<size_t>(e.free_of)]);
+      } else if (e.bytes > 0) {
+        handles[i] = a.Malloc(e.bytes);
+      }
+    }
+  }
+  return a.reserved();
+}
+
+VariableLengthReserve ReserveOverOrders(const StepAt& step, const LengthSpread& spread,
+                                        int64_t max_len, int64_t micro_batch) {
+  VariableLengthReserve r;
+  if (!spread.active()) return r;
+  const int64_t fixed = ReplayEpoch(step, {max_len, max_len});
+  std::vector<int64_t> extra;
+  for (int order = 1; order <= kLengthOrders; ++order) {
+    const std::vector<int64_t> batches =
+        BatchLengths(DrawLengths(spread, max_len, static_cast<uint64_t>(order)), micro_batch);
+    if (order == 1) r.batches = static_cast<int64_t>(batches.size());
+    if (batches.empty()) return VariableLengthReserve{};
+    extra.push_back(std::max<int64_t>(0, ReplayEpoch(step, batches) - fixed));
+  }
+  std::sort(extra.begin(), extra.end());
+  r.orders = kLengthOrders;
+  r.low = extra.front();
+  r.high = extra.back();
+  r.median = extra[extra.size() / 2];
+  return r;
+}
+
+}  // namespace frenzy

@@ -1,0 +1,75 @@
+// Batches of varying length and the caching allocator's reserve.
+//
+// With one sequence length every step allocates the same blocks, and after the first step the
+// caching allocator's cached blocks serve them all. When the batches vary in length (a collator
+// that pads each batch to its longest sample, the default of HF Trainer and most fine-tuning
+// loops), a batch longer than every batch before it needs blocks larger than any the allocator
+// holds: it reserves new segments, and the old ones stay cached (no empty_cache). So
+// `max_memory_reserved` (and nvidia-smi) over an epoch rise above the fixed-length reading by
+// an amount that depends on the order the lengths come in. It is not what decides a fit: the
+// allocator frees its cached blocks and retries before it reports an out-of-memory error.
+//
+// The account: one epoch's sample lengths, drawn from a gamma distribution with the dataset's
+// mean and standard deviation (the statistics datasets publish; a gamma's tail matches the
+// stated maximum of the one published case, a log-normal's does not: bench/RESULTS.md,
+// 2026-12-07), grouped into micro-batches padded to their longest sample, each batch's blocks
+// (the step's account at the batch's length, its tensors in the step's order) replayed through
+// the allocator model (memory/caching_allocator.h); the extra reserve is the epoch's reserve
+// less a fixed-length epoch's, read over several data orders.
+#ifndef FRENZY_MEMORY_VARIABLE_LENGTHS_H_
+#define FRENZY_MEMORY_VARIABLE_LENGTHS_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace frenzy {
+
+// The dataset's sample lengths in tokens (TrainingSpec::lengths); inactive when mean is 0.
+struct LengthSpread {
+  double mean = 0;
+  double sd = 0;
+  int64_t min = 1;          // shortest sample
+  int64_t samples = 1000;   // samples in an epoch (before longer ones are dropped)
+  bool drop_long = false;   // samples over the sequence length dropped, else cut to it
+  bool active() const { return mean > 0; }
+};
+
+// Most samples an epoch replay takes (its cost is linear in them).
+inline constexpr int64_t kMaxLengthSamples = 200000;
+// Data orders the reserve is read over.
+inline constexpr int kLengthOrders = 15;
+
+// One epoch's sample lengths in data order, drawn with `seed` (a gamma of the spread's mean and
+// standard deviation, at least `min`; above `max_len` dropped or cut). Deterministic for a seed
+// on every platform (mt19937_64 and a hand-written gamma sampler).
+std::vector<int64_t> DrawLengths(const LengthSpread& spread, int64_t max_len, uint64_t seed);
+
+// Each micro-batch of `batch` consecutive samples padded to its longest.
+std::vector<int64_t> BatchLengths(const std::vector<int64_t>& lengths, int64_t batch);
+
+// A step's allocations and frees in order: `bytes` > 0 allocates a block, `free_of` >= 0 frees
+// the block the event of that index allocated.
+struct StepEvent {
+  int64_t bytes = 0;
+  int64_t free_of = -1;
+};
+// The step's events for a batch of `length` tokens a sequence.
+using StepAt = std::function<std::vector<StepEvent>(int64_t length)>;
+
+// Reserved bytes after replaying the step once per batch length, through one allocator (each
+// length's events built once).
+int64_t ReplayEpoch(const StepAt& step, const std::vector<int64_t>& batches);
+
+// The epoch's reserve above a fixed-length epoch's, over kLengthOrders data orders.
+struct VariableLengthReserve {
+  int64_t median = 0, low = 0, high = 0;
+  int orders = 0;
+  int64_t batches = 0;  // micro-batches an epoch (the first order's)
+};
+VariableLengthReserve ReserveOverOrders(const StepAt& step, const LengthSpread& spread,
+                                        int64_t max_len, int64_t micro_batch);
+
+}  // namespace frenzy
+
+#endif  // FRENZY_MEMORY_VARIABLE_LENGTHS_H_
