@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <string>
+
 #include "cli/commands.h"
 
 namespace frenzy::cli {
@@ -30,14 +32,18 @@ void PrintLengthReserve(const TrainingSpec& t, const MemoryEstimate& est) {
                l.mean, l.sd, t.seq_len);
     return;
   }
+  const std::string replayed =
+      w.length_replayed < w.length_batches
+          ? fmt::format("; the first {} replayed: a lower bound", w.length_replayed)
+          : "";
   fmt::print("  varying lengths ({:.0f} +- {:.0f} tokens, at least {}, {} samples, longer than {} "
-             "{}; {} micro-batches padded to their longest): over an epoch the allocator "
+             "{}; {} micro-batches padded to their longest{}): over an epoch the allocator "
              "reserves {} GiB more than at a fixed length (median of {} data orders; {} to {}): "
              "reserved {} GiB, device {} GiB (at most the GPU's memory, where --gpu names it). "
              "A reading, not a fit: the allocator frees its cache before it reports out of "
              "memory\n",
              l.mean, l.sd, l.min, l.samples, t.seq_len, l.drop_long ? "dropped" : "cut",
-             w.length_batches, Gib(w.length_reserve_bytes), kLengthOrders,
+             w.length_batches, replayed, Gib(w.length_reserve_bytes), w.length_orders,
              Gib(w.length_reserve_low), Gib(w.length_reserve_high), Gib(est.length_reserved_bytes),
              Gib(est.length_device_bytes));
 }

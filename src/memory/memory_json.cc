@@ -89,8 +89,9 @@ nlohmann::json MemoryEstimateToJson(const MemoryEstimate& e, const GpuType* gpu)
       ranks.back()["length_reserve_bytes"] = {{"median", s.length_reserve_bytes},
                                               {"low", s.length_reserve_low},
                                               {"high", s.length_reserve_high},
-                                              {"orders", kLengthOrders},
-                                              {"batches", s.length_batches}};
+                                              {"orders", s.length_orders},
+                                              {"batches", s.length_batches},
+                                              {"replayed", s.length_replayed}};
     }
   }
   if (e.length_reserved_bytes > 0) {

@@ -533,11 +533,14 @@ void AddFsdpInitReserve(const ModelSpec& m, const TrainingSpec& t, const Paralle
 }
 
 // A layer's saved bytes as tensors of the residual stream's size (tokens x hidden), the last
-// one the remainder: the account sums a layer's tensors, the allocator sees them one by one.
+// one the remainder: the account sums a layer's tensors, the allocator sees them one by one. At
+// most kMaxLayerPieces pieces (larger ones beyond that, e.g. eager attention's scores at long
+// sequences), which bounds the replay's cost.
+constexpr int64_t kMaxLayerPieces = 64;
 std::vector<int64_t> AsStreamTensors(int64_t bytes, int64_t stream) {
   std::vector<int64_t> out;
   if (bytes <= 0) return out;
-  stream = std::max<int64_t>(1, stream);
+  stream = std::max({int64_t{1}, stream, (bytes + kMaxLayerPieces - 1) / kMaxLayerPieces});
   for (; bytes > stream; bytes -= stream) out.push_back(stream);
   out.push_back(bytes);
   return out;
@@ -609,6 +612,8 @@ void AddLengthReserve(const ModelSpec& m, const TrainingSpec& t, const ParallelP
   se.length_reserve_low = v.low;
   se.length_reserve_high = v.high;
   se.length_batches = v.batches;
+  se.length_replayed = v.replayed;
+  se.length_orders = v.orders;
 }
 
 StageEstimate EstimateStage(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,

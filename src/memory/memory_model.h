@@ -62,6 +62,8 @@ struct StageEstimate {
   // device_bytes stay the fixed-length ones.
   int64_t length_reserve_bytes = 0, length_reserve_low = 0, length_reserve_high = 0;
   int64_t length_batches = 0;
+  int64_t length_replayed = 0;  // of the batches, the first ones replayed (a budget bounds it)
+  int length_orders = 0;
   int64_t host_bytes = 0;  // offloaded model states in host memory, this rank's share
   int64_t pageable_bytes = 0;  // paged optimizer states (in device_bytes while resident)
 };

@@ -88,20 +88,29 @@ int64_t ReplayEpoch(const StepAt& step, const std::vector<int64_t>& batches) {
 }
 
 VariableLengthReserve ReserveOverOrders(const StepAt& step, const LengthSpread& spread,
-                                        int64_t max_len, int64_t micro_batch) {
+                                        int64_t max_len, int64_t micro_batch, int64_t budget) {
   VariableLengthReserve r;
   if (!spread.active()) return r;
   const int64_t fixed = ReplayEpoch(step, {max_len, max_len});
+  // Cost: the longest batch's events (every batch has as many) times the batches and orders.
+  const int64_t events = std::max<int64_t>(1, static_cast<int64_t>(step(max_len).size()));
+  const int64_t most_batches =
+      std::max<int64_t>(1, (spread.samples + micro_batch - 1) / std::max<int64_t>(1, micro_batch));
+  r.orders = static_cast<int>(std::clamp<int64_t>(
+      budget / (events * most_batches), kMinLengthOrders, kLengthOrders));
+  const int64_t prefix = std::max<int64_t>(
+      1, std::min(budget / (events * r.orders), kLengthOrderEvents / events));
   std::vector<int64_t> extra;
-  for (int order = 1; order <= kLengthOrders; ++order) {
-    const std::vector<int64_t> batches =
+  for (int order = 1; order <= r.orders; ++order) {
+    std::vector<int64_t> batches =
         BatchLengths(DrawLengths(spread, max_len, static_cast<uint64_t>(order)), micro_batch);
-    if (order == 1) r.batches = static_cast<int64_t>(batches.size());
     if (batches.empty()) return VariableLengthReserve{};
+    if (order == 1) r.batches = static_cast<int64_t>(batches.size());
+    if (static_cast<int64_t>(batches.size()) > prefix) batches.resize(static_cast<size_t>(prefix));
+    if (order == 1) r.replayed = static_cast<int64_t>(batches.size());
     extra.push_back(std::max<int64_t>(0, ReplayEpoch(step, batches) - fixed));
   }
   std::sort(extra.begin(), extra.end());
-  r.orders = kLengthOrders;
   r.low = extra.front();
   r.high = extra.back();
   r.median = extra[extra.size() / 2];

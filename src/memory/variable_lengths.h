@@ -35,10 +35,16 @@ struct LengthSpread {
   bool active() const { return mean > 0; }
 };
 
-// Most samples an epoch replay takes (its cost is linear in them).
+// Most samples an epoch may have.
 inline constexpr int64_t kMaxLengthSamples = 200000;
-// Data orders the reserve is read over.
+// Data orders the reserve is read over, and the fewest a large replay falls back to.
 inline constexpr int kLengthOrders = 15;
+inline constexpr int kMinLengthOrders = 3;
+// Allocator events all orders together may replay (about ten seconds), and one order (its
+// allocator model grows with them: about half a GiB): a larger epoch is read over fewer orders,
+// then over its first batches only (a lower bound, and reported as such).
+inline constexpr int64_t kLengthReplayBudget = 150'000'000;
+inline constexpr int64_t kLengthOrderEvents = 10'000'000;
 
 // One epoch's sample lengths in data order, drawn with `seed` (a gamma of the spread's mean and
 // standard deviation, at least `min`; above `max_len` dropped or cut). Deterministic for a seed
@@ -61,14 +67,17 @@ using StepAt = std::function<std::vector<StepEvent>(int64_t length)>;
 // length's events built once).
 int64_t ReplayEpoch(const StepAt& step, const std::vector<int64_t>& batches);
 
-// The epoch's reserve above a fixed-length epoch's, over kLengthOrders data orders.
+// The epoch's reserve above a fixed-length epoch's, over kLengthOrders data orders (fewer, and
+// the epoch's first batches only, where the replay would exceed kLengthReplayBudget events).
 struct VariableLengthReserve {
   int64_t median = 0, low = 0, high = 0;
   int orders = 0;
-  int64_t batches = 0;  // micro-batches an epoch (the first order's)
+  int64_t batches = 0;   // micro-batches an epoch (the first order's)
+  int64_t replayed = 0;  // of them, the first ones replayed (all, within the budget)
 };
 VariableLengthReserve ReserveOverOrders(const StepAt& step, const LengthSpread& spread,
-                                        int64_t max_len, int64_t micro_batch);
+                                        int64_t max_len, int64_t micro_batch,
+                                        int64_t budget = kLengthReplayBudget);
 
 }  // namespace frenzy
 

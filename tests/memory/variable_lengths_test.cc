@@ -91,10 +91,30 @@ TEST(VariableLengths, EveryBatchAtTheLongestLengthAddsNothing) {
   s.sd = 10;
   const VariableLengthReserve r = ReserveOverOrders(OneTensor, s, 2048, 1);
   EXPECT_EQ(r.batches, 1000);
+  EXPECT_EQ(r.replayed, 1000);
   EXPECT_EQ(r.orders, kLengthOrders);
   EXPECT_EQ(r.high, 0);
   s.drop_long = true;  // ... or all dropped: no epoch at all
   EXPECT_EQ(ReserveOverOrders(OneTensor, s, 2048, 1).batches, 0);
+}
+
+TEST(VariableLengths, ALargeReplayFallsBackToFewerOrdersThenToTheFirstBatches) {
+  LengthSpread s;
+  s.mean = 1000;
+  s.sd = 500;
+  s.samples = 1000;
+  // OneTensor: 2 events a batch, 1,000 batches. 30,000 events: 15 orders; 10,000: 5 orders;
+  // 3,000: the fewest (3), each over its first 3,000 / (2 x 3) = 500 batches.
+  VariableLengthReserve r = ReserveOverOrders(OneTensor, s, 2048, 1, 30000);
+  EXPECT_EQ(r.orders, 15);
+  EXPECT_EQ(r.replayed, r.batches);
+  r = ReserveOverOrders(OneTensor, s, 2048, 1, 10000);
+  EXPECT_EQ(r.orders, 5);
+  EXPECT_EQ(r.replayed, r.batches);
+  r = ReserveOverOrders(OneTensor, s, 2048, 1, 3000);
+  EXPECT_EQ(r.orders, kMinLengthOrders);
+  EXPECT_EQ(r.replayed, 500);
+  EXPECT_EQ(r.batches, 1000);
 }
 
 TrainingSpec QwenLikeLora() {
