@@ -703,8 +703,10 @@ def tensor_bytes(tensors):
 def measure(doc, micro_batch=1, seq_len=128, precision="fp32", optimizer="adamw", recompute="none",
             attn="eager", dropout="on", steps=3, device=None, seed=0, finetune="full", lora_rank=8,
             lora_alpha=16.0, lora_dropout=0.0, lora_targets="all-linear", double_quant=True,
-            recompute_every=1, keep_grads=False, accum=1, drop_logits=False):
-    """Builds the model of config `doc`, trains `steps` steps and returns the measured peak."""
+            recompute_every=1, keep_grads=False, accum=1, drop_logits=False, lengths=None):
+    """Builds the model of config `doc`, trains `steps` steps and returns the measured peak.
+    With `lengths` (CUDA only): one step per entry, each batch that many tokens long (an epoch
+    of batches of varying length, in that order), and the readings over all of them."""
     args = argparse.Namespace(micro_batch=micro_batch, seq_len=seq_len, precision=precision,
                               optimizer=optimizer, recompute=recompute, attn=attn, dropout=dropout,
                               steps=steps, seed=seed, finetune=finetune, lora_rank=lora_rank,
@@ -712,6 +714,8 @@ def measure(doc, micro_batch=1, seq_len=128, precision="fp32", optimizer="adamw"
                               lora_targets=lora_targets, double_quant=double_quant,
                               recompute_every=recompute_every, keep_grads=keep_grads,
                               accum=accum, drop_logits=drop_logits, device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if lengths:
+        return _measure_epoch(parse_config(doc), args, lengths)
     return _measure(parse_config(doc), args)
 
 
@@ -756,6 +760,18 @@ def main():
             print(f"{k:>24}: {v}")
 
 
+def _measure_epoch(c, args, lengths):
+    """An epoch of batches of `lengths` tokens, in order (CUDA): what max_memory_allocated and
+    max_memory_reserved read over all of it (the caching allocator keeps every segment a longer
+    batch added), beside the fixed-length reading of the longest batch."""
+    if args.device != "cuda":
+        raise SystemExit("measure_memory.py: an epoch of varying lengths needs CUDA")
+    args.seq_len = max(lengths)
+    args.lengths = list(lengths)
+    args.steps = len(lengths)
+    return _measure(c, args)
+
+
 def _measure(c, args):
     if args.attn == "sdpa" and not hasattr(F, "scaled_dot_product_attention"):
         raise SystemExit("measure_memory.py: --attn sdpa needs PyTorch >= 2.0")
@@ -787,8 +803,12 @@ def _measure(c, args):
     scaler = torch.cuda.amp.GradScaler() if args.precision == "fp16" else None
     b, s, V = args.micro_batch, args.seq_len, c["vocab"]
     gen = torch.Generator().manual_seed(args.seed)
-    ids = torch.randint(0, V, (b, s + 1), generator=gen).to(dev)
-    inputs, labels = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+
+    def batch(length):
+        ids = torch.randint(0, V, (b, length + 1), generator=gen).to(dev)
+        return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+
+    inputs, labels = batch(s)
 
     saved = {"bytes": 0}
     param_storages = {p.storage().data_ptr() for p in list(model.parameters()) + list(model.buffers())}
@@ -842,6 +862,20 @@ def _measure(c, args):
     keep_grads = getattr(args, "keep_grads", False)
     accum = max(1, getattr(args, "accum", 1))
     drop_logits = getattr(args, "drop_logits", False)
+    if getattr(args, "lengths", None):
+        # One step per batch length, in order; the readings cover the whole epoch.
+        del inputs, labels
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        for length in args.lengths:
+            inputs, labels = batch(length)
+            step()
+            del inputs, labels
+        torch.cuda.synchronize()
+        return {"params": n_params, "epoch_batches": len(args.lengths),
+                "epoch_peak_bytes": torch.cuda.max_memory_allocated(),
+                "epoch_reserved_bytes": torch.cuda.max_memory_reserved(),
+                "gpu": torch.cuda.get_device_name()}
     for _ in range(max(0, args.steps - 1)):
         step()
     state_tensors = list(model.parameters()) + list(model.buffers())

@@ -278,6 +278,7 @@ struct PredictOptions {
   std::string offload = "none";
   std::string fp8_recipe;  // default: the framework's (DefaultFp8Recipe)
   std::string moe_dispatcher = "alltoall";
+  std::string length_file;  // predict's --length-file
   bool json = false;
   TrainingSpec train;
   ParallelPlan plan;
@@ -371,6 +372,7 @@ void RunPredict(PredictOptions o) {
   auto spec = ResolveModel(o.model);
   if (!spec.ok()) return Fail(spec.status());
   if (Status s = ResolveLayout(o, *spec); !s.ok()) return Fail(s);
+  if (Status s = ResolveLengthFile(o.length_file, &o.train.lengths); !s.ok()) return Fail(s);
   const GpuType* gpu = nullptr;
   if (!o.gpu.empty()) {
     auto g = GpuCatalog::Default().Lookup(o.gpu);
@@ -716,7 +718,7 @@ void RegisterCommands(CLI::App& app) {
     cmd->add_option("--model,-m", o->model, "Zoo name, HuggingFace id, or config.json path")
         ->required();
     AddLayoutOptions(cmd, o.get());
-    AddLengthOptions(cmd, &o->train.lengths);
+    AddLengthOptions(cmd, &o->train.lengths, &o->length_file);
     cmd->add_option("--gpu", o->gpu, "GPU type: also report whether the job fits");
     cmd->add_flag("--json", o->json, "Machine-readable output");
     cmd->callback([o] { RunPredict(*o); });

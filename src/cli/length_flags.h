@@ -5,12 +5,17 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+
+#include "common/status.h"
 #include "memory/memory_model.h"
 #include "memory/training.h"
 
 namespace frenzy::cli {
 
-void AddLengthOptions(CLI::App* cmd, LengthSpread* l);
+// `file` receives --length-file's path; ResolveLengthFile reads it into `l`.
+void AddLengthOptions(CLI::App* cmd, LengthSpread* l, std::string* file);
+Status ResolveLengthFile(const std::string& file, LengthSpread* l);
 
 // What batches of varying length add to the readings, where accounted (text output).
 void PrintLengthReserve(const TrainingSpec& t, const MemoryEstimate& est);

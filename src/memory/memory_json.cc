@@ -39,11 +39,14 @@ nlohmann::json LayoutToJson(const TrainingSpec& t, const ParallelPlan& p) {
   if (t.fsdp_init != FsdpInit::kNone) j["fsdp_init"] = FsdpInitName(t.fsdp_init);
   if (t.drop_logits) j["drop_logits"] = true;
   if (t.lengths.active()) {
-    j["lengths"] = {{"mean", t.lengths.mean},
-                    {"sd", t.lengths.sd},
-                    {"min", t.lengths.min},
-                    {"samples", t.lengths.samples},
-                    {"longer", t.lengths.drop_long ? "dropped" : "cut"}};
+    const LengthSpread& l = t.lengths;
+    const char* longer = l.drop_long ? "dropped" : "cut";
+    if (l.order.empty()) {
+      j["lengths"] = {{"mean", l.mean}, {"sd", l.sd},           {"min", l.min},
+                      {"samples", l.samples}, {"longer", longer}};
+    } else {
+      j["lengths"] = {{"file_samples", l.order.size()}, {"longer", longer}};
+    }
   }
   if (t.megatron_legacy) j["megatron_legacy"] = true;
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;

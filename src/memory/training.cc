@@ -251,6 +251,16 @@ void CheckLengths(const TrainingSpec& t, const AddProblem& add) {
     if (l.mean < 0) add("length_mean", "must be positive");
     return;
   }
+  if (!l.order.empty()) {
+    if (l.mean > 0 || l.sd > 0) {
+      add("length_file", "gives the lengths themselves: not with --length-mean/--length-sd");
+    }
+    if (t.device != DeviceKind::kCuda) {
+      add("length_file", "varying batch lengths change the CUDA caching allocator's readings "
+                         "only: not with --device cpu");
+    }
+    return;
+  }
   if (!(l.mean <= 1e8)) add("length_mean", "must be a positive number of tokens up to 1e8");
   if (!(l.sd > 0 && l.sd <= 1e8)) {
     add("length_sd", "must be a positive number of tokens up to 1e8 (with --length-mean)");

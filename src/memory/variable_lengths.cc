@@ -1,6 +1,8 @@
 #include "memory/variable_lengths.h"
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <map>
 #include <random>
@@ -36,8 +38,53 @@ double Gamma(double shape, std::mt19937_64& rng) {
 
 }  // namespace
 
+Result<std::vector<int64_t>> ParseLengthFile(std::string_view text, const std::string& where) {
+  std::vector<int64_t> out;
+  int64_t line_no = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t end = std::min(text.find('\n', pos), text.size());
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) {
+      line.remove_suffix(1);
+    }
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.front()))) {
+      line.remove_prefix(1);
+    }
+    if (line.empty() || line.front() == '#') continue;
+    int64_t value = 0;
+    const auto [ptr, ec] = std::from_chars(line.data(), line.data() + line.size(), value);
+    const std::string at = where + ":" + std::to_string(line_no);
+    if (ec != std::errc() || ptr != line.data() + line.size()) {
+      return InvalidArgument("expected a sample length in tokens, found '" +
+                                 std::string(line.substr(0, 40)) + "'", at);
+    }
+    if (value < 1 || value > 100'000'000) {
+      return InvalidArgument("a sample length must be between 1 and 100000000 tokens", at);
+    }
+    if (static_cast<int64_t>(out.size()) >= kMaxLengthSamples) {
+      return InvalidArgument("more than " + std::to_string(kMaxLengthSamples) + " lengths", at);
+    }
+    out.push_back(value);
+  }
+  if (out.empty()) return InvalidArgument("no sample length in the file", where);
+  return out;
+}
+
 std::vector<int64_t> DrawLengths(const LengthSpread& spread, int64_t max_len, uint64_t seed) {
   std::vector<int64_t> out;
+  if (!spread.order.empty()) {
+    for (int64_t length : spread.order) {
+      if (length <= max_len) {
+        out.push_back(length);
+      } else if (!spread.drop_long) {
+        out.push_back(max_len);
+      }
+    }
+    return out;
+  }
   if (!spread.active() || spread.sd <= 0 || max_len <= 0) return out;
   std::mt19937_64 rng(seed);
   const double shape = (spread.mean / spread.sd) * (spread.mean / spread.sd);
@@ -94,10 +141,15 @@ VariableLengthReserve ReserveOverOrders(const StepAt& step, const LengthSpread& 
   const int64_t fixed = ReplayEpoch(step, {max_len, max_len});
   // Cost: the longest batch's events (every batch has as many) times the batches and orders.
   const int64_t events = std::max<int64_t>(1, static_cast<int64_t>(step(max_len).size()));
+  const int64_t samples =
+      spread.order.empty() ? spread.samples : static_cast<int64_t>(spread.order.size());
   const int64_t most_batches =
-      std::max<int64_t>(1, (spread.samples + micro_batch - 1) / std::max<int64_t>(1, micro_batch));
-  r.orders = static_cast<int>(std::clamp<int64_t>(
-      budget / (events * most_batches), kMinLengthOrders, kLengthOrders));
+      std::max<int64_t>(1, (samples + micro_batch - 1) / std::max<int64_t>(1, micro_batch));
+  // A dataset's own order is one order; drawn lengths are read over several.
+  r.orders = spread.order.empty() ? static_cast<int>(std::clamp<int64_t>(
+                                        budget / (events * most_batches), kMinLengthOrders,
+                                        kLengthOrders))
+                                  : 1;
   const int64_t prefix = std::max<int64_t>(
       1, std::min(budget / (events * r.orders), kLengthOrderEvents / events));
   std::vector<int64_t> extra;

@@ -21,7 +21,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <string_view>
 #include <vector>
+
+#include "common/status.h"
 
 namespace frenzy {
 
@@ -32,8 +36,16 @@ struct LengthSpread {
   int64_t min = 1;          // shortest sample
   int64_t samples = 1000;   // samples in an epoch (before longer ones are dropped)
   bool drop_long = false;   // samples over the sequence length dropped, else cut to it
-  bool active() const { return mean > 0; }
+  // The dataset's own sample lengths in data order (--length-file): replayed as they are, one
+  // order, instead of drawn from mean and sd.
+  std::vector<int64_t> order;
+  bool active() const { return mean > 0 || !order.empty(); }
 };
+
+// A length file: one sample length in tokens per line, in data order; blank lines and lines
+// starting with '#' are skipped. Errors name `where` and the line. At most kMaxLengthSamples
+// lengths, each between 1 and 1e8.
+Result<std::vector<int64_t>> ParseLengthFile(std::string_view text, const std::string& where);
 
 // Most samples an epoch may have.
 inline constexpr int64_t kMaxLengthSamples = 200000;
@@ -48,7 +60,8 @@ inline constexpr int64_t kLengthOrderEvents = 10'000'000;
 
 // One epoch's sample lengths in data order, drawn with `seed` (a gamma of the spread's mean and
 // standard deviation, at least `min`; above `max_len` dropped or cut). Deterministic for a seed
-// on every platform (mt19937_64 and a hand-written gamma sampler).
+// on every platform (mt19937_64 and a hand-written gamma sampler). With `order` given, those
+// lengths (above `max_len` dropped or cut), whatever the seed.
 std::vector<int64_t> DrawLengths(const LengthSpread& spread, int64_t max_len, uint64_t seed);
 
 // Each micro-batch of `batch` consecutive samples padded to its longest.

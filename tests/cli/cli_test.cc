@@ -214,6 +214,27 @@ TEST(Cli, PredictReportsWhatVaryingLengthsReserve) {
                       "--length-mean 1000 --length-sd 10");
   EXPECT_EQ(cpu.exit_code, 2);
   EXPECT_NE(cpu.out.find("--length-mean:"), std::string::npos) << cpu.out;
+  // The dataset's own lengths, from a file; a bad line is named with its number.
+  const std::string dir = ::testing::TempDir();
+  {
+    std::ofstream(dir + "/lengths.txt") << "# my dataset\n300\n900\n2048\n";
+    std::ofstream(dir + "/bad_lengths.txt") << "300\nthree hundred\n";
+  }
+  CliRun file = Frenzy(
+      "predict --model llama-3.2-1b --framework hf --recompute full --seq-len 2048 --json "
+      "--length-file " + dir + "/lengths.txt");
+  ASSERT_EQ(file.exit_code, 0) << file.out;
+  auto fj = nlohmann::json::parse(file.out);
+  EXPECT_EQ(fj["layout"]["lengths"]["file_samples"], 3);
+  EXPECT_EQ(fj["ranks"][0]["length_reserve_bytes"]["orders"], 1);
+  CliRun badfile = Frenzy("predict --model llama-3.2-1b --framework hf --length-file " + dir +
+                          "/bad_lengths.txt");
+  EXPECT_EQ(badfile.exit_code, 2);
+  EXPECT_NE(badfile.out.find("bad_lengths.txt:2"), std::string::npos) << badfile.out;
+  CliRun missing = Frenzy("predict --model llama-3.2-1b --framework hf --length-file " + dir +
+                          "/no_such_file.txt");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.out.find("no_such_file.txt"), std::string::npos) << missing.out;
 }
 
 // A heterogeneous pipeline: each stage judged on its own GPU type, and bad parts named.

@@ -117,6 +117,41 @@ TEST(VariableLengths, ALargeReplayFallsBackToFewerOrdersThenToTheFirstBatches) {
   EXPECT_EQ(r.batches, 1000);
 }
 
+TEST(VariableLengths, ALengthFileIsReadLineByLineAndNamesItsBadLine) {
+  auto ok = ParseLengthFile("# lengths of my dataset\n100\n\n  200 \r\n", "f.txt");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(*ok, (std::vector<int64_t>{100, 200}));
+  auto bad = ParseLengthFile("100\nabc\n", "f.txt");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().where(), "f.txt:2");
+  auto zero = ParseLengthFile("5\n0\n", "f.txt");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.status().where(), "f.txt:2");
+  EXPECT_FALSE(ParseLengthFile("# nothing\n", "f.txt").ok());
+  EXPECT_FALSE(ParseLengthFile("12 13\n", "f.txt").ok());
+}
+
+TEST(VariableLengths, ADatasetsOwnOrderIsReplayedAsItComes) {
+  LengthSpread s;
+  s.order = {1024, 2048};
+  // One order: the 32 MiB segment of the first batch stays beside the 64 MiB one.
+  VariableLengthReserve r = ReserveOverOrders(OneTensor, s, 2048, 1);
+  EXPECT_EQ(r.orders, 1);
+  EXPECT_EQ(r.median, 32 * kMiB);
+  EXPECT_EQ(r.low, r.median);
+  EXPECT_EQ(r.high, r.median);
+  s.order = {2048, 1024};
+  EXPECT_EQ(ReserveOverOrders(OneTensor, s, 2048, 1).median, 0);
+  // Longer than 2,048: cut to it (the order {1024, 2048} again), or dropped ({1024}: no
+  // 64 MiB segment at all, nothing above the fixed-length epoch).
+  s.order = {1024, 4096};
+  EXPECT_EQ(ReserveOverOrders(OneTensor, s, 2048, 1).median, 32 * kMiB);
+  s.drop_long = true;
+  r = ReserveOverOrders(OneTensor, s, 2048, 1);
+  EXPECT_EQ(r.batches, 1);
+  EXPECT_EQ(r.median, 0);
+}
+
 TrainingSpec QwenLikeLora() {
   TrainingSpec t;
   t.framework = Framework::kHf;
@@ -183,6 +218,11 @@ TEST(VariableLengths, BadLengthsAreRefusedByName) {
   r = PredictMemory(m, t, ParallelPlan{});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().field(), "length_mean");
+  t.device = DeviceKind::kCuda;
+  t.lengths.order = {100, 200};  // the file's lengths and a mean: one or the other
+  r = PredictMemory(m, t, ParallelPlan{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().field(), "length_file");
 }
 
 }  // namespace
