@@ -20,7 +20,6 @@ import csv
 import datetime
 import json
 import os
-import random
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from gpu_memory_grid import MODELS  # noqa: E402
+import variable_length_reserve as vlr  # noqa: E402
 
 # (name, model, micro_batch, max_len, recompute, attn, mean, sd, samples, drop_long)
 CASES = [
@@ -53,15 +53,13 @@ except torch.cuda.OutOfMemoryError:
 
 def sample_lengths(mean, sd, n, seed):
     """n sample lengths, a gamma of this mean and sd (at least 1), in data order."""
-    shape, scale = (mean / sd) ** 2, sd * sd / mean
-    rng = random.Random(seed)
-    return [max(1, int(rng.gammavariate(shape, scale))) for _ in range(n)]
+    return vlr.gamma_lengths(n, mean, sd, 1, float("inf"), True, seed)
 
 
 def batch_lengths(lengths, batch, max_len, drop_long):
     """Longer samples dropped or cut to max_len; micro-batches padded to their longest."""
     kept = [x for x in lengths if x <= max_len] if drop_long else [min(x, max_len) for x in lengths]
-    return [max(kept[i:i + batch]) for i in range(0, len(kept), batch)]
+    return vlr.batch_lengths(kept, batch)
 
 
 def write_lengths(out_dir, case, lengths):

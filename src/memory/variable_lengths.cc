@@ -1,12 +1,12 @@
 #include "memory/variable_lengths.h"
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <map>
 #include <random>
 
+#include "common/strings.h"
 #include "memory/caching_allocator.h"
 
 namespace frenzy {
@@ -36,6 +36,39 @@ double Gamma(double shape, std::mt19937_64& rng) {
   }
 }
 
+// Each batch length's step events, built once for every epoch of a reading.
+class StepCache {
+ public:
+  explicit StepCache(const StepAt& step) : step_(step) {}
+  const std::vector<StepEvent>& At(int64_t length) {
+    auto it = at_.find(length);
+    if (it == at_.end()) it = at_.emplace(length, step_(length)).first;
+    return it->second;
+  }
+
+ private:
+  const StepAt& step_;
+  std::map<int64_t, std::vector<StepEvent>> at_;
+};
+
+int64_t Replay(StepCache& steps, const std::vector<int64_t>& batches) {
+  CachingAllocatorModel a;
+  std::vector<CachingAllocatorModel::Handle> handles;
+  for (int64_t length : batches) {
+    const std::vector<StepEvent>& events = steps.At(length);
+    handles.assign(events.size(), -1);
+    for (size_t i = 0; i < events.size(); ++i) {
+      const StepEvent& e = events[i];
+      if (e.free_of >= 0 && static_cast<size_t>(e.free_of) < i) {
+        a.Free(handles[static_cast<size_t>(e.free_of)]);
+      } else if (e.bytes > 0) {
+        handles[i] = a.Malloc(e.bytes);
+      }
+    }
+  }
+  return a.reserved();
+}
+
 }  // namespace
 
 Result<std::vector<int64_t>> ParseLengthFile(std::string_view text, const std::string& where) {
@@ -44,15 +77,9 @@ Result<std::vector<int64_t>> ParseLengthFile(std::string_view text, const std::s
   size_t pos = 0;
   while (pos < text.size()) {
     const size_t end = std::min(text.find('\n', pos), text.size());
-    std::string_view line = text.substr(pos, end - pos);
+    const std::string_view line = Trim(text.substr(pos, end - pos));
     pos = end + 1;
     ++line_no;
-    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) {
-      line.remove_suffix(1);
-    }
-    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.front()))) {
-      line.remove_prefix(1);
-    }
     if (line.empty() || line.front() == '#') continue;
     int64_t value = 0;
     const auto [ptr, ec] = std::from_chars(line.data(), line.data() + line.size(), value);
@@ -75,14 +102,15 @@ Result<std::vector<int64_t>> ParseLengthFile(std::string_view text, const std::s
 
 std::vector<int64_t> DrawLengths(const LengthSpread& spread, int64_t max_len, uint64_t seed) {
   std::vector<int64_t> out;
-  if (!spread.order.empty()) {
-    for (int64_t length : spread.order) {
-      if (length <= max_len) {
-        out.push_back(length);
-      } else if (!spread.drop_long) {
-        out.push_back(max_len);
-      }
+  auto keep = [&](int64_t length) {  // longer than max_len: dropped or cut
+    if (length <= max_len) {
+      out.push_back(length);
+    } else if (!spread.drop_long) {
+      out.push_back(max_len);
     }
+  };
+  if (!spread.order.empty()) {
+    for (int64_t length : spread.order) keep(length);
     return out;
   }
   if (!spread.active() || spread.sd <= 0 || max_len <= 0) return out;
@@ -92,12 +120,7 @@ std::vector<int64_t> DrawLengths(const LengthSpread& spread, int64_t max_len, ui
   out.reserve(static_cast<size_t>(spread.samples));
   for (int64_t i = 0; i < spread.samples; ++i) {
     const double drawn = std::min(Gamma(shape, rng) * scale, 1e12);
-    const int64_t length = std::max(spread.min, static_cast<int64_t>(drawn));
-    if (length <= max_len) {
-      out.push_back(length);
-    } else if (!spread.drop_long) {
-      out.push_back(max_len);
-    }
+    keep(std::max(spread.min, static_cast<int64_t>(drawn)));
   }
   return out;
 }
@@ -114,33 +137,18 @@ std::vector<int64_t> BatchLengths(const std::vector<int64_t>& lengths, int64_t b
 }
 
 int64_t ReplayEpoch(const StepAt& step, const std::vector<int64_t>& batches) {
-  CachingAllocatorModel a;
-  std::map<int64_t, std::vector<StepEvent>> at;  // each length's events, built once
-  std::vector<CachingAllocatorModel::Handle> handles;
-  for (int64_t length : batches) {
-    auto it = at.find(length);
-    if (it == at.end()) it = at.emplace(length, step(length)).first;
-    const std::vector<StepEvent>& events = it->second;
-    handles.assign(events.size(), -1);
-    for (size_t i = 0; i < events.size(); ++i) {
-      const StepEvent& e = events[i];
-      if (e.free_of >= 0 && static_cast<size_t>(e.free_of) < i) {
-        a.Free(handles[static_cast<size_t>(e.free_of)]);
-      } else if (e.bytes > 0) {
-        handles[i] = a.Malloc(e.bytes);
-      }
-    }
-  }
-  return a.reserved();
+  StepCache steps(step);
+  return Replay(steps, batches);
 }
 
 VariableLengthReserve ReserveOverOrders(const StepAt& step, const LengthSpread& spread,
                                         int64_t max_len, int64_t micro_batch, int64_t budget) {
   VariableLengthReserve r;
   if (!spread.active()) return r;
-  const int64_t fixed = ReplayEpoch(step, {max_len, max_len});
+  StepCache steps(step);
+  const int64_t fixed = Replay(steps, {max_len, max_len});
   // Cost: the longest batch's events (every batch has as many) times the batches and orders.
-  const int64_t events = std::max<int64_t>(1, static_cast<int64_t>(step(max_len).size()));
+  const int64_t events = std::max<int64_t>(1, static_cast<int64_t>(steps.At(max_len).size()));
   const int64_t samples =
       spread.order.empty() ? spread.samples : static_cast<int64_t>(spread.order.size());
   const int64_t most_batches =
@@ -160,7 +168,7 @@ VariableLengthReserve ReserveOverOrders(const StepAt& step, const LengthSpread& 
     if (order == 1) r.batches = static_cast<int64_t>(batches.size());
     if (static_cast<int64_t>(batches.size()) > prefix) batches.resize(static_cast<size_t>(prefix));
     if (order == 1) r.replayed = static_cast<int64_t>(batches.size());
-    extra.push_back(std::max<int64_t>(0, ReplayEpoch(step, batches) - fixed));
+    extra.push_back(std::max<int64_t>(0, Replay(steps, batches) - fixed));
   }
   std::sort(extra.begin(), extra.end());
   r.low = extra.front();
