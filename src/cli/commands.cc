@@ -272,6 +272,7 @@ struct PredictOptions {
   std::string fsdp_init = "none";
   bool drop_logits = false;
   bool loss_in_model_dtype = false;
+  std::string transformers;  // the transformers release of an HF model (its loss chain)
   bool megatron_legacy = false;
   double cuda_context_mib = 512;
   FineTuneFlags ft;
@@ -324,6 +325,11 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
   auto fsdp_init = ParseFsdpInit(o.fsdp_init);
   if (!fsdp_init) return bad("--fsdp-init", o.fsdp_init, "none, host or host-sync");
   o.train.fsdp_init = *fsdp_init;
+  if (!o.transformers.empty()) {
+    auto chain = HfLossOfTransformers(o.transformers);
+    if (!chain) return bad("--transformers", o.transformers, "a release such as 4.38 or 4.46.1");
+    o.train.hf_loss = *chain;
+  }
   auto offload = ParseOffload(o.offload);
   if (!offload) return bad("--offload", o.offload, "none, optimizer or params");
   o.plan.offload = *offload;
@@ -357,9 +363,20 @@ void PrintGradientsAndRoot(const PredictOptions& o) {
   }
 }
 
-// What FSDP1's initialisation from host memory left in the allocator's cache, where accounted.
+// What FSDP1's initialisation from host memory left in the allocator's cache, where accounted;
+// and the loss chain a transformers release was mapped to, with its replay's excess.
 void PrintFsdpInit(const PredictOptions& o, const MemoryEstimate& est) {
   const StageEstimate& w = est.stages.at(static_cast<size_t>(est.worst_stage));
+  if (!o.transformers.empty()) {
+    fmt::print("  transformers {}: causal-LM loss as {}", o.transformers,
+               HfLossName(o.train.hf_loss));
+    const StageEstimate& last = est.stages.back();
+    if (last.step_excess_bytes > 0) {
+      fmt::print("; a step replayed through the allocator reserves {} GiB above its peak",
+                 Gib(last.step_excess_bytes));
+    }
+    fmt::print("\n");
+  }
   if (w.init_reserved_bytes <= 0) return;
   fmt::print("  FSDP1 initialised from host memory ({}): {} GiB reserved after wrapping, {} GiB "
              "of it free for the step; reserved is at least that plus what the step needs "
@@ -378,6 +395,7 @@ void RunPredict(PredictOptions o) {
     auto g = GpuCatalog::Default().Lookup(o.gpu);
     if (!g.ok()) return Fail(g.status().WithWhere("--gpu"));
     gpu = *g;
+    o.train.device_memory_bytes = gpu->memory_bytes;
   }
   auto est = PredictMemory(*spec, o.train, o.plan);
   if (!est.ok()) {
@@ -673,6 +691,10 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
                   "before it (HF Trainer, torchtune)");
     cmd->add_flag("--loss-in-model-dtype", o->loss_in_model_dtype,
                   "Loss computed on 16-bit logits (older HF models run in 16 bits)");
+    cmd->add_option("--transformers", o->transformers,
+                    "transformers release of an HF causal LM (e.g. 4.38): sets its loss's "
+                    "tensors (sliced before 4.49, fp32 logits kept before 4.46); default: "
+                    "current");
     cmd->add_flag("--megatron-legacy", o->megatron_legacy,
                   "Megatron-LM as released through 2023: its own layers (no Transformer Engine "
                   "workspace) and a second fp32 copy of the logits while the loss runs");

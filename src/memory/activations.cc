@@ -761,6 +761,25 @@ OutputActivations OutputActivationBytes(const ModelSpec& m, const TrainingSpec& 
   out.logits_held = tokens * vocab * e;
   out.loss_saved = tokens * vocab * loss_bytes;
   out.loss_backward_transient = 2 * tokens * vocab * loss_bytes;
+  if (t.hf_loss != HfLoss::kPadded && t.head == HeadType::kCausalLm) {
+    // A sliced chain (training.h, HfLoss): the log-softmax and the two gradients at the loss
+    // backward's peak are one position short; before 4.46 the loop keeps the model's fp32
+    // logits instead of its 16-bit ones. Forward holds the contiguous slice beside the
+    // log-softmax output, and from 4.46 the loss's own fp32 copy of the logits too.
+    const int64_t shifted = sh.b * (sh.s - 1) * vocab;
+    const bool copy = loss_bytes != e;
+    out.chain = t.hf_loss;
+    out.logits_elems = tokens * vocab;
+    out.shifted_elems = shifted;
+    out.logit_bytes = e;
+    out.loss_bytes = loss_bytes;
+    if (t.hf_loss == HfLoss::kModelUpcastSliced) out.logits_held = tokens * vocab * loss_bytes;
+    out.loss_saved = shifted * loss_bytes;
+    out.loss_backward_transient = 2 * shifted * loss_bytes;
+    out.loss_forward_transient =
+        shifted * loss_bytes +
+        (t.hf_loss == HfLoss::kLossUpcastSliced && copy ? tokens * vocab * loss_bytes : 0);
+  }
   return out;
 }
 

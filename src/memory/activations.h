@@ -49,6 +49,12 @@ struct OutputActivations {
   int64_t loss_saved = 0;    // what the loss keeps (log-softmax output)
   int64_t loss_backward_transient = 0;  // gradients of the loss chain, at their peak
   int64_t loss_forward_transient = 0;   // what the loss's forward holds besides loss_saved
+  // A sliced HF chain (TrainingSpec::hf_loss), for the allocator replays, which need its
+  // tensors one by one: elements of the logits and of the slice one position short, and the
+  // bytes of an element of the logits and of the loss's copy.
+  HfLoss chain = HfLoss::kPadded;
+  int64_t logits_elems = 0, shifted_elems = 0;
+  int64_t logit_bytes = 0, loss_bytes = 0;
 };
 
 // Tokens and per-rank sizes shared by the account.

@@ -37,9 +37,14 @@ CachingAllocatorModel::Handle CachingAllocatorModel::Malloc(int64_t bytes, int s
     pool.erase(it);
   } else {
     const int64_t segment = SegmentSize(size);
+    if (limit_ > 0 && reserved_ + segment > limit_) {
+      ReleaseFreeSegments();
+      if (reserved_ + segment > limit_) out_of_memory_ = true;
+    }
     h = static_cast<Handle>(blocks_.size());
     blocks_.push_back(Block{segment, stream, small, true, -1, -1});
     reserved_ += segment;
+    peak_reserved_ = std::max(peak_reserved_, reserved_);
   }
   const int64_t rest = blocks_[h].size - size;
   if (small ? rest >= kMinBlock : rest > kSmallSize) {
@@ -79,6 +84,21 @@ void CachingAllocatorModel::Absorb(Handle h, Handle next, std::set<FreeKey>& poo
   blocks_[h].next = blocks_[next].next;
   if (blocks_[next].next >= 0) blocks_[blocks_[next].next].prev = h;
   blocks_[next].size = 0;
+}
+
+void CachingAllocatorModel::ReleaseFreeSegments() {
+  for (auto& [key, pool] : free_) {
+    for (auto it = pool.begin(); it != pool.end();) {
+      Block& b = blocks_[it->second];
+      if (b.prev < 0 && b.next < 0) {
+        reserved_ -= b.size;
+        b.size = 0;
+        it = pool.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
 }
 
 int64_t CachingAllocatorModel::CachedFree(int stream) const {

@@ -14,7 +14,10 @@
 // * with no such block a new segment is reserved from the driver: 2 MiB for a small request,
 //   20 MiB for a large one under 10 MiB, the request rounded up to 2 MiB otherwise;
 // * a freed block merges with free neighbours of its own segment; segments are never returned
-//   (no empty_cache in a replay).
+//   (no empty_cache in a replay), except when a new segment would pass the device's memory (a
+//   limit, where set): then, as PyTorch does before it reports an out-of-memory error
+//   (`release_cached_blocks` in DeviceCachingAllocator::malloc), every cached segment that is
+//   free as a whole goes back to the driver and the request is tried again.
 #ifndef FRENZY_MEMORY_CACHING_ALLOCATOR_H_
 #define FRENZY_MEMORY_CACHING_ALLOCATOR_H_
 
@@ -37,6 +40,14 @@ class CachingAllocatorModel {
 
   int64_t allocated() const { return allocated_; }
   int64_t reserved() const { return reserved_; }
+  // The most reserved at once (torch.cuda.max_memory_reserved).
+  int64_t peak_reserved() const { return peak_reserved_; }
+
+  // Bytes the segments may take in all (0: no limit). A request that cannot be served within
+  // them even after the free segments are released is still served, and counted as an
+  // out-of-memory error.
+  void set_limit(int64_t bytes) { limit_ = bytes; }
+  bool out_of_memory() const { return out_of_memory_; }
   // Bytes of the free cached blocks that `stream` can reuse, and the largest of them.
   int64_t CachedFree(int stream) const;
   int64_t LargestFree(int stream) const;
@@ -57,9 +68,12 @@ class CachingAllocatorModel {
   using FreeKey = std::pair<int64_t, Handle>;
   // Merges free block `next` (the successor of `h`) into `h`, taking it out of `pool`.
   void Absorb(Handle h, Handle next, std::set<FreeKey>& pool);
+  // Returns every cached segment that is free as a whole.
+  void ReleaseFreeSegments();
   std::map<std::pair<int, bool>, std::set<FreeKey>> free_;
   std::vector<Block> blocks_;
-  int64_t allocated_ = 0, reserved_ = 0;
+  int64_t allocated_ = 0, reserved_ = 0, peak_reserved_ = 0, limit_ = 0;
+  bool out_of_memory_ = false;
 };
 
 }  // namespace frenzy

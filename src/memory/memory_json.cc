@@ -38,6 +38,7 @@ nlohmann::json LayoutToJson(const TrainingSpec& t, const ParallelPlan& p) {
   if (t.fsdp_wrap_embeddings) j["fsdp_wrap_embeddings"] = true;
   if (t.fsdp_init != FsdpInit::kNone) j["fsdp_init"] = FsdpInitName(t.fsdp_init);
   if (t.drop_logits) j["drop_logits"] = true;
+  if (t.hf_loss != HfLoss::kPadded) j["hf_loss"] = HfLossName(t.hf_loss);
   if (t.lengths.active()) {
     const LengthSpread& l = t.lengths;
     const char* longer = l.drop_long ? "dropped" : "cut";
@@ -84,6 +85,7 @@ nlohmann::json MemoryEstimateToJson(const MemoryEstimate& e, const GpuType* gpu)
                      {"peak_reserved_bytes", s.peak_reserved_bytes},
                      {"device_bytes", s.device_bytes},
                      {"breakdown", BreakdownToJson(s.breakdown)}});
+    if (s.step_excess_bytes > 0) ranks.back()["step_excess_bytes"] = s.step_excess_bytes;
     if (s.init_reserved_bytes > 0) {
       ranks.back()["init_reserved_bytes"] = s.init_reserved_bytes;
       ranks.back()["init_free_bytes"] = s.init_free_bytes;

@@ -9,6 +9,7 @@
 #include "memory/finetune.h"
 #include "memory/fsdp_init.h"
 #include "memory/model_states.h"
+#include "memory/step_events.h"
 #include "memory/variable_lengths.h"
 #include "model/param_count.h"
 
@@ -524,8 +525,9 @@ void AddFsdpInitReserve(const ModelSpec& m, const TrainingSpec& t, const Paralle
   se.init_reserved_bytes = init.reserved;
   se.init_free_bytes = init.cached_free;
   const int64_t step = std::max<int64_t>(0, se.peak_bytes - init.live - s.st.gather);
+  // The step's own excess (AddStepReserve) sits in blocks too large for the init's fragments.
   const int64_t bound = init.reserved + std::max<int64_t>(0, step - init.cached_free) +
-                        RoundUp2Mib(s.st.gather);
+                        RoundUp2Mib(s.st.gather) + se.step_excess_bytes;
   if (bound > se.peak_reserved_bytes) {
     se.device_bytes += bound - se.peak_reserved_bytes;
     se.peak_reserved_bytes = bound;
@@ -547,11 +549,10 @@ std::vector<int64_t> AsStreamTensors(int64_t bytes, int64_t stream) {
 }
 
 // One micro-batch's allocations and frees at `length` tokens, in the step's order, from MARP's
-// account at that length: forward keeps each layer's saved tensors, then the head's, the loss's
-// and the logits (the loss's forward transient comes and goes); backward allocates the loss's
-// two vocabulary-sized gradients, frees the loss chain (the logits too, or before backward
-// where the loop drops them), then layer by layer, last first, what recomputation brings back
-// and the layer's largest backward transient, freeing both and the layer's saved tensors.
+// account at that length: forward keeps each layer's saved tensors, then the output layer's and
+// the loss's (memory/step_events.h), freed by the loss's backward; then layer by layer, last
+// first, what recomputation brings back and the layer's largest backward transient, freeing
+// both and the layer's saved tensors.
 std::vector<StepEvent> StepEventsAt(const ModelSpec& m, const TrainingSpec& t,
                                     const ParallelPlan& p, const StageLayers& l, int64_t length) {
   TrainingSpec at = t;
@@ -560,43 +561,71 @@ std::vector<StepEvent> StepEventsAt(const ModelSpec& m, const TrainingSpec& t,
   const LayerKinds k = MakeLayerKinds(m, at, p);
   const ActivationShape sh = MakeActivationShape(at, p);
   const int64_t stream = sh.b * sh.s * m.hidden_size * sh.e;
-  std::vector<StepEvent> ev;
-  auto alloc = [&ev](int64_t bytes) {
-    ev.push_back({bytes, -1});
-    return static_cast<int64_t>(ev.size()) - 1;
-  };
-  auto release = [&ev](int64_t i) {
-    if (i >= 0 && ev[static_cast<size_t>(i)].bytes > 0) ev.push_back({0, i});
-  };
+  StepEvents ev;
   std::vector<std::vector<int64_t>> kept;
   for (int64_t i = l.first; i < l.first + l.n_layers; ++i) {
     kept.emplace_back();
     for (int64_t bytes : AsStreamTensors(k.Act(m, i).saved, stream)) {
-      kept.back().push_back(alloc(bytes));
+      kept.back().push_back(ev.Alloc(bytes));
     }
   }
-  if (l.last_stage) {
-    const OutputActivations& o = k.output_act;
-    const int64_t head = alloc(o.saved), loss = alloc(o.loss_saved);
-    int64_t logits = alloc(o.logits_held);
-    release(alloc(o.loss_forward_transient));
-    if (at.logits_freed_before_backward()) {
-      release(logits);
-      logits = -1;
-    }
-    const int64_t g1 = alloc(o.loss_backward_transient / 2);
-    const int64_t g2 = alloc(o.loss_backward_transient - o.loss_backward_transient / 2);
-    for (int64_t i : {g1, g2, loss, head, logits}) release(i);
-  }
+  if (l.last_stage) AppendOutputEvents(k.output_act, at.logits_freed_before_backward(), ev);
   for (size_t j = kept.size(); j-- > 0;) {
     const LayerActivations& a = k.Act(m, l.first + static_cast<int64_t>(j));
-    const int64_t back = alloc(a.recomputed);
-    const int64_t transient = alloc(a.backward_transient());
-    release(transient);
-    release(back);
-    for (auto it = kept[j].rbegin(); it != kept[j].rend(); ++it) release(*it);
+    std::vector<int64_t> back, transient;
+    for (int64_t bytes : AsStreamTensors(a.recomputed, stream)) back.push_back(ev.Alloc(bytes));
+    for (int64_t bytes : AsStreamTensors(a.backward_transient(), stream)) {
+      transient.push_back(ev.Alloc(bytes));
+    }
+    for (int64_t i : transient) ev.Free(i);
+    for (int64_t i : back) ev.Free(i);
+    for (auto it = kept[j].rbegin(); it != kept[j].rend(); ++it) ev.Free(*it);
   }
-  return ev;
+  return std::move(ev.events());
+}
+
+// Where the step asks for blocks its own cached ones cannot serve (the sliced HF loss chains:
+// memory/step_events.h), a fixed-length step replayed through the allocator model reserves
+// more than it ever holds at once; that excess, over the steps it takes to settle (the second
+// step meets the blocks the first one's layers split), sits above the allocated peak. The
+// step's states and the other stream's gathered units are not replayed: the bound takes the
+// allocated peak as they are plus the replay's excess. Returns the replay's events (empty when
+// not replayed) and its reserve, for CapStepReserve.
+constexpr int kSettleSteps = 3;
+std::pair<std::vector<StepEvent>, int64_t> AddStepReserve(const ModelSpec& m,
+                                                          const TrainingSpec& t,
+                                                          const ParallelPlan& p,
+                                                          const LayerKinds& k,
+                                                          const StageLayers& l, StageEstimate& se) {
+  if (t.device != DeviceKind::kCuda || !l.last_stage || k.output_act.chain == HfLoss::kPadded) {
+    return {};
+  }
+  std::vector<StepEvent> events = StepEventsAt(m, t, p, l, t.seq_len);
+  const StepReplay r = ReplaySteps(events, kSettleSteps);
+  se.step_excess_bytes = std::max<int64_t>(0, r.reserved - r.peak_allocated);
+  const int64_t bound = RoundUp2Mib(se.peak_bytes + se.step_excess_bytes);
+  if (bound > se.peak_reserved_bytes) {
+    se.device_bytes += bound - se.peak_reserved_bytes;
+    se.peak_reserved_bytes = bound;
+  }
+  return {std::move(events), r.reserved};
+}
+
+// On a GPU of known memory the allocator does not let its cache pass it: before it reports an
+// out-of-memory error it returns its free segments and retries. The step is replayed again
+// within what the GPU leaves it (its memory less the context, the communicators' buffers and
+// the reserve not replayed); where that replay is served, the reading is its reserve. Where it
+// is not, the step does not fit and the uncapped reading stands.
+void CapStepReserve(const TrainingSpec& t, const std::vector<StepEvent>& events,
+                    int64_t replayed, StageEstimate& se) {
+  if (events.empty() || t.device_memory_bytes <= 0) return;
+  const int64_t limit = t.device_memory_bytes - se.device_bytes + replayed;
+  if (limit <= 0) return;
+  const StepReplay r = ReplaySteps(events, kSettleSteps, limit);
+  if (r.out_of_memory || r.reserved >= replayed) return;
+  se.peak_reserved_bytes = std::max(se.peak_bytes, se.peak_reserved_bytes - (replayed - r.reserved));
+  se.device_bytes -= replayed - r.reserved;
+  se.step_excess_bytes = std::max<int64_t>(0, se.step_excess_bytes - (replayed - r.reserved));
 }
 
 // Batches of varying length: what an epoch's caching allocator reserves above the fixed-length
@@ -641,7 +670,9 @@ StageEstimate EstimateStage(const ModelSpec& m, const TrainingSpec& t, const Par
   se.host_bytes = s.st.host + s.offloaded;  // offloaded activations sit in pinned host memory
   se.pageable_bytes = std::min(s.st.pageable, peak->b.optimizer);
   AddDeviceBytes(t, p, se);
+  const auto [step_events, replayed] = AddStepReserve(m, t, p, k, l, se);
   AddFsdpInitReserve(m, t, p, s, se);
+  CapStepReserve(t, step_events, replayed, se);
   AddLengthReserve(m, t, p, l, se);
   return se;
 }

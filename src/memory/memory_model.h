@@ -55,6 +55,9 @@ struct StageEstimate {
   // of it the free blocks the step may reuse; 0 when not accounted.
   int64_t init_reserved_bytes = 0;
   int64_t init_free_bytes = 0;
+  // A fixed-length step replayed through the allocator model where its loss chain is sliced
+  // (TrainingSpec::hf_loss): what it reserves above the most it holds; 0 when not replayed.
+  int64_t step_excess_bytes = 0;
   int64_t device_bytes = 0;
   // Batches of varying length (TrainingSpec::lengths, memory/variable_lengths.h): an epoch's
   // reserve above the fixed-length reading, median and range over the data orders, and the

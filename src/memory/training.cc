@@ -1,6 +1,8 @@
 #include "memory/training.h"
 
 #include <array>
+#include <cctype>
+#include <charconv>
 #include <functional>
 #include <utility>
 #include <vector>
@@ -107,6 +109,39 @@ constexpr std::array<std::pair<FsdpInit, const char*>, 3> kFsdpInits = {{
     {FsdpInit::kHost, "host"},
     {FsdpInit::kHostSync, "host-sync"},
 }};
+
+const char* HfLossName(HfLoss h) {
+  switch (h) {
+    case HfLoss::kPadded: return "padded labels (transformers 4.49 on)";
+    case HfLoss::kLossUpcastSliced: return "fp32 copy in the loss, sliced (transformers 4.46-4.48)";
+    case HfLoss::kModelUpcastSliced:
+      return "fp32 logits from the model, kept, sliced (transformers before 4.46)";
+  }
+  return "?";
+}
+
+std::optional<HfLoss> HfLossOfTransformers(std::string_view version) {
+  const char* p = version.data();
+  const char* const end = version.data() + version.size();
+  auto number = [&](int64_t& out) {
+    if (p == end || !std::isdigit(static_cast<unsigned char>(*p))) return false;
+    const auto [ptr, ec] = std::from_chars(p, end, out);
+    if (ec != std::errc() || ptr - p > 4) return false;
+    p = ptr;
+    return true;
+  };
+  int64_t major = 0, minor = 0;
+  if (!number(major) || p == end || *p++ != '.' || !number(minor)) return std::nullopt;
+  // A patch number and a pre-release suffix may follow ("4.46.1", "4.49.0.dev0").
+  for (; p < end; ++p) {
+    if (!std::isalnum(static_cast<unsigned char>(*p)) && *p != '.' && *p != '-' && *p != '+') {
+      return std::nullopt;
+    }
+  }
+  if (major > 4 || (major == 4 && minor >= 49)) return HfLoss::kPadded;
+  if (major == 4 && minor >= 46) return HfLoss::kLossUpcastSliced;
+  return HfLoss::kModelUpcastSliced;
+}
 
 const char* FsdpInitName(FsdpInit f) { return NameOf(kFsdpInits, f); }
 std::optional<FsdpInit> ParseFsdpInit(std::string_view s) { return Parse(kFsdpInits, s); }
@@ -235,6 +270,15 @@ void CheckFineTune(const TrainingSpec& t, const ParallelPlan& p, const AddProble
                       "tp = pp = cp = ep = 1");
     }
   }
+}
+
+void CheckHfLoss(const TrainingSpec& t, const AddProblem& add) {
+  if (t.hf_loss != HfLoss::kPadded &&
+      (t.framework == Framework::kMegatron || t.head != HeadType::kCausalLm)) {
+    add("transformers", "sets a HuggingFace causal LM's loss: use --framework hf, fsdp or "
+                        "deepspeed with --head causal-lm");
+  }
+  if (t.device_memory_bytes < 0) add("device_memory_bytes", "must not be negative");
 }
 
 void CheckFsdpInit(const TrainingSpec& t, const ParallelPlan& p, const AddProblem& add) {
@@ -488,6 +532,7 @@ Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelP
   CheckFineTune(t, p, add);
   CheckFp8(t, p, add);
   CheckFsdpInit(t, p, add);
+  CheckHfLoss(t, add);
   CheckLengths(t, add);
   if (problems.empty()) return Status::Ok();
   std::string msg = problems[0].second;

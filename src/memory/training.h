@@ -116,6 +116,25 @@ enum class FsdpInit { kNone, kHost, kHostSync };
 const char* FsdpInitName(FsdpInit f);
 std::optional<FsdpInit> ParseFsdpInit(std::string_view s);
 
+// How a HuggingFace causal LM computes its loss, which sets the sizes of its vocabulary-wide
+// tensors (memory/activations.cc), by the transformers release that runs it:
+//  * kPadded (4.49 on, the default): ForCausalLMLoss casts the logits to an fp32 copy and pads the
+//    labels instead of slicing the logits (transformers PR 35646, January 2025), so every tensor
+//    of the chain has the logits' shape;
+//  * kLossUpcastSliced (4.46 to 4.48): the loss casts the logits to fp32 and makes the slice one
+//    position short contiguous (`logits[..., :-1, :].contiguous()`): the log-softmax and its
+//    gradients are one position shorter than the logits and the slice's gradient;
+//  * kModelUpcastSliced (before 4.46): the model itself returns fp32 logits (Llama and the models
+//    copied from it: `logits = logits.float()` in forward, removed by PR 33902 for 4.46), which
+//    the loop keeps through backward, and the loss slices that copy.
+// Models that never cast (GPT-2, Qwen's remote code of 2023) slice their 16-bit logits: a sliced
+// chain with loss_fp32 off.
+enum class HfLoss { kPadded, kLossUpcastSliced, kModelUpcastSliced };
+const char* HfLossName(HfLoss h);
+// The chain of a transformers release given as MAJOR.MINOR[.PATCH][suffix] ("4.38", "4.46.1",
+// "4.49.0.dev0"); nullopt when it is not a version.
+std::optional<HfLoss> HfLossOfTransformers(std::string_view version);
+
 enum class Offload { kNone, kOptimizer, kParams };
 const char* OffloadName(Offload o);
 std::optional<Offload> ParseOffload(std::string_view s);
@@ -238,6 +257,11 @@ struct TrainingSpec {
   // Current HuggingFace models upcast logits to fp32 for the loss; older versions (and models run
   // in 16 bits without autocast) computed the loss in the model's dtype.
   bool loss_fp32 = true;
+  // The transformers release's causal-LM loss (HfLoss above); HF models only.
+  HfLoss hf_loss = HfLoss::kPadded;
+  // The GPU's memory where the job is known to run (predict --gpu), 0 if not: the allocator
+  // replays release their cached segments within it and retry, as PyTorch does.
+  int64_t device_memory_bytes = 0;
   // CUDA context and kernels: about 0.5 GiB with lazy module loading (CUDA >= 11.7, the default
   // of PyTorch >= 1.13); 1343 MiB measured on a V100 with CUDA 11.2 (HF "Model training anatomy").
   int64_t cuda_context_bytes = int64_t{512} << 20;

@@ -53,23 +53,24 @@ class StepCache {
 
 int64_t Replay(StepCache& steps, const std::vector<int64_t>& batches) {
   CachingAllocatorModel a;
-  std::vector<CachingAllocatorModel::Handle> handles;
-  for (int64_t length : batches) {
-    const std::vector<StepEvent>& events = steps.At(length);
-    handles.assign(events.size(), -1);
-    for (size_t i = 0; i < events.size(); ++i) {
-      const StepEvent& e = events[i];
-      if (e.free_of >= 0 && static_cast<size_t>(e.free_of) < i) {
-        a.Free(handles[static_cast<size_t>(e.free_of)]);
-      } else if (e.bytes > 0) {
-        handles[i] = a.Malloc(e.bytes);
-      }
-    }
-  }
+  for (int64_t length : batches) ReplayStep(steps.At(length), a);
   return a.reserved();
 }
 
 }  // namespace
+
+void ReplayStep(const std::vector<StepEvent>& events, CachingAllocatorModel& a, int64_t* peak) {
+  std::vector<CachingAllocatorModel::Handle> handles(events.size(), -1);
+  for (size_t i = 0; i < events.size(); ++i) {
+    const StepEvent& e = events[i];
+    if (e.free_of >= 0 && static_cast<size_t>(e.free_of) < i) {
+      a.Free(handles[static_cast<size_t>(e.free_of)]);
+    } else if (e.bytes > 0) {
+      handles[i] = a.Malloc(e.bytes);
+      if (peak != nullptr) *peak = std::max(*peak, a.allocated());
+    }
+  }
+}
 
 Result<std::vector<int64_t>> ParseLengthFile(std::string_view text, const std::string& where) {
   std::vector<int64_t> out;

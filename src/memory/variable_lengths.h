@@ -76,6 +76,11 @@ struct StepEvent {
 // The step's events for a batch of `length` tokens a sequence.
 using StepAt = std::function<std::vector<StepEvent>(int64_t length)>;
 
+class CachingAllocatorModel;
+// Replays one step's events through `a`; the most it held allocated meanwhile raises *peak.
+void ReplayStep(const std::vector<StepEvent>& events, CachingAllocatorModel& a,
+                int64_t* peak = nullptr);
+
 // Reserved bytes after replaying the step once per batch length, through one allocator (each
 // length's events built once).
 int64_t ReplayEpoch(const StepAt& step, const std::vector<int64_t>& batches);

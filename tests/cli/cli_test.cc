@@ -191,6 +191,31 @@ TEST(Cli, PredictSaysWhyALayoutIsImpossible) {
 
 // Batches of varying length: the epoch's readings beside the fixed-length ones, and bad
 // statistics named by their flag.
+TEST(Cli, PredictSaysWhatATransformersReleaseMapsTo) {
+  const std::string base =
+      "predict --model llama-2-7b --framework fsdp --dp 2 --zero 3 --precision bf16-pure "
+      "--recompute full --finetune lora --lora-dtype bf16 --micro-batch 10 --seq-len 2048";
+  CliRun text = Frenzy(base + " --transformers 4.38");
+  ASSERT_EQ(text.exit_code, 0) << text.out;
+  EXPECT_NE(text.out.find("transformers 4.38: causal-LM loss as fp32 logits from the model"),
+            std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("reserves"), std::string::npos) << text.out;
+  CliRun now = Frenzy(base + " --json"), old = Frenzy(base + " --transformers 4.46.1 --json");
+  ASSERT_EQ(now.exit_code, 0) << now.out;
+  ASSERT_EQ(old.exit_code, 0) << old.out;
+  auto jn = nlohmann::json::parse(now.out), jo = nlohmann::json::parse(old.out);
+  EXPECT_FALSE(jn["layout"].contains("hf_loss"));
+  EXPECT_EQ(jo["layout"]["hf_loss"], "fp32 copy in the loss, sliced (transformers 4.46-4.48)");
+  EXPECT_GT(jo["ranks"][0]["step_excess_bytes"].get<int64_t>(), 0);
+  CliRun bad = Frenzy(base + " --transformers latest");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("'--transformers': unknown value 'latest'"), std::string::npos)
+      << bad.out;
+  CliRun megatron = Frenzy("predict --model gpt2 --seq-len 1024 --transformers 4.38");
+  EXPECT_EQ(megatron.exit_code, 2);
+  EXPECT_NE(megatron.out.find("--transformers:"), std::string::npos) << megatron.out;
+}
+
 TEST(Cli, PredictReportsWhatVaryingLengthsReserve) {
   const std::string base =
       "predict --model llama-3.2-1b --framework hf --recompute full --seq-len 2048 "
