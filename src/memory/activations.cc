@@ -761,6 +761,9 @@ OutputActivations OutputActivationBytes(const ModelSpec& m, const TrainingSpec& 
   out.logits_held = tokens * vocab * e;
   out.loss_saved = tokens * vocab * loss_bytes;
   out.loss_backward_transient = 2 * tokens * vocab * loss_bytes;
+  // The loss's fp32 copy of 16-bit logits (`logits.float()`) lives through the cross entropy,
+  // beside the log-softmax output.
+  if (loss_bytes != e) out.loss_forward_transient = tokens * vocab * loss_bytes;
   if (t.hf_loss != HfLoss::kPadded && t.head == HeadType::kCausalLm) {
     // A sliced chain (training.h, HfLoss): the log-softmax and the two gradients at the loss
     // backward's peak are one position short; before 4.46 the loop keeps the model's fp32

@@ -168,6 +168,30 @@ TEST(StepEvents, TheDevicesMemoryCapsTheReplayedReserve) {
   EXPECT_EQ(Predict(m, t, p).stages[0].device_bytes, free.stages[0].device_bytes);
 }
 
+TEST(StepEvents, TheLossHoldsItsFp32CopyBesideTheLogSoftmax) {
+  // Padded chain, 16-bit logits: `logits.float()` makes a 4-byte copy of all b x s x V
+  // elements, alive while log_softmax writes its output; in the model's dtype there is none.
+  const ModelSpec m = Zoo("llama-2-7b");
+  TrainingSpec t = FsdpLora(2);
+  t.seq_len = 512;
+  const OutputActivations upcast = OutputActivationBytes(m, t, ParallelPlan{});
+  EXPECT_EQ(upcast.loss_forward_transient, int64_t{4} * 2 * 512 * 32000);
+  EXPECT_EQ(upcast.loss_saved, int64_t{4} * 2 * 512 * 32000);
+  t.loss_fp32 = false;
+  EXPECT_EQ(OutputActivationBytes(m, t, ParallelPlan{}).loss_forward_transient, 0);
+  // Sliced before 4.46: the contiguous slice (one position short) instead; the model's fp32
+  // logits are the kept ones.
+  t.loss_fp32 = true;
+  t.hf_loss = HfLoss::kModelUpcastSliced;
+  const OutputActivations sliced = OutputActivationBytes(m, t, ParallelPlan{});
+  EXPECT_EQ(sliced.loss_forward_transient, int64_t{4} * 2 * 511 * 32000);
+  EXPECT_EQ(sliced.logits_held, int64_t{4} * 2 * 512 * 32000);
+  // 4.46-4.48: the loss's own fp32 copy of the 16-bit logits as well.
+  t.hf_loss = HfLoss::kLossUpcastSliced;
+  EXPECT_EQ(OutputActivationBytes(m, t, ParallelPlan{}).loss_forward_transient,
+            int64_t{4} * 2 * 511 * 32000 + int64_t{4} * 2 * 512 * 32000);
+}
+
 TEST(StepEvents, TheChainIsRefusedOutsideHfCausalModels) {
   const ModelSpec m = Zoo("llama-2-7b");
   TrainingSpec t = FsdpLora(1);
