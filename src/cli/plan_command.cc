@@ -48,9 +48,29 @@ struct PlanOptions {
   double margin = 0.10;
   bool safe_margin = false;  // at least the framework's worst published under-prediction
   std::string launch;  // torchtitan|megatron|accelerate|deepspeed: add each plan's launch
+  std::string transformers;  // the release HF models run with (their loss chain)
   LaunchInput entry;
   bool json = false;
 };
+
+// --transformers: the release HF causal LMs run with, for the memory model's loss chain.
+Status ResolveTransformers(const std::string& release, std::optional<Launcher> launcher,
+                           JobSpec* job) {
+  if (release.empty()) return Status::Ok();
+  auto chain = HfLossOfTransformers(release);
+  if (!chain) {
+    return InvalidArgument(
+        "unknown value '" + release + "' (expected a release such as 4.38 or 4.46.1)", {},
+        "--transformers");
+  }
+  if (job->framework == Framework::kMegatron || launcher == Launcher::kTorchtitan) {
+    return InvalidArgument(
+        "sets a HuggingFace causal LM's loss: Megatron-LM and torchtitan compute their own", {},
+        "--transformers");
+  }
+  job->limits.hf_loss = *chain;
+  return Status::Ok();
+}
 
 // The framework of --launch, checked against --framework; sets the job's memory model to it.
 Result<std::optional<Launcher>> LauncherOf(const PlanOptions& o, JobSpec* job) {
@@ -239,6 +259,7 @@ void RunPlan(const PlanOptions& o) {
   job.optimizer = *optimizer;
   auto launcher = LauncherOf(o, &job);
   if (!launcher.ok()) return Fail(launcher.status());
+  if (Status s = ResolveTransformers(o.transformers, *launcher, &job); !s.ok()) return Fail(s);
   job.fp8_param_gather = o.fp8_param_gather;
   if (Status s = ResolveFp8Recipe(o.fp8_recipe, job.precision, &job.fp8_recipe); !s.ok()) {
     return Fail(s);
@@ -383,6 +404,9 @@ void RegisterPlanCommand(CLI::App& app) {
   cmd->add_option("--launch", o->launch,
                   "torchtitan|megatron|accelerate|deepspeed: plan what that framework can run "
                   "and add each plan's launch (argv, environment, config files)");
+  cmd->add_option("--transformers", o->transformers,
+                  "transformers release the HF models run with (e.g. 4.38): before 4.49 their "
+                  "loss slices the logits, before 4.46 the model keeps them in fp32");
   cmd->add_option("--entry", o->entry.entry,
                   "The training script or module the launch runs (default: the framework's)");
   cmd->add_option("--entry-arg", o->entry.args,

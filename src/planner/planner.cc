@@ -587,6 +587,10 @@ TrainingSpec TrainingFor(const JobSpec& job, const GpuType& g) {
   t.offload_activations = job.offload_activations.value_or(false);
   t.accumulate_unsharded = job.limits.accumulate_unsharded && job.framework == Framework::kFsdp;
   if (job.framework == Framework::kFsdp) t.fsdp_init = job.limits.fsdp_init;
+  if (job.framework != Framework::kMegatron && t.head == HeadType::kCausalLm) {
+    t.hf_loss = job.limits.hf_loss;
+  }
+  t.device_memory_bytes = g.memory_bytes;  // the allocator's replays retry within it
   if (t.fp8() && !g.fp8_tflops) {
     t.precision = Precision::kBf16;  // no FP8 tensor cores (A100, V100): bf16 mixed precision
     t.fp8_param_gather = false;

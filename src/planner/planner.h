@@ -62,6 +62,9 @@ struct LayoutLimits {
   // How FSDP's units reach the GPU (TrainingSpec::fsdp_init): FSDP1 wrapping a model held in
   // host memory leaves its initialisation's blocks in the allocator's cache.
   FsdpInit fsdp_init = FsdpInit::kNone;
+  // The transformers release the environment runs HF causal LMs with (TrainingSpec::hf_loss):
+  // its loss chain; the current one unless the user or the operator says otherwise.
+  HfLoss hf_loss = HfLoss::kPadded;
   bool Allows(int64_t zero) const;
   bool Allows(Offload o) const;
 };

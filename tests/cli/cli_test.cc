@@ -211,6 +211,18 @@ TEST(Cli, PredictSaysWhatATransformersReleaseMapsTo) {
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.out.find("'--transformers': unknown value 'latest'"), std::string::npos)
       << bad.out;
+  const std::string plan =
+      "plan --model llama-2-7b --tokens 1e7 --global-batch 16 --cluster lab --finetune lora "
+      "--lora-dtype bf16 --framework fsdp --gpu RTX-3090 --gpus 2 --micro-batch 8 --json";
+  CliRun p_now = Frenzy(plan), p_old = Frenzy(plan + " --transformers 4.38");
+  ASSERT_EQ(p_now.exit_code, 0) << p_now.out;
+  ASSERT_EQ(p_old.exit_code, 0) << p_old.out;
+  EXPECT_GT(nlohmann::json::parse(p_old.out)["plans"][0]["peak_bytes"].get<int64_t>(),
+            nlohmann::json::parse(p_now.out)["plans"][0]["peak_bytes"].get<int64_t>());
+  CliRun titan = Frenzy("plan --model llama-2-7b --tokens 1e7 --global-batch 16 --cluster lab "
+                        "--launch torchtitan --transformers 4.38");
+  EXPECT_EQ(titan.exit_code, 2);
+  EXPECT_NE(titan.out.find("'--transformers'"), std::string::npos) << titan.out;
   CliRun megatron = Frenzy("predict --model gpt2 --seq-len 1024 --transformers 4.38");
   EXPECT_EQ(megatron.exit_code, 2);
   EXPECT_NE(megatron.out.find("--transformers:"), std::string::npos) << megatron.out;

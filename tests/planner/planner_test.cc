@@ -370,6 +370,40 @@ TEST(Planner, LoraAndQloraArePlannedDataParallel) {
   EXPECT_EQ(q.infeasible->error->field, "finetune");
 }
 
+TEST(Planner, TheEnvironmentsTransformersReleaseReachesTheMemoryModel) {
+  const GpuType& g = **GpuCatalog::Default().Lookup("RTX-3090");
+  JobSpec j = Job("llama-2-7b", 1e7, 16, 2048);
+  j.framework = Framework::kFsdp;
+  j.finetune = FineTune::kLora;
+  j.limits.hf_loss = HfLoss::kModelUpcastSliced;
+  TrainingSpec t = TrainingFor(j, g);
+  EXPECT_EQ(t.hf_loss, HfLoss::kModelUpcastSliced);
+  EXPECT_EQ(t.device_memory_bytes, g.memory_bytes);
+  // Megatron-LM computes its own loss: the release does not apply.
+  j.framework = Framework::kMegatron;
+  j.finetune = FineTune::kFull;
+  EXPECT_EQ(TrainingFor(j, g).hf_loss, HfLoss::kPadded);
+  // Planned with it, the same pinned layout holds more (the kept fp32 logits and the slices).
+  JobSpec pinned = Job("llama-2-7b", 1e7, 16, 2048);
+  pinned.framework = Framework::kFsdp;
+  pinned.finetune = FineTune::kLora;
+  pinned.lora.adapter_bytes = 2;
+  pinned.precision = Precision::kBf16Pure;
+  pinned.gpu = "A100-80GB";
+  pinned.gpus = 2;
+  pinned.micro_batch = 8;
+  pinned.zero = 3;
+  pinned.recompute = Recompute::kFull;
+  const Cluster c = OneNode("A100-80GB", 8);
+  PlanResult now = Plan_(pinned, c);
+  pinned.limits.hf_loss = HfLoss::kModelUpcastSliced;
+  PlanResult old = Plan_(pinned, c);
+  ASSERT_FALSE(now.plans.empty()) << Why(now);
+  ASSERT_FALSE(old.plans.empty()) << Why(old);
+  EXPECT_GT(old.plans.front().peak_bytes, now.plans.front().peak_bytes);
+  EXPECT_GT(old.plans.front().reserved_bytes, now.plans.front().reserved_bytes);
+}
+
 // The QLoRA paper fine-tuned LLaMA-65B on one 48 GB GPU (Dettmers et al. 2023, abstract):
 // artidoro/qlora's finetune_guanaco_65b.sh — NF4 with double quantisation, LoRA r = 64 on every
 // linear layer, alpha 16, dropout 0.05, adapters cast to bf16, paged 32-bit AdamW, gradient
