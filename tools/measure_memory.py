@@ -700,10 +700,28 @@ def tensor_bytes(tensors):
     return total
 
 
+def causal_loss(logits, labels, V, hf_loss="padded"):
+    """The loop's logits and the loss, as transformers' causal LMs compute it. padded (4.49 on):
+    cross entropy over an fp32 copy of all positions. sliced-loss (4.46-4.48): the fp32 copy
+    sliced one position short and made contiguous (the labels shifted to match). sliced-model
+    (before 4.46): the model returns `logits.float()`, which the loop keeps, and the loss
+    slices that."""
+    if hf_loss == "padded":
+        return logits, F.cross_entropy(logits.view(-1, V).float(), labels.view(-1))
+    if hf_loss == "sliced-model":
+        logits = logits.float()
+        upcast = logits
+    else:
+        upcast = logits.float()
+    shifted = upcast[..., :-1, :].contiguous()
+    return logits, F.cross_entropy(shifted.view(-1, V), labels[..., 1:].contiguous().view(-1))
+
+
 def measure(doc, micro_batch=1, seq_len=128, precision="fp32", optimizer="adamw", recompute="none",
             attn="eager", dropout="on", steps=3, device=None, seed=0, finetune="full", lora_rank=8,
             lora_alpha=16.0, lora_dropout=0.0, lora_targets="all-linear", double_quant=True,
-            recompute_every=1, keep_grads=False, accum=1, drop_logits=False, lengths=None):
+            recompute_every=1, keep_grads=False, accum=1, drop_logits=False, lengths=None,
+            hf_loss="padded"):
     """Builds the model of config `doc`, trains `steps` steps and returns the measured peak.
     With `lengths` (CUDA only): one step per entry, each batch that many tokens long (an epoch
     of batches of varying length, in that order), and the readings over all of them."""
@@ -713,7 +731,8 @@ def measure(doc, micro_batch=1, seq_len=128, precision="fp32", optimizer="adamw"
                               lora_alpha=lora_alpha, lora_dropout=lora_dropout,
                               lora_targets=lora_targets, double_quant=double_quant,
                               recompute_every=recompute_every, keep_grads=keep_grads,
-                              accum=accum, drop_logits=drop_logits, device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
+                              accum=accum, drop_logits=drop_logits, hf_loss=hf_loss,
+                              device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if lengths:
         return _measure_epoch(parse_config(doc), args, lengths)
     return _measure(parse_config(doc), args)
@@ -748,6 +767,11 @@ def main():
                     help="gradient accumulation: micro-batches per optimizer step")
     ap.add_argument("--drop-logits", action="store_true",
                     help="the loop keeps only the loss when backward starts (HF Trainer, torchtune)")
+    ap.add_argument("--hf-loss", default="padded",
+                    choices=["padded", "sliced-loss", "sliced-model"],
+                    help="the causal-LM loss as transformers computes it: padded labels (4.49 "
+                         "on), an fp32 copy sliced one position short (4.46-4.48), or fp32 "
+                         "logits from the model, kept, then sliced (before 4.46)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with open(args.config) as f:
@@ -832,12 +856,16 @@ def _measure(c, args):
         for micro in range(accum):
             with record_function("phase:forward"):
                 with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                    # The model's output is handed over, not held here: before 4.46 its
+                    # 16-bit logits die as the fp32 copy replaces them.
+                    out = []
                     if amp_dtype is not None:
                         with torch.autocast(device_type=dev.type, dtype=amp_dtype):
-                            logits = model(inputs, run)
+                            out.append(model(inputs, run))
                     else:
-                        logits = model(inputs, run)
-                    loss = F.cross_entropy(logits.view(-1, V).float(), labels.view(-1)) / accum
+                        out.append(model(inputs, run))
+                    logits, loss = causal_loss(out.pop(), labels, V, hf_loss)
+                    loss = loss / accum
             count_saved = False  # saved bytes are one micro-batch's
             if drop_logits:
                 # The loop keeps the loss alone (the HF Trainer's compute_loss, torchtune's
@@ -860,6 +888,7 @@ def _measure(c, args):
         return loss
 
     keep_grads = getattr(args, "keep_grads", False)
+    hf_loss = getattr(args, "hf_loss", "padded")
     accum = max(1, getattr(args, "accum", 1))
     drop_logits = getattr(args, "drop_logits", False)
     if getattr(args, "lengths", None):
@@ -919,7 +948,7 @@ def _measure(c, args):
     result.update(model_type=c["model_type"], micro_batch=b, seq_len=s, precision=args.precision,
                   optimizer=args.optimizer, recompute=args.recompute, attn=args.attn,
                   dropout=args.dropout, device=dev.type, torch=torch.__version__, finetune=finetune,
-                  keep_grads=keep_grads, accum=accum, drop_logits=drop_logits)
+                  keep_grads=keep_grads, accum=accum, drop_logits=drop_logits, hf_loss=hf_loss)
     return result
 
 

@@ -247,9 +247,24 @@ GRID += [
 ]
 
 
+# transformers' sliced causal-LM losses (predicted with --transformers): before 4.46 the model
+# returns fp32 logits that the loop keeps and the loss slices; 4.46-4.48 the loss slices its own
+# fp32 copy (tools/measure_memory.py's causal_loss).
+RELEASE = {"sliced-model": "4.38", "sliced-loss": "4.46"}
+GRID += [
+    ("llama-mha", 2, 128, "bf16-pure", "adamw", "none", {"hf_loss": "sliced-model"}),
+    ("gpt2", 2, 128, "fp32", "adamw", "none", {"hf_loss": "sliced-model"}),
+    ("llama-gqa", 4, 64, "bf16-pure", "adamw", "full", dict(DROP, hf_loss="sliced-model")),
+    ("llama-gqa", 2, 128, "bf16", "adamw", "full", {"hf_loss": "sliced-loss"}),
+    ("mistral-gqa-tied", 2, 128, "bf16", "adamw", "none", dict(DROP, hf_loss="sliced-loss")),
+    ("llama-mha", 2, 128, "bf16", "adamw", "none", dict(LORA, hf_loss="sliced-model")),
+]
+
+
 def finetune_flags(ft):
     keep = ["--keep-grads"] if ft.get("keep_grads") else []
     keep += ["--drop-logits"] if ft.get("drop_logits") else []
+    keep += ["--transformers", RELEASE[ft["hf_loss"]]] if ft.get("hf_loss") else []
     if "finetune" not in ft:
         return keep
     flags = keep + ["--finetune", ft["finetune"], "--lora-rank", str(ft.get("lora_rank", 8)),
@@ -266,6 +281,7 @@ def finetune_name(ft):
     keep = " keep-grads" if ft.get("keep_grads") else ""
     keep += f" accum {ft['accum']}" if ft.get("accum", 1) > 1 else ""
     keep += " drop-logits" if ft.get("drop_logits") else ""
+    keep += f" {ft['hf_loss']}" if ft.get("hf_loss") else ""
     if "finetune" not in ft:
         return "full" + keep
     return keep.strip() + " " * bool(keep) + " ".join([ft["finetune"], f"r{ft.get('lora_rank', 8)}", ft.get("lora_targets", "all-linear")] +
