@@ -10,7 +10,9 @@ as such. Each case runs in a fresh process so that one OOM cannot disturb the ne
 
 Usage: gpu_memory_grid.py OUT.csv [--budget-s 480]
 Commit the CSV to data/measurements/ and compare with `frenzy predict --framework hf` (with
-`--global-batch micro_batch x accum` where a row accumulates).
+`--global-batch micro_batch x accum` where a row accumulates, `--finetune lora --lora-rank 64`
+where it fine-tunes, and `--transformers 4.38` / `4.46` where its hf_loss is
+sliced-model / sliced-loss).
 """
 import argparse
 import csv
@@ -35,6 +37,10 @@ MODELS = {
     "llama-3b": {"model_type": "llama", "hidden_size": 3072, "intermediate_size": 8192,
                  "num_hidden_layers": 28, "num_attention_heads": 24, "num_key_value_heads": 8,
                  "vocab_size": 128256, "tie_word_embeddings": True},
+    # Llama-2's vocabulary (32,000) at 1B scale: the sliced loss chains' cases below.
+    "llama2-1b-shape": {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5504,
+                        "num_hidden_layers": 16, "num_attention_heads": 16,
+                        "vocab_size": 32000},
     "llama-8b": {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
                  "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
                  "vocab_size": 128256},
@@ -65,6 +71,17 @@ GRID = [
     ("llama-1b", 4, 2048, "bf16-pure", "adamw", "none", "sdpa", {"accum": 4}),
     ("llama-3b", 2, 4096, "bf16", "adamw", "full", "sdpa", {"accum": 2}),
     ("gpt2-xl", 4, 1024, "bf16-pure", "adamw", "none", "sdpa", {"accum": 8}),
+    # transformers' sliced loss chains (predict --transformers 4.38 / 4.46), LoRA under the HF
+    # Trainer's autocast: the reserved reading MARP replays, beside the padded chain; at 10
+    # sequences a shorter block leaves more than 1 MiB when a full-size tensor is cut from it.
+    ("llama2-1b-shape", 4, 2048, "bf16", "adamw", "full", "sdpa",
+     {"finetune": "lora", "lora_rank": 64, "hf_loss": "sliced-model"}),
+    ("llama2-1b-shape", 10, 2048, "bf16", "adamw", "full", "sdpa",
+     {"finetune": "lora", "lora_rank": 64, "hf_loss": "sliced-model"}),
+    ("llama2-1b-shape", 10, 2048, "bf16", "adamw", "full", "sdpa",
+     {"finetune": "lora", "lora_rank": 64, "hf_loss": "sliced-loss"}),
+    ("llama2-1b-shape", 10, 2048, "bf16", "adamw", "full", "sdpa",
+     {"finetune": "lora", "lora_rank": 64}),
 ]
 
 CHILD = """
@@ -87,7 +104,8 @@ def main():
     a = ap.parse_args()
     start = time.time()
     fields = ["model", "micro_batch", "seq_len", "precision", "optimizer", "recompute", "attn",
-              "accum", "gpu", "date", "peak_bytes", "peak_reserved_bytes", "params", "note"]
+              "accum", "finetune", "hf_loss", "gpu", "date", "peak_bytes", "peak_reserved_bytes",
+              "params", "note"]
     with open(a.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -101,7 +119,9 @@ def main():
                     "optimizer": opt, "recompute": rc, "attn": attn, **extra}
             row = {"model": model, "micro_batch": mb, "seq_len": seq, "precision": prec,
                    "optimizer": opt, "recompute": rc, "attn": attn,
-                   "accum": extra.get("accum", 1), "date": datetime.date.today().isoformat()}
+                   "accum": extra.get("accum", 1), "finetune": extra.get("finetune", "full"),
+                   "hf_loss": extra.get("hf_loss", "padded"),
+                   "date": datetime.date.today().isoformat()}
             p = subprocess.run([sys.executable, "-c", CHILD.format(here=HERE), json.dumps(args)],
                                capture_output=True, text=True, timeout=300)
             try:
