@@ -598,6 +598,9 @@ void RegisterServeOptions(CLI::App* cmd) {
   cmd->add_option("--frameworks", s.frameworks,
                   "Frameworks jobs may name, which then run the submitter's entry point: "
                   "torchtitan,megatron,accelerate,deepspeed or all (default: none; all on sim)");
+  cmd->add_option("--transformers", s.transformers,
+                  "transformers release the cluster runs Accelerate and DeepSpeed jobs' HF models "
+                  "with (e.g. 4.38): their loss's memory (default: current)");
   cmd->add_option("--report-url", s.report_url, "Base URL runs report to (default: --listen)");
   cmd->callback([o, cmd] { RunServe(*o, *cmd); });
 }

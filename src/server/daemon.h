@@ -66,6 +66,9 @@ struct DaemonOptions {
   // the framework can run (LimitsOf). None unless the operator allows them: a framework job
   // runs code its submitter chose on the cluster.
   std::vector<Launcher> frameworks;
+  // The loss chain of the transformers release the cluster's environment runs HF models with
+  // (TrainingSpec::hf_loss): what Accelerate and DeepSpeed jobs are planned with.
+  HfLoss hf_loss = HfLoss::kPadded;
   // The control loop asks the policy again when something changed (a submission, a cancel, a
   // run that ended, a new memory factor) and otherwise every round of a round-based policy
   // (Policy::round_s, as the simulator's engine does), or at least this often for the others

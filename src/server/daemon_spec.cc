@@ -178,6 +178,10 @@ Status Daemon::ParseFramework(const json& spec, Parsed* p) const {
         return InvalidArgument(prepared.message(), {},
                                prepared.field().empty() ? "framework" : prepared.field());
       }
+      // Accelerate and DeepSpeed run HF models: the environment's transformers sets their loss.
+      if (*l == Launcher::kAccelerate || *l == Launcher::kDeepSpeed) {
+        p->spec.limits.hf_loss = opt_.hf_loss;
+      }
       return ParseLaunchInput(spec, &p->launch_input);
     }
     auto fw = frenzy::ParseFramework(word);

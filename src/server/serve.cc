@@ -121,6 +121,7 @@ DaemonOptions DaemonOptionsFor(const ServeConfig& config) {
     d.frameworks = *frameworks;  // (ValidateServeConfig reports a bad list)
   }
   if (sim && config.frameworks.empty()) d.frameworks = AllLaunchers();
+  if (auto chain = HfLossOfTransformers(config.transformers)) d.hf_loss = *chain;
   return d;
 }
 

@@ -51,6 +51,9 @@ struct ServeConfig {
   // Frameworks jobs may name (DaemonOptions::frameworks): "torchtitan,megatron,...", "all",
   // or "" (none; on the sim backend, which runs no code, all).
   std::string frameworks;
+  // The transformers release the HF models of Accelerate and DeepSpeed jobs run with
+  // (DaemonOptions::hf_loss): "4.38", ...; empty: the current one.
+  std::string transformers;
 };
 
 // "torchtitan,deepspeed", "all" or "": the launchers, or an error naming the unknown word

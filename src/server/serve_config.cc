@@ -40,6 +40,7 @@ constexpr StringSetting kStringSettings[] = {
     {"k8s_dir", &ServeConfig::k8s_dir},
     {"inventory", &ServeConfig::inventory},
     {"frameworks", &ServeConfig::frameworks},
+    {"transformers", &ServeConfig::transformers},
 };
 constexpr NumberSetting kNumberSettings[] = {
     {"time_scale", &ServeConfig::time_scale},
@@ -160,6 +161,11 @@ Status ValidateServeConfig(const ServeConfig& config) {
     return InvalidArgument("--time-scale and --tick-s must be > 0", {}, "time-scale");
   }
   RETURN_IF_ERROR(ParseFrameworkList(config.frameworks).status());
+  if (!config.transformers.empty() && !HfLossOfTransformers(config.transformers)) {
+    return InvalidArgument("unknown release '" + config.transformers +
+                               "' (expected one such as 4.38 or 4.46.1)",
+                           {}, "transformers");
+  }
   return Status::Ok();
 }
 

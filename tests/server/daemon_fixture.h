@@ -23,6 +23,7 @@ struct Fixture {
   // Plan like a Megatron entry point (TP and PP allowed), or as examples/train.py runs.
   bool bundled = false;
   std::vector<Launcher> frameworks;
+  HfLoss hf_loss = HfLoss::kPadded;  // the environment's transformers release (frenzyd --transformers)
   test_util::TempDir dir;  // removed with the fixture (after the daemons of its test)
   explicit Fixture(const std::string& name) : dir("frenzy-daemon-" + name) {
     db = (dir.path() / "d.db").string();
@@ -40,6 +41,7 @@ struct Fixture {
     o.train_limits = bundled ? BundledTrainLimits() : AllTrainLimits();
     if (!bundled) o.train_framework = Framework::kMegatron;
     o.frameworks = frameworks;
+    o.hf_loss = hf_loss;
     auto d =
         Daemon::Create(o, std::move(store).value(), std::move(backend), [this] { return now; });
     EXPECT_TRUE(d.ok()) << d.status().ToString();

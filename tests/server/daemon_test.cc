@@ -164,6 +164,34 @@ TEST(Daemon, FrameworkJobsArePlannedWithTheFrameworksLayoutsAndLaunchedThroughIt
 
 // A 70B model no lab GPU can train in full is a QLoRA fine-tune one A100-80GB holds (a 4-bit
 // base of about 37 GB): it is planned data parallel under PEFT, and the run is told so.
+TEST(Daemon, AccelerateJobsArePlannedWithTheEnvironmentsTransformersRelease) {
+  auto planned = [](HfLoss chain, const char* name) {
+    Fixture f(name);
+    f.frameworks = {Launcher::kAccelerate};
+    f.hf_loss = chain;
+    auto d = f.Make();
+    json spec = Spec("llama-2-7b", 1e9);
+    spec["framework"] = "accelerate";
+    spec["entry"] = "train.py";
+    spec["finetune"] = "lora";
+    EXPECT_TRUE(d->Submit(spec).ok());
+    EXPECT_TRUE(d->Tick().ok());
+    auto job = d->GetJob("j-000001");
+    EXPECT_TRUE(job.ok());
+    return job.ok() ? (*job)["plan"] : json();
+  };
+  const json now = planned(HfLoss::kPadded, "hf-now"), old = planned(HfLoss::kModelUpcastSliced, "hf-old");
+  ASSERT_TRUE(now.contains("peak_bytes")) << now.dump();
+  ASSERT_TRUE(old.contains("peak_bytes")) << old.dump();
+  // Before 4.46 the model keeps fp32 logits and the loss slices them: on the same layout (the
+  // lab's A100s, one sequence a rank) the plan holds more.
+  ASSERT_EQ(now["gpu"], old["gpu"]);
+  ASSERT_EQ(now["gpus"], old["gpus"]);
+  ASSERT_EQ(now["micro_batch"], old["micro_batch"]);
+  EXPECT_GT(old["peak_bytes"].get<int64_t>(), now["peak_bytes"].get<int64_t>());
+  EXPECT_GT(old["device_bytes"].get<int64_t>(), now["device_bytes"].get<int64_t>());
+}
+
 TEST(Daemon, QloraJobsArePlannedWhereFullTrainingIsNot) {
   Fixture f("qlora");
   auto d = f.Make();

@@ -151,7 +151,7 @@ TEST(ServeConfig, TheFileHoldsTheDocumentedSettings) {
   const std::vector<std::string> documented = {
       "backend",       "listen", "db",         "cluster", "token",     "runs_dir",   "models_dir",
       "train_command", "policy", "slurm_conf", "k8s_dir", "inventory", "frameworks",
-      "time_scale",    "tick_s"};
+      "transformers",  "time_scale", "tick_s"};
   EXPECT_EQ(ServeConfigKeys(), documented);
 }
 
@@ -197,6 +197,18 @@ TEST(ServeChecks, NoTokenMeansLoopbackOnly) {
   c.tick_s = 0.5;
   c.time_scale = -1;
   EXPECT_FALSE(ValidateServeConfig(c).ok());
+}
+
+TEST(ServeChecks, TheEnvironmentsTransformersReleaseIsChecked) {
+  ServeConfig c;
+  EXPECT_EQ(DaemonOptionsFor(c).hf_loss, HfLoss::kPadded);
+  c.transformers = "4.38";
+  EXPECT_TRUE(ValidateServeConfig(c).ok());
+  EXPECT_EQ(DaemonOptionsFor(c).hf_loss, HfLoss::kModelUpcastSliced);
+  c.transformers = "latest";
+  Status st = ValidateServeConfig(c);
+  EXPECT_EQ(st.field(), "transformers");
+  EXPECT_NE(st.message().find("'latest'"), std::string::npos) << st.ToString();
 }
 
 TEST(ServeChecks, DaemonOptionsFollowTheConfig) {
