@@ -623,9 +623,11 @@ void CapStepReserve(const TrainingSpec& t, const std::vector<StepEvent>& events,
   if (limit <= 0) return;
   const StepReplay r = ReplaySteps(events, kSettleSteps, limit);
   if (r.out_of_memory || r.reserved >= replayed) return;
-  se.peak_reserved_bytes = std::max(se.peak_bytes, se.peak_reserved_bytes - (replayed - r.reserved));
-  se.device_bytes -= replayed - r.reserved;
-  se.step_excess_bytes = std::max<int64_t>(0, se.step_excess_bytes - (replayed - r.reserved));
+  // Never below the allocated peak: the reserved and device readings drop by the same bytes.
+  const int64_t cut = std::min(replayed - r.reserved, se.peak_reserved_bytes - se.peak_bytes);
+  se.peak_reserved_bytes -= cut;
+  se.device_bytes -= cut;
+  se.step_excess_bytes = std::max<int64_t>(0, se.step_excess_bytes - cut);
 }
 
 // Batches of varying length: what an epoch's caching allocator reserves above the fixed-length
