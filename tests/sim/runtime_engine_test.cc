@@ -119,6 +119,32 @@ TEST(RuntimeEngine, OptionTablesCarryLeanerLayouts) {
   for (const RunOption& o : (*hand)->options) EXPECT_TRUE(o.leaner.empty());
 }
 
+TEST(RuntimeEngine, OptionTablesAreKeptApartByTheTransformersRelease) {
+  // A LoRA fine-tune under FSDP: the same job in an environment whose transformers slices the
+  // logits (before 4.46, fp32 logits kept) gets a table of its own, with more memory per option.
+  OptionCache cache(Lab(), GpuCatalog::Default(), 0.10);
+  JobSpec now = Llama7b(3e9);
+  now.framework = Framework::kFsdp;
+  now.finetune = FineTune::kLora;
+  JobSpec old = now;
+  old.limits.hf_loss = HfLoss::kModelUpcastSliced;
+  auto a = cache.Get("llama-2-7b", now, OptionKind::kMarp);
+  auto b = cache.Get("llama-2-7b", old, OptionKind::kMarp);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(cache.size(), 2u);
+  int compared = 0;
+  for (const RunOption& x : (*a)->options) {
+    for (const RunOption& y : (*b)->options) {
+      if (x.type == y.type && x.gpus == y.gpus && x.plan.micro_batch == y.plan.micro_batch &&
+          x.plan.recompute == y.plan.recompute && x.plan.zero == y.plan.zero) {
+        EXPECT_GT(y.plan.peak_bytes, x.plan.peak_bytes) << x.plan.gpu << " x" << x.gpus;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GT(compared, 0);
+}
+
 TEST(RuntimeEngine, DriftIsCaughtBeforeTheCrash) {
   OptionCache cache(Lab(), GpuCatalog::Default(), 0.10);
   Tight t = TightestOption(cache, Llama7b(3e9), /*with_leaner=*/true);
