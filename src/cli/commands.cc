@@ -326,9 +326,7 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
   if (!fsdp_init) return bad("--fsdp-init", o.fsdp_init, "none, host or host-sync");
   o.train.fsdp_init = *fsdp_init;
   if (!o.transformers.empty()) {
-    auto chain = HfLossOfTransformers(o.transformers);
-    if (!chain) return bad("--transformers", o.transformers, "a release such as 4.38 or 4.46.1");
-    o.train.hf_loss = *chain;
+    ASSIGN_OR_RETURN(o.train.hf_loss, ParseTransformersRelease(o.transformers, "--transformers"));
   }
   auto offload = ParseOffload(o.offload);
   if (!offload) return bad("--offload", o.offload, "none, optimizer or params");

@@ -57,18 +57,13 @@ struct PlanOptions {
 Status ResolveTransformers(const std::string& release, std::optional<Launcher> launcher,
                            JobSpec* job) {
   if (release.empty()) return Status::Ok();
-  auto chain = HfLossOfTransformers(release);
-  if (!chain) {
-    return InvalidArgument(
-        "unknown value '" + release + "' (expected a release such as 4.38 or 4.46.1)", {},
-        "--transformers");
-  }
+  ASSIGN_OR_RETURN(HfLoss chain, ParseTransformersRelease(release, "--transformers"));
   if (job->framework == Framework::kMegatron || launcher == Launcher::kTorchtitan) {
     return InvalidArgument(
         "sets a HuggingFace causal LM's loss: Megatron-LM and torchtitan compute their own", {},
         "--transformers");
   }
-  job->limits.hf_loss = *chain;
+  job->limits.hf_loss = chain;
   return Status::Ok();
 }
 

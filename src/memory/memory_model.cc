@@ -618,7 +618,10 @@ std::pair<std::vector<StepEvent>, int64_t> AddStepReserve(const ModelSpec& m,
 // is not, the step does not fit and the uncapped reading stands.
 void CapStepReserve(const TrainingSpec& t, const std::vector<StepEvent>& events,
                     int64_t replayed, StageEstimate& se) {
-  if (events.empty() || t.device_memory_bytes <= 0) return;
+  // A reading within the GPU's memory never met the limit: the capped replay would be the same.
+  if (events.empty() || t.device_memory_bytes <= 0 || se.device_bytes <= t.device_memory_bytes) {
+    return;
+  }
   const int64_t limit = t.device_memory_bytes - se.device_bytes + replayed;
   if (limit <= 0) return;
   const StepReplay r = ReplaySteps(events, kSettleSteps, limit);

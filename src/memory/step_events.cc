@@ -89,7 +89,8 @@ StepReplay ReplaySteps(const std::vector<StepEvent>& events, int steps, int64_t 
   StepReplay r;
   CachingAllocatorModel a;
   a.set_limit(limit);
-  for (int step = 0; step < steps; ++step) ReplayStep(events, a, &r.peak_allocated);
+  std::vector<int64_t> handles;
+  for (int step = 0; step < steps; ++step) ReplayStep(events, a, handles, &r.peak_allocated);
   r.reserved = a.peak_reserved();
   r.out_of_memory = a.out_of_memory();
   return r;

@@ -143,6 +143,13 @@ std::optional<HfLoss> HfLossOfTransformers(std::string_view version) {
   return HfLoss::kModelUpcastSliced;
 }
 
+Result<HfLoss> ParseTransformersRelease(std::string_view version, const std::string& field) {
+  if (auto chain = HfLossOfTransformers(version)) return *chain;
+  return InvalidArgument("unknown value '" + std::string(version) +
+                             "' (expected a release such as 4.38 or 4.46.1)",
+                         {}, field);
+}
+
 const char* FsdpInitName(FsdpInit f) { return NameOf(kFsdpInits, f); }
 std::optional<FsdpInit> ParseFsdpInit(std::string_view s) { return Parse(kFsdpInits, s); }
 const char* OffloadName(Offload o) { return NameOf(kOffloads, o); }

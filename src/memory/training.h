@@ -134,6 +134,8 @@ const char* HfLossName(HfLoss h);
 // The chain of a transformers release given as MAJOR.MINOR[.PATCH][suffix] ("4.38", "4.46.1",
 // "4.49.0.dev0"); nullopt when it is not a version.
 std::optional<HfLoss> HfLossOfTransformers(std::string_view version);
+// The same, or an error naming `field` (the flag or config key that gave it).
+Result<HfLoss> ParseTransformersRelease(std::string_view version, const std::string& field);
 
 enum class Offload { kNone, kOptimizer, kParams };
 const char* OffloadName(Offload o);

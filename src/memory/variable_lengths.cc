@@ -53,14 +53,16 @@ class StepCache {
 
 int64_t Replay(StepCache& steps, const std::vector<int64_t>& batches) {
   CachingAllocatorModel a;
-  for (int64_t length : batches) ReplayStep(steps.At(length), a);
+  std::vector<int64_t> handles;
+  for (int64_t length : batches) ReplayStep(steps.At(length), a, handles);
   return a.reserved();
 }
 
 }  // namespace
 
-void ReplayStep(const std::vector<StepEvent>& events, CachingAllocatorModel& a, int64_t* peak) {
-  std::vector<CachingAllocatorModel::Handle> handles(events.size(), -1);
+void ReplayStep(const std::vector<StepEvent>& events, CachingAllocatorModel& a,
+                std::vector<int64_t>& handles, int64_t* peak) {
+  handles.assign(events.size(), -1);
   for (size_t i = 0; i < events.size(); ++i) {
     const StepEvent& e = events[i];
     if (e.free_of >= 0 && static_cast<size_t>(e.free_of) < i) {

@@ -77,9 +77,10 @@ struct StepEvent {
 using StepAt = std::function<std::vector<StepEvent>(int64_t length)>;
 
 class CachingAllocatorModel;
-// Replays one step's events through `a`; the most it held allocated meanwhile raises *peak.
+// Replays one step's events through `a`, `handles` the caller's scratch (reused across steps);
+// the most it held allocated meanwhile raises *peak.
 void ReplayStep(const std::vector<StepEvent>& events, CachingAllocatorModel& a,
-                int64_t* peak = nullptr);
+                std::vector<int64_t>& handles, int64_t* peak = nullptr);
 
 // Reserved bytes after replaying the step once per batch length, through one allocator (each
 // length's events built once).

@@ -161,10 +161,8 @@ Status ValidateServeConfig(const ServeConfig& config) {
     return InvalidArgument("--time-scale and --tick-s must be > 0", {}, "time-scale");
   }
   RETURN_IF_ERROR(ParseFrameworkList(config.frameworks).status());
-  if (!config.transformers.empty() && !HfLossOfTransformers(config.transformers)) {
-    return InvalidArgument("unknown release '" + config.transformers +
-                               "' (expected one such as 4.38 or 4.46.1)",
-                           {}, "transformers");
+  if (!config.transformers.empty()) {
+    RETURN_IF_ERROR(ParseTransformersRelease(config.transformers, "transformers").status());
   }
   return Status::Ok();
 }
