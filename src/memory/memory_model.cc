@@ -131,6 +131,13 @@ double InFlight(const ParallelPlan& p, int64_t stage, int64_t microbatches) {
 // cuBLAS/cuBLASLt workspaces come from the caching allocator: ":4096:8" (8 x 4 MiB) on Hopper,
 // ":4096:2:16:8" otherwise (PyTorch docs, CUDA semantics / cuBLAS workspaces).
 constexpr int64_t kCublasWorkspace = 32 * kMiB;
+// PyTorch keeps one workspace per (cuBLAS handle, stream) and hands each thread its own handle
+// (getCurrentCUDABlasHandle in aten/src/ATen/cuda/CublasHandlePool.cpp: a thread_local
+// PoolWindow, the workspace map keyed by handle and stream). A training step runs its GEMMs on
+// two threads: the forward (and the optimizer) on the caller's, the backward, recomputation
+// included, on the autograd engine's thread for the device (torch/csrc/autograd/engine.cpp:
+// CUDA work goes to the device's ready queue). Two workspaces, both alive from the first step on.
+constexpr int64_t kCublasThreads = 2;
 // Transformer Engine's GEMMs take their own cuBLASLt workspace, also a torch.empty through the
 // caching allocator: 32 MiB on Hopper and later, 4 MiB before (get_cublas_workspace_size_bytes in
 // transformer_engine/pytorch); the larger, as above. Megatron-LM's layers are TE's by default
@@ -218,7 +225,7 @@ LayerKinds MakeLayerKinds(const ModelSpec& m, const TrainingSpec& t, const Paral
   k.stream_grad = sh.b * sh.s * m.hidden_size * sh.e;
   if (t.device == DeviceKind::kCuda) {
     const bool te_layers = t.framework == Framework::kMegatron && !t.megatron_legacy;
-    k.workspace = kCublasWorkspace + (te_layers ? kTransformerEngineWorkspace : 0);
+    k.workspace = kCublasThreads * kCublasWorkspace + (te_layers ? kTransformerEngineWorkspace : 0);
     if (te_layers && k.has_moe && t.moe_grouped_gemm) {
       k.workspace += kTransformerEngineComputeStreams * kTransformerEngineWorkspace;
     }

@@ -335,6 +335,19 @@ TEST(PredictMemory, EncoderNeedsAnEncoderHead) {
   EXPECT_TRUE(PredictMemory(m, t, ParallelPlan{}).ok());
 }
 
+// PyTorch gives each thread its own cuBLAS handle and each (handle, stream) its own workspace
+// (CublasHandlePool.cpp); a step's forward runs on the caller's thread and its backward on the
+// autograd engine's device thread: two workspaces of 32 MiB (":4096:8"), none on a CPU.
+TEST(PredictMemory, TheForwardAndTheAutogradThreadEachHoldACublasWorkspace) {
+  ModelSpec m = Zoo("gpt2");
+  TrainingSpec t;
+  t.framework = Framework::kHf;
+  t.seq_len = 1024;
+  EXPECT_EQ(Predict(m, t, ParallelPlan{}).stages[0].breakdown.overhead, int64_t{64} << 20);
+  t.device = DeviceKind::kCpu;
+  EXPECT_EQ(Predict(m, t, ParallelPlan{}).stages[0].breakdown.overhead, 0);
+}
+
 TEST(PredictMemory, HfAutocastKeepsFp32WeightsAndA16BitCopy) {
   // The HF Trainer under AMP keeps fp32 weights and grads (4 + 4) and fp32 Adam states (8);
   // autocast adds a 16-bit copy of the matmul weights while forward and backward run.
