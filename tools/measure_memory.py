@@ -700,6 +700,39 @@ def tensor_bytes(tensors):
     return total
 
 
+def write_alloc_events(prof, path):
+    """The profiled allocations and frees in the order they ran, as Frenzy's StepEvent lines:
+    `BYTES -1` allocates (its index is its line number, from 0), `0 I` frees the allocation on
+    line I. A free is paired with the last live allocation at its address; frees of blocks
+    allocated before the profile began (the states the step replaces) are left out, as are
+    allocations still alive at its end. Returns the number of lines written."""
+    def walk(events, out):
+        for e in events:
+            out.append(e)
+            walk(e.children, out)
+    nodes = []
+    walk(prof.profiler.kineto_results.experimental_event_tree(), nodes)
+    allocs = sorted((e.start_time_ns, i, e.extra_fields) for i, e in enumerate(nodes)
+                    if type(e.extra_fields).__name__.endswith("Allocation"))
+    events, live = [], {}  # (bytes, index of the allocation freed)
+    for _, _, f in allocs:
+        if f.alloc_size > 0:
+            live[f.ptr] = len(events)
+            events.append((f.alloc_size, -1))
+        elif f.alloc_size < 0 and f.ptr in live:
+            events.append((0, live.pop(f.ptr)))
+    kept = set(live.values())  # still alive at the end: left out, as said
+    index, lines = {}, []
+    for i, (n, of) in enumerate(events):
+        if i in kept:
+            continue
+        index[i] = len(lines)
+        lines.append(f"{n} -1" if of < 0 else f"0 {index[of]}")
+    with open(path, "w") as out:
+        out.write("".join(x + "\n" for x in lines))
+    return len(lines)
+
+
 def causal_loss(logits, labels, V, hf_loss="padded"):
     """The loop's logits and the loss, as transformers' causal LMs compute it. padded (4.49 on):
     cross entropy over an fp32 copy of all positions. sliced-loss (4.46-4.48): the fp32 copy
@@ -772,11 +805,22 @@ def main():
                     help="the causal-LM loss as transformers computes it: padded labels (4.49 "
                          "on), an fp32 copy sliced one position short (4.46-4.48), or fp32 "
                          "logits from the model, kept, then sliced (before 4.46)")
+    ap.add_argument("--events-out", metavar="FILE",
+                    help="CPU: write the measured step's allocations and frees, in order, to FILE "
+                         "(one line per event: `BYTES -1` allocates, `0 I` frees event I), for "
+                         "replays through Frenzy's caching-allocator model (bench/alloc_replay.cc)")
+    ap.add_argument("--lengths", metavar="L,L,...",
+                    help="an epoch of one batch per length, in order (CUDA: its readings; CPU: "
+                         "with --events-out, the epoch's events)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with open(args.config) as f:
         c = parse_config(json.load(f))
-    result = _measure(c, args)
+    if args.lengths:
+        result = _measure_epoch(c, args, [int(x) for x in args.lengths.split(",")])
+    else:
+        args.lengths = None
+        result = _measure(c, args)
     if args.json:
         print(json.dumps(result))
     else:
@@ -788,8 +832,9 @@ def _measure_epoch(c, args, lengths):
     """An epoch of batches of `lengths` tokens, in order (CUDA): what max_memory_allocated and
     max_memory_reserved read over all of it (the caching allocator keeps every segment a longer
     batch added), beside the fixed-length reading of the longest batch."""
-    if args.device != "cuda":
-        raise SystemExit("measure_memory.py: an epoch of varying lengths needs CUDA")
+    if args.device != "cuda" and not getattr(args, "events_out", None):
+        raise SystemExit("measure_memory.py: an epoch of varying lengths needs CUDA (or, on "
+                         "a CPU, --events-out)")
     args.seq_len = max(lengths)
     args.lengths = list(lengths)
     args.steps = len(lengths)
@@ -891,6 +936,20 @@ def _measure(c, args):
     hf_loss = getattr(args, "hf_loss", "padded")
     accum = max(1, getattr(args, "accum", 1))
     drop_logits = getattr(args, "drop_logits", False)
+    if getattr(args, "lengths", None) and dev.type != "cuda":
+        # CPU: the epoch's allocation events (a warm-up step first: the optimizer's states).
+        del inputs, labels
+        inputs, labels = batch(args.lengths[0])
+        step()
+        del inputs, labels
+        from torch.profiler import profile, ProfilerActivity
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            for length in args.lengths:
+                inputs, labels = batch(length)
+                step()
+                del inputs, labels
+        n = write_alloc_events(prof, args.events_out)
+        return {"params": n_params, "epoch_batches": len(args.lengths), "events": n}
     if getattr(args, "lengths", None):
         # One step per batch length, in order; the readings cover the whole epoch.
         del inputs, labels
@@ -929,6 +988,8 @@ def _measure(c, args):
         from torch.profiler import profile, ProfilerActivity
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             step(count_saved=True)
+        if getattr(args, "events_out", None):
+            result["events"] = write_alloc_events(prof, args.events_out)
         all_events = list(prof.profiler.kineto_results.events())
         events = [(e.start_us(), e.nbytes()) for e in all_events if e.name() == "[memory]"]
         phases = sorted((e.start_us(), e.name()[6:]) for e in all_events
