@@ -460,6 +460,16 @@ Search SearchLayouts(const JobSpec& job, const std::vector<TypeInfo>& types,
   return s;
 }
 
+// Between plans equally good by the measure at hand: the one that leaves its GPUs more memory
+// (less device memory), then the earlier enumerated. A total order, so which of two tied
+// layouts a job gets never depends on what else happened to fit or on the sort's internals.
+bool TieBreak(const std::vector<Plan>& plans, size_t a, size_t b) {
+  if (plans[a].device_bytes != plans[b].device_bytes) {
+    return plans[a].device_bytes < plans[b].device_bytes;
+  }
+  return a < b;
+}
+
 // Indices of `plans` by GPUs, then time. Indices are sorted, not the plans themselves (a
 // planner call sees thousands of fitting layouts).
 std::vector<size_t> ByGpusThenTime(const std::vector<Plan>& plans) {
@@ -468,7 +478,9 @@ std::vector<size_t> ByGpusThenTime(const std::vector<Plan>& plans) {
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     const Plan& x = plans[a];
     const Plan& y = plans[b];
-    return x.gpus != y.gpus ? x.gpus < y.gpus : x.total_s < y.total_s;
+    if (x.gpus != y.gpus) return x.gpus < y.gpus;
+    if (x.total_s != y.total_s) return x.total_s < y.total_s;
+    return TieBreak(plans, a, b);
   });
   return order;
 }
@@ -502,7 +514,8 @@ double ObjectiveScore(const Plan& pl, Objective objective) {
   return pl.total_s;
 }
 
-// The best `top` plans by the objective, fewer GPUs first on ties; `order` is ByGpusThenTime.
+// The best `top` plans by the objective, fewer GPUs first on ties, then TieBreak; `order` is
+// ByGpusThenTime.
 std::vector<Plan> TopByObjective(const std::vector<Plan>& plans, std::vector<size_t> order,
                                  const PlannerOptions& opt) {
   size_t top = std::min(order.size(), static_cast<size_t>(std::max<int64_t>(0, opt.top)));
@@ -511,7 +524,8 @@ std::vector<Plan> TopByObjective(const std::vector<Plan>& plans, std::vector<siz
                       double sa = ObjectiveScore(plans[a], opt.objective);
                       double sb = ObjectiveScore(plans[b], opt.objective);
                       if (sa != sb) return sa < sb;
-                      return plans[a].gpus < plans[b].gpus;
+                      if (plans[a].gpus != plans[b].gpus) return plans[a].gpus < plans[b].gpus;
+                      return TieBreak(plans, a, b);
                     });
   std::vector<Plan> out;
   for (size_t k = 0; k < top; ++k) out.push_back(plans[order[k]]);

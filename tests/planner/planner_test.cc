@@ -370,6 +370,27 @@ TEST(Planner, LoraAndQloraArePlannedDataParallel) {
   EXPECT_EQ(q.infeasible->error->field, "finetune");
 }
 
+// LoRA's data-parallel layouts on one node often tie on time (ZeRO 2 or 3, one sequence a rank
+// or four): of tied plans the one leaving more memory ranks first, whatever else fits.
+TEST(Planner, TiedPlansRankByTheMemoryTheyLeave) {
+  JobSpec j = Job("llama-2-7b", 1e9, 64, 2048);
+  j.framework = Framework::kFsdp;
+  j.finetune = FineTune::kLora;
+  PlannerOptions o;
+  o.top = 200;
+  PlanResult r = Plan_(j, OneNode("A100-80GB", 8), o);
+  ASSERT_GT(r.plans.size(), 2u) << Why(r);
+  int ties = 0;
+  for (size_t i = 1; i < r.plans.size(); ++i) {
+    const Plan& a = r.plans[i - 1];
+    const Plan& b = r.plans[i];
+    if (a.total_s != b.total_s || a.gpus != b.gpus) continue;
+    ++ties;
+    EXPECT_LE(a.device_bytes, b.device_bytes) << i;
+  }
+  EXPECT_GT(ties, 0) << "no tied plans: the case no longer exercises the tie-break";
+}
+
 TEST(Planner, TheEnvironmentsTransformersReleaseReachesTheMemoryModel) {
   const GpuType& g = **GpuCatalog::Default().Lookup("RTX-3090");
   JobSpec j = Job("llama-2-7b", 1e7, 16, 2048);

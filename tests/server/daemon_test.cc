@@ -187,7 +187,7 @@ TEST(Daemon, AccelerateJobsArePlannedWithTheEnvironmentsTransformersRelease) {
   // lab's A100s, one sequence a rank) the plan holds more.
   ASSERT_EQ(now["gpu"], old["gpu"]);
   ASSERT_EQ(now["gpus"], old["gpus"]);
-  ASSERT_EQ(now["micro_batch"], old["micro_batch"]);
+  ASSERT_EQ(now["micro_batch"], old["micro_batch"]) << now.dump() << "\n" << old.dump();
   EXPECT_GT(old["peak_bytes"].get<int64_t>(), now["peak_bytes"].get<int64_t>());
   EXPECT_GT(old["device_bytes"].get<int64_t>(), now["device_bytes"].get<int64_t>());
 }
