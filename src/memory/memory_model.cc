@@ -541,54 +541,59 @@ void AddFsdpInitReserve(const ModelSpec& m, const TrainingSpec& t, const Paralle
   }
 }
 
-// A layer's saved bytes as tensors of the residual stream's size (tokens x hidden), the last
-// one the remainder: the account sums a layer's tensors, the allocator sees them one by one. At
-// most kMaxLayerPieces pieces (larger ones beyond that, e.g. eager attention's scores at long
-// sequences), which bounds the replay's cost.
-constexpr int64_t kMaxLayerPieces = 64;
-std::vector<int64_t> AsStreamTensors(int64_t bytes, int64_t stream) {
-  std::vector<int64_t> out;
-  if (bytes <= 0) return out;
-  stream = std::max({int64_t{1}, stream, (bytes + kMaxLayerPieces - 1) / kMaxLayerPieces});
-  for (; bytes > stream; bytes -= stream) out.push_back(stream);
-  out.push_back(bytes);
-  return out;
+// The parameter gradients a step creates and frees, where they come and go each step: whole
+// (not sharded) gradients that zero_grad(set_to_none=True) frees after the optimizer step (HF
+// Trainer and plain PyTorch loops on one GPU or DDP; `per_param` is 0 where they persist or
+// accumulate over micro-batches), for a full fine-tune (memory/step_events.h, LayerStepGrads).
+struct StepGrads {
+  double per_param = 0;
+  BackwardGrads Of(const ModelSpec& m, const RankLayer& rl, const LayerActivations& a) const {
+    const double heads = static_cast<double>(m.num_heads);
+    return LayerStepGrads(a,
+                          {rl.mlp, rl.attn_qkv, rl.attn_out, rl.norm, m.gated_mlp ? 3 : 2,
+                           heads / (heads + 2.0 * static_cast<double>(m.num_kv_heads))},
+                          per_param);
+  }
+};
+
+StepGrads StepGradsOf(const TrainingSpec& t, const ParallelPlan& p, const StageState& s,
+                      int64_t microbatches) {
+  StepGrads g;
+  if (t.finetune == FineTune::kFull && p.zero == 0 && microbatches == 1 &&
+      t.framework == Framework::kHf) {
+    g.per_param = s.grad_per_param;
+  }
+  return g;
 }
 
 // One micro-batch's allocations and frees at `length` tokens, in the step's order, from MARP's
-// account at that length: forward keeps each layer's saved tensors, then the output layer's and
-// the loss's (memory/step_events.h), freed by the loss's backward; then layer by layer, last
-// first, what recomputation brings back and the layer's largest backward transient, freeing
-// both and the layer's saved tensors.
+// account at that length (memory/step_events.h, BuildStepEvents).
 std::vector<StepEvent> StepEventsAt(const ModelSpec& m, const TrainingSpec& t,
-                                    const ParallelPlan& p, const StageLayers& l, int64_t length) {
+                                    const ParallelPlan& p, const StageLayers& l, int64_t length,
+                                    const StepGrads& grads, const StageState& s) {
   TrainingSpec at = t;
   at.seq_len = length;
   at.lengths = LengthSpread{};
   const LayerKinds k = MakeLayerKinds(m, at, p);
   const ActivationShape sh = MakeActivationShape(at, p);
-  const int64_t stream = sh.b * sh.s * m.hidden_size * sh.e;
-  StepEvents ev;
-  std::vector<std::vector<int64_t>> kept;
+  StepShape shape;
+  shape.stream = sh.b * sh.s * m.hidden_size * sh.e;
   for (int64_t i = l.first; i < l.first + l.n_layers; ++i) {
-    kept.emplace_back();
-    for (int64_t bytes : AsStreamTensors(k.Act(m, i).saved, stream)) {
-      kept.back().push_back(ev.Alloc(bytes));
-    }
+    shape.layers.push_back({&k.Act(m, i), grads.Of(m, k.Params(m, i), k.Act(m, i))});
   }
-  if (l.last_stage) AppendOutputEvents(k.output_act, at.logits_freed_before_backward(), ev);
-  for (size_t j = kept.size(); j-- > 0;) {
-    const LayerActivations& a = k.Act(m, l.first + static_cast<int64_t>(j));
-    std::vector<int64_t> back, transient;
-    for (int64_t bytes : AsStreamTensors(a.recomputed, stream)) back.push_back(ev.Alloc(bytes));
-    for (int64_t bytes : AsStreamTensors(a.backward_transient(), stream)) {
-      transient.push_back(ev.Alloc(bytes));
-    }
-    for (int64_t i : transient) ev.Free(i);
-    for (int64_t i : back) ev.Free(i);
-    for (auto it = kept[j].rbegin(); it != kept[j].rend(); ++it) ev.Free(*it);
+  if (l.last_stage) {
+    shape.output = &k.output_act;
+    shape.logits_freed = at.logits_freed_before_backward();
   }
-  return std::move(ev.events());
+  if (grads.per_param > 0) {
+    const auto bytes = [&](int64_t params) {
+      return static_cast<int64_t>(static_cast<double>(params) * grads.per_param);
+    };
+    AddOutsideGrads(shape, bytes(s.sp.head), bytes(s.sp.outside_layers - s.sp.head),
+                    t.foreach_optimizer && (t.optimizer == OptimizerKind::kAdamW ||
+                                            t.optimizer == OptimizerKind::kAdam));
+  }
+  return BuildStepEvents(shape);
 }
 
 // Where the step asks for blocks its own cached ones cannot serve (the sliced HF loss chains:
@@ -603,11 +608,14 @@ std::pair<std::vector<StepEvent>, int64_t> AddStepReserve(const ModelSpec& m,
                                                           const TrainingSpec& t,
                                                           const ParallelPlan& p,
                                                           const LayerKinds& k,
-                                                          const StageLayers& l, StageEstimate& se) {
+                                                          const StageLayers& l,
+                                                          const StageState& s,
+                                                          const StepGrads& grads,
+                                                          StageEstimate& se) {
   if (t.device != DeviceKind::kCuda || !l.last_stage || k.output_act.chain == HfLoss::kPadded) {
     return {};
   }
-  std::vector<StepEvent> events = StepEventsAt(m, t, p, l, t.seq_len);
+  std::vector<StepEvent> events = StepEventsAt(m, t, p, l, t.seq_len, grads, s);
   const StepReplay r = ReplaySteps(events, kSettleSteps);
   se.step_excess_bytes = std::max<int64_t>(0, r.reserved - r.peak_allocated);
   const int64_t bound = RoundUp2Mib(se.peak_bytes + se.step_excess_bytes);
@@ -644,10 +652,12 @@ void CapStepReserve(const TrainingSpec& t, const std::vector<StepEvent>& events,
 // reading (memory/variable_lengths.h). Pipelines' other micro-batches in flight and offloaded
 // activations are not replayed.
 void AddLengthReserve(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
-                      const StageLayers& l, StageEstimate& se) {
+                      const StageLayers& l, const StageState& s, const StepGrads& grads,
+                      StageEstimate& se) {
   if (!t.lengths.active() || t.device != DeviceKind::kCuda) return;
   const VariableLengthReserve v = ReserveOverOrders(
-      [&](int64_t length) { return StepEventsAt(m, t, p, l, length); }, t.lengths, t.seq_len,
+      [&](int64_t length) { return StepEventsAt(m, t, p, l, length, grads, s); }, t.lengths,
+      t.seq_len,
       t.micro_batch);
   se.length_reserve_bytes = v.median;
   se.length_reserve_low = v.low;
@@ -682,10 +692,11 @@ StageEstimate EstimateStage(const ModelSpec& m, const TrainingSpec& t, const Par
   se.host_bytes = s.st.host + s.offloaded;  // offloaded activations sit in pinned host memory
   se.pageable_bytes = std::min(s.st.pageable, peak->b.optimizer);
   AddDeviceBytes(t, p, se);
-  const auto [step_events, replayed] = AddStepReserve(m, t, p, k, l, se);
+  const StepGrads grads = StepGradsOf(t, p, s, microbatches);
+  const auto [step_events, replayed] = AddStepReserve(m, t, p, k, l, s, grads, se);
   AddFsdpInitReserve(m, t, p, s, se);
   CapStepReserve(t, step_events, replayed, se);
-  AddLengthReserve(m, t, p, l, se);
+  AddLengthReserve(m, t, p, l, s, grads, se);
   return se;
 }
 

@@ -9,7 +9,9 @@
 #ifndef FRENZY_MEMORY_STEP_EVENTS_H_
 #define FRENZY_MEMORY_STEP_EVENTS_H_
 
+#include <array>
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "memory/activations.h"
@@ -35,6 +37,50 @@ class StepEvents {
 // chain, Megatron's fused loss) as the account's sums: the kept logits, the saved log-softmax,
 // a forward transient, and the backward's gradients in two halves.
 void AppendOutputEvents(const OutputActivations& o, bool logits_freed, StepEvents& ev);
+
+// One micro-batch's step as the replays see it: the layers' accounts in forward order, each
+// with the parameter gradients its backward steps create (bytes per tensor; none where
+// gradients persist between steps or live in flat buffers), the output layer's, the first
+// stage's, and the optimizer step's temporaries (one per tensor), after which every gradient
+// is freed (zero_grad(set_to_none=True)).
+struct StepLayer {
+  const LayerActivations* act = nullptr;
+  std::array<std::vector<int64_t>, std::tuple_size_v<decltype(LayerActivations::backward)>>
+      grads;  // by backward step
+};
+struct StepShape {
+  int64_t stream = 0;  // bytes of a residual-stream tensor (tokens x hidden)
+  std::vector<StepLayer> layers;
+  const OutputActivations* output = nullptr;  // the last stage's
+  bool logits_freed = false;
+  std::vector<int64_t> head_grads, first_grads, optimizer_temp;
+};
+using BackwardGrads =
+    std::array<std::vector<int64_t>, std::tuple_size_v<decltype(LayerActivations::backward)>>;
+
+// A layer's parameters by the backward step that makes their gradients (BackwardStep::Params).
+struct LayerParamSplit {
+  int64_t mlp = 0, attn_qkv = 0, attn_out = 0, norm = 0;
+  int mlp_matrices = 2;  // 3 for gated MLPs
+  double q_share = 1;    // q's share of q/k/v: heads / (heads + 2 kv_heads)
+};
+// Each backward step's gradient tensors at `bytes_per_param`: the MLP's two or three matrices,
+// q, k and v, the output projection, a norm. None for 0 bytes a parameter.
+BackwardGrads LayerStepGrads(const LayerActivations& a, const LayerParamSplit& p,
+                             double bytes_per_param);
+// The gradients outside the layers (the output layer's and final norm's first, the
+// embeddings' after the layers), and, for foreach Adam, one temporary a gradient (the sqrt of
+// exp_avg_sq, in the gradients' dtype where the states keep it).
+void AddOutsideGrads(StepShape& shape, int64_t head_bytes, int64_t first_bytes,
+                     bool foreach_adam);
+
+// The step's allocations and frees in order: forward keeps each layer's saved tensors (as
+// residual-stream-sized pieces; a checkpointed layer's intermediates come and go around them),
+// then the output layer's and the loss's (AppendOutputEvents), freed by the loss's backward,
+// the output layer's gradients; then layer by layer, last first, what recomputation brings
+// back, each backward step's transient and gradients, the saved tensors it frees; then the
+// first stage's gradients, the optimizer's temporaries, and the gradients go.
+std::vector<StepEvent> BuildStepEvents(const StepShape& shape);
 
 // `steps` replays of one step's events through one allocator: the most it reserved and had
 // allocated at once. With a `limit` (bytes the replay's segments may take; 0: none) the

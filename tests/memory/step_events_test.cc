@@ -149,12 +149,17 @@ TEST(StepEvents, SlicedChainChangesTheLossPhaseAsDerivedByHand) {
 }
 
 TEST(StepEvents, TheDevicesMemoryCapsTheReplayedReserve) {
-  // Ten sequences: the shorter blocks leave more than 1 MiB when the full-size gradient is cut
-  // from them, so the chain reserves above its peak; on a GPU whose memory the uncapped
-  // reading passes, the allocator releases its free segments and the reading stays within it.
+  // Four sequences of 512 tokens, every activation kept: the shorter blocks leave more than
+  // 1 MiB when the full-size gradient is cut from them, so the step reserves above its peak; on
+  // a GPU whose memory the uncapped reading passes, the allocator releases its free segments
+  // and the reading stays within it. (With whole-layer recomputation the layers' forward
+  // intermediates split every segment, none is free as a whole at the peak, and a GPU below
+  // the uncapped reading runs out of memory: the reading stands, as below.)
   const ModelSpec m = Zoo("llama-2-7b");
   const ParallelPlan p = FsdpOverTwo();
-  TrainingSpec t = FsdpLora(10);
+  TrainingSpec t = FsdpLora(4);
+  t.recompute = Recompute::kNone;
+  t.seq_len = 512;
   t.hf_loss = HfLoss::kModelUpcastSliced;
   const MemoryEstimate free = Predict(m, t, p);
   ASSERT_GT(free.stages[0].step_excess_bytes, 0);
@@ -202,6 +207,95 @@ TEST(StepEvents, TheChainIsRefusedOutsideHfCausalModels) {
   auto r = PredictMemory(m, t, ParallelPlan{});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().field(), "transformers");
+}
+
+// A Llama-style layer's gradients by backward step, worked by hand: hidden 4,096, 32 heads, 8 of
+// them for k and v (q 4,096 x 4,096; k and v 1,024 x 4,096 each), a gated MLP of width 11,008,
+// fp32 gradients (4 bytes a parameter).
+TEST(StepEvents, ALayersGradientTensorsByBackwardStep) {
+  LayerActivations a;
+  a.backward[0] = {0, 0, BackwardStep::Params::kMlp, 0.0};
+  a.backward[1] = {0, 0, BackwardStep::Params::kNone, 0.0};
+  a.backward[2] = {0, 0, BackwardStep::Params::kAttnQkv, 0.0};
+  a.backward[3] = {0, 0, BackwardStep::Params::kNorm, 0.0};
+  LayerParamSplit p;
+  p.mlp = 3 * 4096 * 11008;
+  p.attn_qkv = 4096 * 4096 + 2 * 1024 * 4096;
+  p.attn_out = 4096 * 4096;
+  p.norm = 4096;
+  p.mlp_matrices = 3;
+  p.q_share = 32.0 / (32 + 2 * 8);
+  const BackwardGrads g = LayerStepGrads(a, p, 4.0);
+  const std::vector<int64_t> mlp(3, int64_t{4096} * 11008 * 4);
+  EXPECT_EQ(g[0], mlp);
+  EXPECT_TRUE(g[1].empty());
+  const std::vector<int64_t> qkv = {int64_t{4096} * 4096 * 4, 1024 * 4096 * 4, 1024 * 4096 * 4};
+  EXPECT_EQ(g[2], qkv);
+  EXPECT_EQ(g[3], std::vector<int64_t>{4096 * 4});
+  // Gradients that persist between steps (0 bytes a parameter) are not step events.
+  for (const auto& step : LayerStepGrads(a, p, 0.0)) EXPECT_TRUE(step.empty());
+  // Foreach Adam: one temporary a gradient, the layers' first, then the head's and the first
+  // stage's; without it none.
+  StepShape shape;
+  shape.layers.push_back({&a, g});
+  AddOutsideGrads(shape, 100, 200, true);
+  EXPECT_EQ(shape.head_grads, std::vector<int64_t>{100});
+  EXPECT_EQ(shape.first_grads, std::vector<int64_t>{200});
+  std::vector<int64_t> temp = mlp;
+  temp.insert(temp.end(), qkv.begin(), qkv.end());
+  temp.push_back(4096 * 4);
+  temp.push_back(100);
+  temp.push_back(200);
+  EXPECT_EQ(shape.optimizer_temp, temp);
+  StepShape plain;
+  AddOutsideGrads(plain, 100, 0, false);
+  EXPECT_EQ(plain.head_grads, std::vector<int64_t>{100});
+  EXPECT_TRUE(plain.first_grads.empty());
+  EXPECT_TRUE(plain.optimizer_temp.empty());
+}
+
+}  // namespace
+}  // namespace frenzy
+
+namespace frenzy {
+namespace {
+
+// One layer worked out by hand (stream tensors of 10 MiB): its checkpointed forward brings
+// three 10 MiB intermediates, two alive at a time, around the 10 MiB input the next checkpoint
+// keeps; backward recomputes them, the first backward step holds a 10 MiB buffer beside the
+// 4 MiB gradient it makes and frees two intermediates, the second frees the third; the output
+// layer's 6 MiB gradient comes first, foreach Adam's temporaries (4 and 6 MiB) last, and the
+// gradients go with zero_grad.
+TEST(StepEvents, ALayersForwardBackwardAndGradientsInTheirOrder) {
+  LayerActivations a;
+  a.saved = 10 * kMiB;
+  a.recomputed = 30 * kMiB;
+  a.backward[0] = {10 * kMiB, 20 * kMiB, BackwardStep::Params::kMlp, 0.0};
+  a.backward[1] = {0, 10 * kMiB, BackwardStep::Params::kNone, 0.0};
+  StepShape shape;
+  shape.stream = 10 * kMiB;
+  shape.layers.push_back({&a, {}});
+  shape.layers[0].grads[0] = {4 * kMiB};
+  shape.head_grads = {6 * kMiB};
+  shape.optimizer_temp = {4 * kMiB, 6 * kMiB};
+  const std::vector<StepEvent> ev = BuildStepEvents(shape);
+  const int64_t M = kMiB;
+  // (bytes, free_of): allocations carry their bytes, frees the index they free.
+  const std::vector<std::pair<int64_t, int64_t>> want = {
+      {10 * M, -1}, {10 * M, -1}, {10 * M, -1}, {0, 0},  // forward: the first goes
+      {10 * M, -1}, {0, 1}, {0, 2},                      // the kept input, then the rest
+      {6 * M, -1},                                       // the output layer's gradient
+      {10 * M, -1}, {10 * M, -1}, {10 * M, -1},          // recomputation
+      {10 * M, -1}, {4 * M, -1}, {0, 11}, {0, 8}, {0, 9},  // step 1: buffer, gradient, frees
+      {0, 10},                                           // step 2
+      {0, 4},                                            // the kept input
+      {4 * M, -1}, {6 * M, -1}, {0, 18}, {0, 19},        // the optimizer's temporaries
+      {0, 7}, {0, 12}};                                  // zero_grad
+  ASSERT_EQ(ev.size(), want.size());
+  for (size_t i = 0; i < ev.size(); ++i) {
+    EXPECT_EQ(ev[i].bytes, want[i].first) << "event " << i;
+    EXPECT_EQ(ev[i].free_of, want[i].second) << "event " << i;
+  }
 }
 
 }  // namespace
