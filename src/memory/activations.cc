@@ -544,6 +544,10 @@ LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const Par
       {norm_bwd, norms.norm1, P::kNorm, 0.0},
   }};
   for (const auto& st : out.backward) out.saved += st.frees;
+  out.backward[1].piece = tokens * x.w.f * e;
+  out.backward[4].piece = q_bytes;
+  out.backward[5].piece = t.flash_attn ? q_bytes : x.att * kF32;
+  out.backward[6].piece = q_bytes;
   out.recompute_saved = stream;  // the checkpointed layer input
   if (RecomputesLayerForward(t.recompute)) ApplyLayerRecompute(m, t, x, stream, out);
   return out;
@@ -648,6 +652,10 @@ LayerActivations MegatronLayer(const ModelSpec& m, const TrainingSpec& t, const 
       {2 * stream, norms / 2, P::kNorm, 0.0},
   }};
   for (const auto& st : out.backward) out.saved += st.frees;
+  out.backward[1].piece = sb * w.f * e;
+  out.backward[4].piece = sb * w.q * e;
+  out.backward[5].piece = t.flash_attn ? sb * w.q * e : att * e;
+  out.backward[6].piece = sb * w.q * e;
   out.recompute_saved = stream;
   if (t.recompute == Recompute::kFull) {
     out.recomputed = out.saved + stream;

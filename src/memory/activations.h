@@ -32,6 +32,10 @@ struct BackwardStep {
   // Share of those parameter gradients already allocated at the step's peak (e.g. the MLP's
   // peak comes after the down projection's weight gradient, before the up/gate ones).
   double params_at_peak = 0.0;
+  // Bytes of the step's typical tensor, for the allocator replays (memory/step_events.h): its
+  // saved and transient bytes come as tensors of this size (the MLP's are its width wide,
+  // eager attention's are fp32 scores); 0: the residual stream's.
+  int64_t piece = 0;
 };
 
 struct LayerActivations {

@@ -589,9 +589,11 @@ std::vector<StepEvent> StepEventsAt(const ModelSpec& m, const TrainingSpec& t,
     const auto bytes = [&](int64_t params) {
       return static_cast<int64_t>(static_cast<double>(params) * grads.per_param);
     };
+    const bool adam = t.optimizer == OptimizerKind::kAdamW || t.optimizer == OptimizerKind::kAdam;
     AddOutsideGrads(shape, bytes(s.sp.head), bytes(s.sp.outside_layers - s.sp.head),
-                    t.foreach_optimizer && (t.optimizer == OptimizerKind::kAdamW ||
-                                            t.optimizer == OptimizerKind::kAdam));
+                    !adam                  ? AdamTemps::kNone
+                    : t.foreach_optimizer ? AdamTemps::kForeach
+                                          : AdamTemps::kOneAtATime);
   }
   return BuildStepEvents(shape);
 }

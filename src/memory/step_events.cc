@@ -87,16 +87,15 @@ void AppendOutputEvents(const OutputActivations& o, bool logits_freed, StepEvent
 
 namespace {
 
-// A layer's bytes as tensors of the residual stream's size (tokens x hidden), the last one the
+// Bytes as tensors of `piece` bytes (the residual stream's where 0), the last one the
 // remainder: the account sums a layer's tensors, the allocator sees them one by one. At most
-// kMaxLayerPieces pieces (larger ones beyond that, e.g. eager attention's scores at long
-// sequences), which bounds the replay's cost.
+// kMaxLayerPieces pieces (larger ones beyond that), which bounds the replay's cost.
 constexpr int64_t kMaxLayerPieces = 64;
-std::vector<int64_t> AsStreamTensors(int64_t bytes, int64_t stream) {
+std::vector<int64_t> AsTensors(int64_t bytes, int64_t piece) {
   std::vector<int64_t> out;
   if (bytes <= 0) return out;
-  stream = std::max({int64_t{1}, stream, (bytes + kMaxLayerPieces - 1) / kMaxLayerPieces});
-  for (; bytes > stream; bytes -= stream) out.push_back(stream);
+  piece = std::max({int64_t{1}, piece, (bytes + kMaxLayerPieces - 1) / kMaxLayerPieces});
+  for (; bytes > piece; bytes -= piece) out.push_back(piece);
   out.push_back(bytes);
   return out;
 }
@@ -107,59 +106,104 @@ void AllocAll(const std::vector<int64_t>& sizes, StepEvents& ev, std::vector<int
   for (int64_t bytes : sizes) into.push_back(ev.Alloc(bytes));
 }
 
+void FreeAll(std::vector<int64_t>& handles, StepEvents& ev) {
+  for (int64_t h : handles) ev.Free(h);
+  handles.clear();
+}
+
+using StepHandles = std::array<std::vector<int64_t>, std::tuple_size_v<decltype(
+                                                          LayerActivations::backward)>>;
+
+// One layer's tensors by backward step, allocated in forward order (the last backward step's
+// first), each step's `frees` as tensors of its own size; what the steps do not account (a
+// recomputed layer's output) as stream-sized ones into `rest`.
+void AllocLayer(const LayerActivations& a, int64_t total, int64_t stream, StepEvents& ev,
+                StepHandles& by_step, std::vector<int64_t>& rest) {
+  int64_t accounted = 0;
+  for (size_t k = a.backward.size(); k-- > 0;) {
+    const BackwardStep& st = a.backward[k];
+    AllocAll(AsTensors(st.frees, st.piece > 0 ? st.piece : stream), ev, by_step[k]);
+    accounted += st.frees;
+  }
+  AllocAll(AsTensors(total - accounted, stream), ev, rest);
+}
+
+// A checkpointed layer's forward: what its recomputation will bring back comes and goes, each
+// tensor freed once the next op has used it (no graph holds them: two alive at a time), around
+// the output it passes on, which the next checkpoint keeps; that output lands beyond them and
+// splits the blocks they free.
+void CheckpointedForward(const LayerActivations& a, int64_t stream, StepEvents& ev,
+                         std::vector<int64_t>& kept) {
+  std::vector<int64_t> sizes;
+  for (size_t k = a.backward.size(); k-- > 0;) {
+    const BackwardStep& st = a.backward[k];
+    for (int64_t bytes : AsTensors(st.frees, st.piece > 0 ? st.piece : stream)) {
+      sizes.push_back(bytes);
+    }
+  }
+  std::vector<int64_t> forward;
+  for (int64_t bytes : sizes) {
+    forward.push_back(ev.Alloc(bytes));
+    if (forward.size() > kForwardAlive) ev.Free(forward[forward.size() - kForwardAlive - 1]);
+  }
+  AllocAll(AsTensors(a.saved, stream), ev, kept);
+  for (size_t i = forward.size() > kForwardAlive ? forward.size() - kForwardAlive : 0;
+       i < forward.size(); ++i) {
+    ev.Free(forward[i]);
+  }
+}
+
 }  // namespace
 
 std::vector<StepEvent> BuildStepEvents(const StepShape& shape) {
   StepEvents ev;
-  std::vector<std::vector<int64_t>> kept;
-  std::vector<int64_t> forward, grads;
-  for (const StepLayer& layer : shape.layers) {
-    // A checkpointed layer runs its forward without saving: its intermediates (what its
-    // recomputation brings back) come and go, each freed once the next op has used it (no
-    // graph holds them: two alive at a time), around the output it passes on, which the next
-    // checkpoint keeps; that output lands beyond them and splits the blocks they free.
-    forward.clear();
-    for (int64_t bytes : AsStreamTensors(layer.act->recomputed, shape.stream)) {
-      forward.push_back(ev.Alloc(bytes));
-      if (forward.size() > kForwardAlive) ev.Free(forward[forward.size() - kForwardAlive - 1]);
-    }
-    kept.emplace_back();
-    AllocAll(AsStreamTensors(layer.act->saved, shape.stream), ev, kept.back());
-    for (size_t i = forward.size() > kForwardAlive ? forward.size() - kForwardAlive : 0;
-         i < forward.size(); ++i) {
-      ev.Free(forward[i]);
+  const int64_t stream = shape.stream;
+  std::vector<StepHandles> saved(shape.layers.size());
+  std::vector<std::vector<int64_t>> kept(shape.layers.size());
+  std::vector<int64_t> grads;
+  for (size_t j = 0; j < shape.layers.size(); ++j) {
+    const LayerActivations& a = *shape.layers[j].act;
+    if (a.recomputed > 0) {
+      CheckpointedForward(a, stream, ev, kept[j]);
+    } else {
+      AllocLayer(a, a.saved, stream, ev, saved[j], kept[j]);
     }
   }
   if (shape.output != nullptr) AppendOutputEvents(*shape.output, shape.logits_freed, ev);
   AllocAll(shape.head_grads, ev, grads);
-  for (size_t j = kept.size(); j-- > 0;) {
+  for (size_t j = shape.layers.size(); j-- > 0;) {
     const StepLayer& layer = shape.layers[j];
-    std::vector<int64_t> back, transient;
-    AllocAll(AsStreamTensors(layer.act->recomputed, shape.stream), ev, back);
-    // Each backward step's gradient buffers, its parameters' gradients, then what it frees of
-    // the layer's saved (or recomputed) tensors, in the order they were kept.
-    std::vector<int64_t>& held = back.empty() ? kept[j] : back;
-    size_t next = 0;
-    for (size_t k = 0; k < layer.act->backward.size(); ++k) {
-      const BackwardStep& step = layer.act->backward[k];
-      transient.clear();
-      AllocAll(AsStreamTensors(step.transient, shape.stream), ev, transient);
+    const LayerActivations& a = *layer.act;
+    // Recomputation brings the layer's tensors back, by step, and its output.
+    std::vector<int64_t> output;
+    if (a.recomputed > 0) AllocLayer(a, a.recomputed, stream, ev, saved[j], output);
+    // Each backward step's gradient buffers, its parameters' gradients, then the tensors it
+    // was keeping.
+    std::vector<int64_t> transient;
+    for (size_t k = 0; k < a.backward.size(); ++k) {
+      const BackwardStep& st = a.backward[k];
+      AllocAll(AsTensors(st.transient, st.piece > 0 ? st.piece : stream), ev, transient);
       AllocAll(layer.grads[k], ev, grads);
-      for (int64_t h : transient) ev.Free(h);
-      for (int64_t freed = 0; freed < step.frees && next < held.size(); ++next) {
-        freed += ev.events()[static_cast<size_t>(held[next])].bytes;
-        ev.Free(held[next]);
-        held[next] = -1;
-      }
+      FreeAll(transient, ev);
+      FreeAll(saved[j][k], ev);
     }
-    for (int64_t h : back) ev.Free(h);  // -1 where already freed: ignored
+    FreeAll(output, ev);
     for (auto it = kept[j].rbegin(); it != kept[j].rend(); ++it) ev.Free(*it);
   }
   AllocAll(shape.first_grads, ev, grads);
   std::vector<int64_t> temp;
-  AllocAll(shape.optimizer_temp, ev, temp);
-  for (int64_t h : temp) ev.Free(h);
-  for (int64_t h : grads) ev.Free(h);
+  if (shape.optimizer_one_at_a_time) {
+    for (int64_t bytes : shape.optimizer_temp) {
+      const int64_t root = ev.Alloc(bytes);
+      const int64_t scaled = ev.Alloc(bytes);
+      ev.Free(root);
+      ev.Free(scaled);
+    }
+  } else {
+    AllocAll(shape.optimizer_temp, ev, temp);
+    FreeAll(temp, ev);
+  }
+  FreeAll(grads, ev);
   return std::move(ev.events());
 }
 
@@ -195,18 +239,17 @@ BackwardGrads LayerStepGrads(const LayerActivations& a, const LayerParamSplit& p
 }
 
 void AddOutsideGrads(StepShape& shape, int64_t head_bytes, int64_t first_bytes,
-                     bool foreach_adam) {
+                     AdamTemps adam) {
   if (head_bytes > 0) shape.head_grads.push_back(head_bytes);
   if (first_bytes > 0) shape.first_grads.push_back(first_bytes);
-  if (!foreach_adam) return;
+  if (adam == AdamTemps::kNone) return;
+  shape.optimizer_one_at_a_time = adam == AdamTemps::kOneAtATime;
+  auto& temp = shape.optimizer_temp;
+  temp.insert(temp.end(), shape.first_grads.begin(), shape.first_grads.end());
   for (const StepLayer& layer : shape.layers) {
-    for (const auto& step : layer.grads) {
-      shape.optimizer_temp.insert(shape.optimizer_temp.end(), step.begin(), step.end());
-    }
+    for (const auto& step : layer.grads) temp.insert(temp.end(), step.begin(), step.end());
   }
-  for (const auto* v : {&shape.head_grads, &shape.first_grads}) {
-    shape.optimizer_temp.insert(shape.optimizer_temp.end(), v->begin(), v->end());
-  }
+  temp.insert(temp.end(), shape.head_grads.begin(), shape.head_grads.end());
 }
 
 StepReplay ReplaySteps(const std::vector<StepEvent>& events, int steps, int64_t limit) {

@@ -54,6 +54,9 @@ struct StepShape {
   const OutputActivations* output = nullptr;  // the last stage's
   bool logits_freed = false;
   std::vector<int64_t> head_grads, first_grads, optimizer_temp;
+  // Single-tensor Adam: two temporaries a parameter, one parameter at a time (else foreach:
+  // one a parameter, all at once).
+  bool optimizer_one_at_a_time = false;
 };
 using BackwardGrads =
     std::array<std::vector<int64_t>, std::tuple_size_v<decltype(LayerActivations::backward)>>;
@@ -69,10 +72,13 @@ struct LayerParamSplit {
 BackwardGrads LayerStepGrads(const LayerActivations& a, const LayerParamSplit& p,
                              double bytes_per_param);
 // The gradients outside the layers (the output layer's and final norm's first, the
-// embeddings' after the layers), and, for foreach Adam, one temporary a gradient (the sqrt of
-// exp_avg_sq, in the gradients' dtype where the states keep it).
+// embeddings' after the layers), and Adam's temporaries, in the parameters' order (the
+// embeddings, the layers, the head), in the gradients' dtype where the states keep it: foreach
+// Adam's one a parameter (_foreach_sqrt(exp_avg_sq)), or single-tensor Adam's two
+// (exp_avg_sq.sqrt() / bias_correction2_sqrt) one parameter at a time.
+enum class AdamTemps { kNone, kForeach, kOneAtATime };
 void AddOutsideGrads(StepShape& shape, int64_t head_bytes, int64_t first_bytes,
-                     bool foreach_adam);
+                     AdamTemps adam);
 
 // The step's allocations and frees in order: forward keeps each layer's saved tensors (as
 // residual-stream-sized pieces; a checkpointed layer's intermediates come and go around them),

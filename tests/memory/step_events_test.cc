@@ -149,17 +149,18 @@ TEST(StepEvents, SlicedChainChangesTheLossPhaseAsDerivedByHand) {
 }
 
 TEST(StepEvents, TheDevicesMemoryCapsTheReplayedReserve) {
-  // Four sequences of 512 tokens, every activation kept: the shorter blocks leave more than
+  // Four sequences of 1,024 tokens, every activation kept: the shorter blocks leave more than
   // 1 MiB when the full-size gradient is cut from them, so the step reserves above its peak; on
   // a GPU whose memory the uncapped reading passes, the allocator releases its free segments
   // and the reading stays within it. (With whole-layer recomputation the layers' forward
   // intermediates split every segment, none is free as a whole at the peak, and a GPU below
-  // the uncapped reading runs out of memory: the reading stands, as below.)
+  // the uncapped reading runs out of memory: the reading stands, as below. At 512 tokens the
+  // layers' own tensors, MLP-wide and score-sized, leave no segment free as a whole either.)
   const ModelSpec m = Zoo("llama-2-7b");
   const ParallelPlan p = FsdpOverTwo();
   TrainingSpec t = FsdpLora(4);
   t.recompute = Recompute::kNone;
-  t.seq_len = 512;
+  t.seq_len = 1024;
   t.hf_loss = HfLoss::kModelUpcastSliced;
   const MemoryEstimate free = Predict(m, t, p);
   ASSERT_GT(free.stages[0].step_excess_bytes, 0);
@@ -209,6 +210,32 @@ TEST(StepEvents, TheChainIsRefusedOutsideHfCausalModels) {
   EXPECT_EQ(r.status().field(), "transformers");
 }
 
+// Each step's tensors at its own size: 12 MiB the MLP keeps as 8 MiB tensors (its width) and
+// 18 MiB the attention keeps as stream-sized ones (10 MiB), allocated in forward order (the
+// attention's first) and freed by the backward step that was keeping them.
+TEST(StepEvents, EachStepKeepsTensorsOfItsOwnSize) {
+  LayerActivations a;
+  a.saved = 30 * kMiB;
+  a.backward[0] = {8 * kMiB, 12 * kMiB, BackwardStep::Params::kMlp, 0.0, 8 * kMiB};
+  a.backward[1] = {0, 18 * kMiB, BackwardStep::Params::kNone, 0.0, 0};
+  StepShape shape;
+  shape.stream = 10 * kMiB;
+  shape.layers.push_back({&a, {}});
+  const std::vector<StepEvent> ev = BuildStepEvents(shape);
+  const int64_t M = kMiB;
+  const std::vector<std::pair<int64_t, int64_t>> want = {
+      {10 * M, -1}, {8 * M, -1},  // forward: the attention's 18 MiB
+      {8 * M, -1}, {4 * M, -1},   // the MLP's 12 MiB
+      {8 * M, -1}, {0, 4},        // the MLP's backward: one 8 MiB buffer
+      {0, 2}, {0, 3},             // and what it kept
+      {0, 0}, {0, 1}};            // the attention's
+  ASSERT_EQ(ev.size(), want.size());
+  for (size_t i = 0; i < ev.size(); ++i) {
+    EXPECT_EQ(ev[i].bytes, want[i].first) << "event " << i;
+    EXPECT_EQ(ev[i].free_of, want[i].second) << "event " << i;
+  }
+}
+
 // A Llama-style layer's gradients by backward step, worked by hand: hidden 4,096, 32 heads, 8 of
 // them for k and v (q 4,096 x 4,096; k and v 1,024 x 4,096 each), a gated MLP of width 11,008,
 // fp32 gradients (4 bytes a parameter).
@@ -234,21 +261,28 @@ TEST(StepEvents, ALayersGradientTensorsByBackwardStep) {
   EXPECT_EQ(g[3], std::vector<int64_t>{4096 * 4});
   // Gradients that persist between steps (0 bytes a parameter) are not step events.
   for (const auto& step : LayerStepGrads(a, p, 0.0)) EXPECT_TRUE(step.empty());
-  // Foreach Adam: one temporary a gradient, the layers' first, then the head's and the first
-  // stage's; without it none.
+  // Adam: a temporary a gradient in the parameters' order, the embeddings' (200) first, the
+  // layers', the head's (100) last; foreach Adam allocates them at once, single-tensor Adam one
+  // parameter at a time; SGD none.
   StepShape shape;
   shape.layers.push_back({&a, g});
-  AddOutsideGrads(shape, 100, 200, true);
+  AddOutsideGrads(shape, 100, 200, AdamTemps::kForeach);
   EXPECT_EQ(shape.head_grads, std::vector<int64_t>{100});
   EXPECT_EQ(shape.first_grads, std::vector<int64_t>{200});
-  std::vector<int64_t> temp = mlp;
+  std::vector<int64_t> temp = {200};
+  temp.insert(temp.end(), mlp.begin(), mlp.end());
   temp.insert(temp.end(), qkv.begin(), qkv.end());
   temp.push_back(4096 * 4);
   temp.push_back(100);
-  temp.push_back(200);
   EXPECT_EQ(shape.optimizer_temp, temp);
+  EXPECT_FALSE(shape.optimizer_one_at_a_time);
+  StepShape single;
+  single.layers.push_back({&a, g});
+  AddOutsideGrads(single, 100, 200, AdamTemps::kOneAtATime);
+  EXPECT_EQ(single.optimizer_temp, temp);
+  EXPECT_TRUE(single.optimizer_one_at_a_time);
   StepShape plain;
-  AddOutsideGrads(plain, 100, 0, false);
+  AddOutsideGrads(plain, 100, 0, AdamTemps::kNone);
   EXPECT_EQ(plain.head_grads, std::vector<int64_t>{100});
   EXPECT_TRUE(plain.first_grads.empty());
   EXPECT_TRUE(plain.optimizer_temp.empty());
@@ -286,8 +320,8 @@ TEST(StepEvents, ALayersForwardBackwardAndGradientsInTheirOrder) {
       {10 * M, -1}, {0, 1}, {0, 2},                      // the kept input, then the rest
       {6 * M, -1},                                       // the output layer's gradient
       {10 * M, -1}, {10 * M, -1}, {10 * M, -1},          // recomputation
-      {10 * M, -1}, {4 * M, -1}, {0, 11}, {0, 8}, {0, 9},  // step 1: buffer, gradient, frees
-      {0, 10},                                           // step 2
+      {10 * M, -1}, {4 * M, -1}, {0, 11}, {0, 9}, {0, 10},  // step 1: buffer, gradient, and
+      {0, 8},                                             // its own tensors; then step 2's
       {0, 4},                                            // the kept input
       {4 * M, -1}, {6 * M, -1}, {0, 18}, {0, 19},        // the optimizer's temporaries
       {0, 7}, {0, 12}};                                  // zero_grad
@@ -295,6 +329,19 @@ TEST(StepEvents, ALayersForwardBackwardAndGradientsInTheirOrder) {
   for (size_t i = 0; i < ev.size(); ++i) {
     EXPECT_EQ(ev[i].bytes, want[i].first) << "event " << i;
     EXPECT_EQ(ev[i].free_of, want[i].second) << "event " << i;
+  }
+  // Single-tensor Adam: two temporaries a parameter, one parameter at a time, after the same
+  // 18 events.
+  shape.optimizer_one_at_a_time = true;
+  const std::vector<StepEvent> single = BuildStepEvents(shape);
+  const std::vector<std::pair<int64_t, int64_t>> tail = {
+      {4 * M, -1}, {4 * M, -1}, {0, 18}, {0, 19},
+      {6 * M, -1}, {6 * M, -1}, {0, 22}, {0, 23},
+      {0, 7}, {0, 12}};
+  ASSERT_EQ(single.size(), 18 + tail.size());
+  for (size_t i = 0; i < tail.size(); ++i) {
+    EXPECT_EQ(single[18 + i].bytes, tail[i].first) << "event " << 18 + i;
+    EXPECT_EQ(single[18 + i].free_of, tail[i].second) << "event " << 18 + i;
   }
 }
 
