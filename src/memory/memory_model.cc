@@ -579,7 +579,8 @@ std::vector<StepEvent> StepEventsAt(const ModelSpec& m, const TrainingSpec& t,
   StepShape shape;
   shape.stream = sh.b * sh.s * m.hidden_size * sh.e;
   for (int64_t i = l.first; i < l.first + l.n_layers; ++i) {
-    shape.layers.push_back({&k.Act(m, i), grads.Of(m, k.Params(m, i), k.Act(m, i))});
+    const LayerActivations& a = k.Act(m, i);
+    shape.layers.push_back({&a, grads.Of(m, k.Params(m, i), a)});
   }
   if (l.last_stage) {
     shape.output = &k.output_act;
@@ -659,8 +660,7 @@ void AddLengthReserve(const ModelSpec& m, const TrainingSpec& t, const ParallelP
   if (!t.lengths.active() || t.device != DeviceKind::kCuda) return;
   const VariableLengthReserve v = ReserveOverOrders(
       [&](int64_t length) { return StepEventsAt(m, t, p, l, length, grads, s); }, t.lengths,
-      t.seq_len,
-      t.micro_batch);
+      t.seq_len, t.micro_batch);
   se.length_reserve_bytes = v.median;
   se.length_reserve_low = v.low;
   se.length_reserve_high = v.high;

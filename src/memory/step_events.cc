@@ -111,18 +111,20 @@ void FreeAll(std::vector<int64_t>& handles, StepEvents& ev) {
   handles.clear();
 }
 
-using StepHandles = std::array<std::vector<int64_t>, std::tuple_size_v<decltype(
-                                                          LayerActivations::backward)>>;
+// A backward step's bytes as tensors of its own size.
+std::vector<int64_t> StepTensors(const BackwardStep& st, int64_t bytes, int64_t stream) {
+  return AsTensors(bytes, st.piece > 0 ? st.piece : stream);
+}
 
 // One layer's tensors by backward step, allocated in forward order (the last backward step's
 // first), each step's `frees` as tensors of its own size; what the steps do not account (a
 // recomputed layer's output) as stream-sized ones into `rest`.
 void AllocLayer(const LayerActivations& a, int64_t total, int64_t stream, StepEvents& ev,
-                StepHandles& by_step, std::vector<int64_t>& rest) {
+                BackwardGrads& by_step, std::vector<int64_t>& rest) {
   int64_t accounted = 0;
   for (size_t k = a.backward.size(); k-- > 0;) {
     const BackwardStep& st = a.backward[k];
-    AllocAll(AsTensors(st.frees, st.piece > 0 ? st.piece : stream), ev, by_step[k]);
+    AllocAll(StepTensors(st, st.frees, stream), ev, by_step[k]);
     accounted += st.frees;
   }
   AllocAll(AsTensors(total - accounted, stream), ev, rest);
@@ -137,9 +139,7 @@ void CheckpointedForward(const LayerActivations& a, int64_t stream, StepEvents& 
   std::vector<int64_t> sizes;
   for (size_t k = a.backward.size(); k-- > 0;) {
     const BackwardStep& st = a.backward[k];
-    for (int64_t bytes : AsTensors(st.frees, st.piece > 0 ? st.piece : stream)) {
-      sizes.push_back(bytes);
-    }
+    for (int64_t bytes : StepTensors(st, st.frees, stream)) sizes.push_back(bytes);
   }
   std::vector<int64_t> forward;
   for (int64_t bytes : sizes) {
@@ -158,7 +158,7 @@ void CheckpointedForward(const LayerActivations& a, int64_t stream, StepEvents& 
 std::vector<StepEvent> BuildStepEvents(const StepShape& shape) {
   StepEvents ev;
   const int64_t stream = shape.stream;
-  std::vector<StepHandles> saved(shape.layers.size());
+  std::vector<BackwardGrads> saved(shape.layers.size());
   std::vector<std::vector<int64_t>> kept(shape.layers.size());
   std::vector<int64_t> grads;
   for (size_t j = 0; j < shape.layers.size(); ++j) {
@@ -182,7 +182,7 @@ std::vector<StepEvent> BuildStepEvents(const StepShape& shape) {
     std::vector<int64_t> transient;
     for (size_t k = 0; k < a.backward.size(); ++k) {
       const BackwardStep& st = a.backward[k];
-      AllocAll(AsTensors(st.transient, st.piece > 0 ? st.piece : stream), ev, transient);
+      AllocAll(StepTensors(st, st.transient, stream), ev, transient);
       AllocAll(layer.grads[k], ev, grads);
       FreeAll(transient, ev);
       FreeAll(saved[j][k], ev);
@@ -191,7 +191,6 @@ std::vector<StepEvent> BuildStepEvents(const StepShape& shape) {
     for (auto it = kept[j].rbegin(); it != kept[j].rend(); ++it) ev.Free(*it);
   }
   AllocAll(shape.first_grads, ev, grads);
-  std::vector<int64_t> temp;
   if (shape.optimizer_one_at_a_time) {
     for (int64_t bytes : shape.optimizer_temp) {
       const int64_t root = ev.Alloc(bytes);
@@ -200,6 +199,7 @@ std::vector<StepEvent> BuildStepEvents(const StepShape& shape) {
       ev.Free(scaled);
     }
   } else {
+    std::vector<int64_t> temp;
     AllocAll(shape.optimizer_temp, ev, temp);
     FreeAll(temp, ev);
   }

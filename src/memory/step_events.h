@@ -43,10 +43,12 @@ void AppendOutputEvents(const OutputActivations& o, bool logits_freed, StepEvent
 // gradients persist between steps or live in flat buffers), the output layer's, the first
 // stage's, and the optimizer step's temporaries (one per tensor), after which every gradient
 // is freed (zero_grad(set_to_none=True)).
+// Per backward step of a layer: tensors' bytes (or event handles).
+using BackwardGrads =
+    std::array<std::vector<int64_t>, std::tuple_size_v<decltype(LayerActivations::backward)>>;
 struct StepLayer {
   const LayerActivations* act = nullptr;
-  std::array<std::vector<int64_t>, std::tuple_size_v<decltype(LayerActivations::backward)>>
-      grads;  // by backward step
+  BackwardGrads grads;  // by backward step
 };
 struct StepShape {
   int64_t stream = 0;  // bytes of a residual-stream tensor (tokens x hidden)
@@ -58,8 +60,6 @@ struct StepShape {
   // one a parameter, all at once).
   bool optimizer_one_at_a_time = false;
 };
-using BackwardGrads =
-    std::array<std::vector<int64_t>, std::tuple_size_v<decltype(LayerActivations::backward)>>;
 
 // A layer's parameters by the backward step that makes their gradients (BackwardStep::Params).
 struct LayerParamSplit {
@@ -80,12 +80,13 @@ enum class AdamTemps { kNone, kForeach, kOneAtATime };
 void AddOutsideGrads(StepShape& shape, int64_t head_bytes, int64_t first_bytes,
                      AdamTemps adam);
 
-// The step's allocations and frees in order: forward keeps each layer's saved tensors (as
-// residual-stream-sized pieces; a checkpointed layer's intermediates come and go around them),
-// then the output layer's and the loss's (AppendOutputEvents), freed by the loss's backward,
-// the output layer's gradients; then layer by layer, last first, what recomputation brings
-// back, each backward step's transient and gradients, the saved tensors it frees; then the
-// first stage's gradients, the optimizer's temporaries, and the gradients go.
+// The step's allocations and frees in order: forward keeps each layer's saved tensors, by
+// backward step at that step's tensor size (BackwardStep::piece; a checkpointed layer's
+// intermediates come and go around its kept input), then the output layer's and the loss's
+// (AppendOutputEvents), freed by the loss's backward, the output layer's gradients; then layer
+// by layer, last first, what recomputation brings back, each backward step's transient and
+// gradients, the saved tensors that step kept; then the first stage's gradients, the
+// optimizer's temporaries, and the gradients go.
 std::vector<StepEvent> BuildStepEvents(const StepShape& shape);
 
 // `steps` replays of one step's events through one allocator: the most it reserved and had
