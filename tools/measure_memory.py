@@ -620,8 +620,9 @@ class Nf4Linear(nn.Module):
 
 
 class LoraLinear(nn.Module):
-    """PEFT's lora.Linear: base(x) + lora_B(lora_A(dropout(x.to(A's dtype)))) * alpha / r with
-    the base frozen; the adapters are fp32 (get_peft_model's autocast_adapter_dtype)."""
+    """PEFT's lora.Linear: base(x) + lora_B(lora_A(dropout(x.to(A's dtype)))) * alpha / r, in
+    the base output's dtype, with the base frozen; the adapters are fp32 (get_peft_model's
+    autocast_adapter_dtype)."""
 
     def __init__(self, base, rank, alpha, dropout):
         super().__init__()
@@ -637,8 +638,11 @@ class LoraLinear(nn.Module):
 
     def forward(self, x):
         result = self.base_layer(x)
+        dtype = result.dtype
         x = x.to(self.lora_A.weight.dtype)
-        return result + self.lora_B(self.lora_A(self.dropout(x))) * self.scaling
+        # The sum is in the wider dtype (fp32 adapters over a 16-bit base), cast back to the
+        # base's as PEFT's Linear.forward ends (`result.to(torch_result_dtype)`).
+        return (result + self.lora_B(self.lora_A(self.dropout(x))) * self.scaling).to(dtype)
 
 
 LORA_TARGETS = {
@@ -647,11 +651,13 @@ LORA_TARGETS = {
 }
 
 
-def apply_finetune(model, finetune, rank, alpha, dropout, targets, compute_dtype, double_quant):
+def apply_finetune(model, finetune, rank, alpha, dropout, targets, compute_dtype, double_quant,
+                   adapter_dtype=torch.float32):
     """Freezes the model and wraps the targeted linear layers (by name, as PEFT matches them)
     with adapters; with qlora the layers' linear weights become NF4 first and every other
-    parameter is upcast to fp32, as peft.prepare_model_for_kbit_training does. Returns the
-    trainable parameters."""
+    parameter is upcast to fp32, as peft.prepare_model_for_kbit_training does. The adapters are
+    `adapter_dtype` (PEFT's fp32, or 16-bit where a script casts them, as fsdp_qlora's casts
+    the whole model). Returns the trainable parameters."""
     names = LORA_TARGETS.get(targets) or tuple(targets.split(","))
     for p in model.parameters():
         p.requires_grad_(False)
@@ -672,7 +678,7 @@ def apply_finetune(model, finetune, rank, alpha, dropout, targets, compute_dtype
                 p.data = p.data.float()
     trainable = [p for n, p in model.named_parameters() if "lora_" in n]
     for p in trainable:
-        p.data = p.data.float()
+        p.data = p.data.to(adapter_dtype)
         p.requires_grad_(True)
     return trainable
 
@@ -754,7 +760,7 @@ def measure(doc, micro_batch=1, seq_len=128, precision="fp32", optimizer="adamw"
             attn="eager", dropout="on", steps=3, device=None, seed=0, finetune="full", lora_rank=8,
             lora_alpha=16.0, lora_dropout=0.0, lora_targets="all-linear", double_quant=True,
             recompute_every=1, keep_grads=False, accum=1, drop_logits=False, lengths=None,
-            hf_loss="padded"):
+            hf_loss="padded", lora_dtype="fp32"):
     """Builds the model of config `doc`, trains `steps` steps and returns the measured peak.
     With `lengths` (CUDA only): one step per entry, each batch that many tokens long (an epoch
     of batches of varying length, in that order), and the readings over all of them."""
@@ -765,6 +771,7 @@ def measure(doc, micro_batch=1, seq_len=128, precision="fp32", optimizer="adamw"
                               lora_targets=lora_targets, double_quant=double_quant,
                               recompute_every=recompute_every, keep_grads=keep_grads,
                               accum=accum, drop_logits=drop_logits, hf_loss=hf_loss,
+                              lora_dtype=lora_dtype,
                               device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if lengths:
         return _measure_epoch(parse_config(doc), args, lengths)
@@ -790,6 +797,9 @@ def main():
     ap.add_argument("--lora-rank", type=int, default=8)
     ap.add_argument("--lora-alpha", type=float, default=16.0)
     ap.add_argument("--lora-dropout", type=float, default=0.0)
+    ap.add_argument("--lora-dtype", default="fp32", choices=["fp32", "bf16"],
+                    help="the adapters' dtype: PEFT's fp32, or bf16 as scripts that cast the "
+                         "model after get_peft_model have it")
     ap.add_argument("--lora-targets", default="all-linear",
                     help="attention, all-linear, or module names (q_proj,v_proj,...)")
     ap.add_argument("--no-double-quant", dest="double_quant", action="store_false")
@@ -858,8 +868,9 @@ def _measure(c, args):
         params = [p for p in model.parameters()]
     else:
         compute = amp_dtype or (torch.bfloat16 if args.precision == "bf16-pure" else torch.float32)
+        adapter = torch.bfloat16 if getattr(args, "lora_dtype", "fp32") == "bf16" else torch.float32
         params = apply_finetune(model, finetune, args.lora_rank, args.lora_alpha, args.lora_dropout,
-                                args.lora_targets, compute, args.double_quant)
+                                args.lora_targets, compute, args.double_quant, adapter)
         # The embeddings' output requires grad, as PEFT arranges (enable_input_require_grads).
         model.embed.register_forward_hook(lambda mod, inp, out: out.requires_grad_(True))
         # Base, adapters and the 4-bit weights (buffers, no longer parameters).

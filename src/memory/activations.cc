@@ -419,15 +419,14 @@ int64_t FrozenNormSaving(const ModelSpec& m, const EagerShape& x, int64_t fed) {
 }
 
 // LoRA and QLoRA (PEFT's lora.Linear over a frozen base): frozen linear layers keep no input,
-// frozen norms no normalised x; each targeted layer's adapter keeps its own 16-bit cast of the
-// input (x.to(fp32) and autocast's cast back: a copy per adapter) or, in fp32, the input itself,
-// and A's r-wide output; lora_dropout keeps a mask. QLoRA's 4-bit layers cast their outputs
-// back to the fp32 stream, so the MLP's tensors are fp32. An MoE layer's sparse block and norms
-// keep their full fine-tuning account plus the adapters' tensors (an over-estimate).
+// frozen norms no normalised x; each targeted layer's adapter keeps its 16-bit cast of the input
+// under autocast (a copy per adapter), else its x.to(adapter dtype) (x, or a copy), and A's
+// output; lora_dropout keeps a mask. QLoRA's 4-bit layers cast their outputs back to the fp32
+// stream, so the MLP's tensors are fp32. An MoE layer's sparse block and norms keep their full
+// fine-tuning account plus the adapters' tensors (an over-estimate).
 struct LoraExtras {
   int64_t qkv = 0, attn_out = 0, mlp = 0;  // kept for backward, by step
-  // Backward transients: the fp32 gradient of each adapter's x.to(fp32) cast (mixed
-  // precision), and QLoRA's dequantised 16-bit weight.
+  // Backward: each adapter's input-cast (and dropout) gradients, QLoRA's dequantised weight.
   int64_t qkv_bwd = 0, attn_out_bwd = 0, mlp_bwd = 0;
 };
 
@@ -435,15 +434,16 @@ void ApplyLora(const ModelSpec& m, const TrainingSpec& t, const EagerShape& x, b
                EagerNorms& norms, EagerAttention& attn, EagerMlp& mlp, LoraExtras& ex) {
   const LoraSpec& l = t.lora;
   const bool copies = t.mixed();
-  const int64_t T = x.tokens, e = x.e, ea = copies ? e : kF32;
-  const int64_t drop_mask = l.dropout > 0 ? MaskBytes(t, copies ? kF32 : x.e) : 0;
+  // Without autocast an adapter reads x.to(its dtype): x itself, or (fp32 adapters on a bf16
+  // model) a copy its A keeps, whose gradient its backward casts back.
+  const bool cast = !copies && l.adapter_bytes != x.e;
+  const int64_t T = x.tokens, e = x.e, ea = copies ? e : l.adapter_bytes;
+  const int64_t drop_mask = l.dropout > 0 ? MaskBytes(t, copies ? kF32 : ea) : 0;
   const bool qlora = t.finetune == FineTune::kQlora;
-  // What a frozen norm no longer feeds: the frozen layers' 16-bit casts (autocast), or its
-  // output itself.
+  // What a frozen norm no longer feeds: the frozen layers' casts (autocast), or its output.
   const NormConsumers fed = x.autocast ? NormConsumersOf(m, moe_layer) : NormConsumers{};
-  // Each adapter keeps its own copy of its input (a cast, or dropout's output); in fp32 without
-  // dropout the adapters reading one norm output keep that tensor, once.
-  const bool own_copy = copies || l.dropout > 0;
+  // Each adapter keeps its own copy (a cast, or dropout's output), else they share the input.
+  const bool own_copy = copies || cast || l.dropout > 0;
   auto adapter_input = [&](int64_t width, bool& shared_kept) {
     const int64_t mask = T * width * drop_mask;
     if (!own_copy && shared_kept) return mask;
@@ -459,19 +459,21 @@ void ApplyLora(const ModelSpec& m, const TrainingSpec& t, const EagerShape& x, b
     // gradient of its input's cast.
     if (qlora) bwd = std::max(bwd, w.in * w.out * e + (x.autocast ? rows_in * w.in * kF32 : 0));
     if ((w.target & l.targets) == 0) continue;
-    if (copies) {
-      bwd = std::max(bwd, rows_in * w.in * kF32 + (qlora ? w.in * w.out * e : 0));
+    if (copies || cast) {
+      // Dropout's backward holds its output's and its input's gradients (not under QLoRA: a
+      // CPU case with dropout and checkpointing fits without); fp32 under autocast.
+      const int64_t g = (l.dropout > 0 && !qlora ? 2 : 1) * (copies ? kF32 : ea);
+      bwd = std::max(bwd, rows_in * w.in * g + (qlora ? w.in * w.out * e : 0));
     }
-    const auto rows = static_cast<int64_t>(static_cast<double>(T) * w.rows_per_token);
-    int64_t kept = static_cast<int64_t>(w.count) * rows * l.rank * ea;  // A's output
+    int64_t kept = static_cast<int64_t>(w.count) * rows_in * l.rank * ea;  // A's output
     if (moe_layer && !attention) {
       ex.mlp += kept;
       continue;
     }
     if (w.target == kLoraO || w.target == kLoraDown) {
-      // The adapter's copy (or, in fp32, the input itself) replaces the input the full
-      // account counts for these layers; dropout adds its mask (and, in fp32, its output).
-      kept += T * w.in * drop_mask + (own_copy && !copies ? T * w.in * kF32 : 0);
+      // What the adapter keeps of its input (a cast, dropout's output, or x) replaces the
+      // input the full account counts (the frozen layer keeps none), plus dropout's mask.
+      kept += T * w.in * drop_mask + (own_copy && !copies ? T * w.in * (ea - e) : 0);
     } else {
       kept += adapter_input(w.in, attention ? attn_in : mlp_in);
     }

@@ -251,13 +251,6 @@ void CheckFineTune(const TrainingSpec& t, const ParallelPlan& p, const AddProble
       add("finetune", "qlora under DeepSpeed is modelled without ZeRO or with ZeRO-3 (bitsandbytes' "
                       "4-bit storage), found ZeRO " + s(p.zero));
     }
-    if (t.precision == Precision::kBf16Pure && t.lora.adapter_bytes != 2) {
-      // Pure bf16 (the whole model cast to bf16, no autocast) trains bf16 adapters, whose
-      // gradients and optimizer states follow their dtype; fp32 adapters need autocast.
-      add("precision", std::string(kind) +
-                           " with fp32 adapters runs under autocast: use --precision bf16, or "
-                           "--lora-dtype bf16 for a pure bf16 run");
-    }
     if (t.finetune == FineTune::kQlora && t.precision == Precision::kFp32) {
       add("precision", "qlora computes in 16 bits: use --precision bf16 or fp16");
     }

@@ -224,6 +224,36 @@ GRID += [
     ("llama-mha", 2, 128, "bf16", "adamw", "full", QLORA),
     ("llama-gqa", 2, 128, "bf16", "adamw", "full", dict(QLORA, lora_targets="attention")),
     ("qwen2-bias", 1, 256, "bf16", "adamw", "full", dict(QLORA, lora_rank=16, lora_dropout=0.05)),
+    # Dropout's backward under checkpointing (its output's and its input's fp32 gradients
+    # together), and dropout in fp32 (its output replaces o_proj's and down_proj's input).
+    ("llama-mha", 2, 128, "bf16", "adamw", "full", dict(LORA, lora_dropout=0.1)),
+    ("qwen3-qknorm", 2, 128, "bf16", "adamw", "full", dict(LORA, lora_dropout=0.05)),
+    ("llama-gqa", 2, 128, "fp32", "adamw", "none", dict(LORA, lora_dropout=0.1)),
+    ("gpt2", 2, 128, "fp32", "adamw", "none", dict(LORA, lora_dropout=0.1)),
+    ("llama-mha", 2, 128, "fp32", "adamw", "full", dict(LORA, lora_dropout=0.1)),
+]
+# fp32 adapters (PEFT's default dtype) over a model loaded in bf16 and trained without autocast:
+# each adapter keeps an fp32 copy of its input.
+GRID += [
+    ("llama-mha", 2, 128, "bf16-pure", "adamw", "none", LORA),
+    ("llama-mha", 2, 128, "bf16-pure", "adamw", "full", LORA),
+    ("llama-gqa", 2, 128, "bf16-pure", "adamw", "none", dict(LORA, lora_targets="q_proj,v_proj")),
+    ("llama-gqa", 2, 128, "bf16-pure", "adamw", "none", dict(LORA, lora_dropout=0.1)),
+    ("qwen3-qknorm", 2, 128, "bf16-pure", "adamw", "full", LORA),
+    ("gpt2", 2, 128, "bf16-pure", "adamw", "none", LORA),
+    ("llama-mha", 2, 128, "bf16-pure", "adamw", "full", dict(LORA, lora_dropout=0.1)),
+    ("gpt2", 2, 128, "bf16-pure", "adamw", "full", dict(LORA, lora_dropout=0.1)),
+]
+# 16-bit adapters in a pure bf16 run (the model cast to bf16 after get_peft_model, as the QLoRA
+# and fsdp_qlora scripts do): the adapters read the input itself, dropout's output is 16-bit.
+BF16_LORA = dict(LORA, lora_dtype="bf16")
+GRID += [
+    ("llama-mha", 2, 128, "bf16-pure", "adamw", "none", BF16_LORA),
+    ("llama-mha", 2, 128, "bf16-pure", "adamw", "none", dict(BF16_LORA, lora_dropout=0.1)),
+    ("llama-mha", 2, 128, "bf16-pure", "adamw", "full", dict(BF16_LORA, lora_dropout=0.1)),
+    ("gpt2", 2, 128, "bf16-pure", "adamw", "none", dict(BF16_LORA, lora_dropout=0.1)),
+    ("qwen3-qknorm", 2, 128, "bf16-pure", "adamw", "full",
+     dict(BF16_LORA, lora_dropout=0.1, lora_targets="q_proj,k_proj,v_proj,up_proj,down_proj,gate_proj")),
 ]
 # Gradient accumulation: several micro-batches a step, the gradients of the first alive while the
 # next run (the HF Trainer's gradient_accumulation_steps; predicted with --global-batch).
@@ -270,6 +300,7 @@ def finetune_flags(ft):
     flags = keep + ["--finetune", ft["finetune"], "--lora-rank", str(ft.get("lora_rank", 8)),
              "--lora-dropout", str(ft.get("lora_dropout", 0.0)),
              "--lora-targets", ft.get("lora_targets", "all-linear")]
+    flags += ["--lora-dtype", ft["lora_dtype"]] if ft.get("lora_dtype") else []
     return flags + ([] if ft.get("double_quant", True) else ["--no-double-quant"])
 
 
@@ -286,6 +317,7 @@ def finetune_name(ft):
         return "full" + keep
     return keep.strip() + " " * bool(keep) + " ".join([ft["finetune"], f"r{ft.get('lora_rank', 8)}", ft.get("lora_targets", "all-linear")] +
                     ([f"dropout {ft['lora_dropout']}"] if ft.get("lora_dropout") else []) +
+                    ([f"{ft['lora_dtype']} adapters"] if ft.get("lora_dtype") else []) +
                     ([] if ft.get("double_quant", True) else ["no-double-quant"]))
 
 
