@@ -268,6 +268,7 @@ struct PredictOptions {
   bool no_foreach = false;
   bool keep_grads = false;
   bool accumulate_unsharded = false;
+  bool fsdp_orig_params = false;
   bool fsdp_wrap_embeddings = false;
   std::string fsdp_init = "none";
   bool drop_logits = false;
@@ -314,6 +315,7 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
   o.train.foreach_optimizer = !o.no_foreach;
   o.train.zero_grad_keeps = o.keep_grads;
   o.train.accumulate_unsharded = o.accumulate_unsharded;
+  o.train.fsdp_orig_params = o.fsdp_orig_params;
   o.train.fsdp_wrap_embeddings = o.fsdp_wrap_embeddings;
   o.train.drop_logits = o.drop_logits;
   o.train.loss_fp32 = !o.loss_in_model_dtype;
@@ -675,6 +677,9 @@ void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
     cmd->add_flag("--accumulate-unsharded", o->accumulate_unsharded,
                   "FSDP gradient accumulation under no_sync (Lightning's no_backward_sync, "
                   "Accelerate): unsharded gradients kept between micro-batches");
+    cmd->add_flag("--fsdp-use-orig-params", o->fsdp_orig_params,
+                  "FSDP1 use_orig_params=True (Lightning's default): a fine-tune's layers get "
+                  "whole gradients, frozen weights included");
     cmd->add_flag("--fsdp-wrap-embeddings", o->fsdp_wrap_embeddings,
                   "FSDP units of their own for the embeddings and the output layer (torchtitan "
                   "since 2025); default: they sit in the root unit, gathered through the step");

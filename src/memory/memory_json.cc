@@ -35,6 +35,7 @@ nlohmann::json LayoutToJson(const TrainingSpec& t, const ParallelPlan& p) {
           {"distributed_optimizer", p.distributed_optimizer},
           {"gpus", p.gpus()}};
   if (t.accumulate_unsharded) j["accumulate_unsharded"] = true;
+  if (t.fsdp_orig_params) j["fsdp_orig_params"] = true;
   if (t.fsdp_wrap_embeddings) j["fsdp_wrap_embeddings"] = true;
   if (t.fsdp_init != FsdpInit::kNone) j["fsdp_init"] = FsdpInitName(t.fsdp_init);
   if (t.drop_logits) j["drop_logits"] = true;

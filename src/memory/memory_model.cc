@@ -337,7 +337,7 @@ StageState MakeStageState(const ModelSpec& m, const TrainingSpec& t, const Paral
     // adapters alone, in theirs).
     const double unsharded =
         t.finetune != FineTune::kFull
-            ? static_cast<double>(s.sp.adapters) * static_cast<double>(t.lora.adapter_bytes)
+            ? static_cast<double>(s.st.unsharded_grads)
             : static_cast<double>(s.sp.total) *
                   static_cast<double>(MakeStateInputs(t, p, s.sp).compute);
     s.grads_at_start = std::max(s.grads_at_start, CeilBytes(unsharded));

@@ -213,8 +213,20 @@ States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageP
   const int64_t z = p.shard_size();
   const double a_bytes = static_cast<double>(ab) * adapters;
   st.weights = CeilBytes((p.zero >= 3 ? (base + a_bytes) / static_cast<double>(z) : base + a_bytes));
-  st.grads = CeilBytes(a_bytes);
-  if (p.zero >= 2) st.grads = Div(st.grads, z);
+  // The flat parameters' gradients: the adapters', or under FSDP's use_orig_params every
+  // layer's whole flat parameter (frozen weights too, at their stored bytes).
+  const double rest_bytes = t.finetune == FineTune::kQlora && t.lora.upcast_rest
+                                ? 4.0
+                                : static_cast<double>(t.act_bytes());
+  const double outside_bytes = static_cast<double>(sp.outside_layers) * rest_bytes;
+  const bool whole_units = t.framework == Framework::kFsdp && t.fsdp_orig_params && p.zero >= 2;
+  st.unsharded_grads = CeilBytes(whole_units ? base + a_bytes - outside_bytes : a_bytes);
+  st.grads = p.zero >= 2 ? Div(st.unsharded_grads, z) : st.unsharded_grads;
+  const double layers = static_cast<double>(sp.total - sp.outside_layers);
+  if (whole_units && layers > 0) {  // one layer's unsharded gradient before its reduce-scatter
+    st.gather_grad = CeilBytes(static_cast<double>(sp.per_layer_max) *
+                               (base + a_bytes - outside_bytes) / layers);
+  }
   st.optimizer = CeilBytes(adapter_inputs.opt_bytes);
   if (p.zero >= 1) st.optimizer = Div(st.optimizer, z);
   if (t.mixed()) {
@@ -228,14 +240,8 @@ States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageP
     // training, at the base's bytes a weight (16-bit, or NF4 where quantized).
     // The root unit (embeddings, final norm, output layer) is never quantised: it is gathered
     // at the bytes of the unquantised weights, the layers at their own average.
-    const double rest = t.finetune == FineTune::kQlora && t.lora.upcast_rest
-                            ? 4.0
-                            : static_cast<double>(t.act_bytes());
-    const double outside = static_cast<double>(sp.outside_layers);
-    const double in_layers = frozen + adapters - outside;
-    const double layer_bytes =
-        in_layers > 0 ? (base + a_bytes - outside * rest) / in_layers : rest;
-    GatherLayers(t, sp, layer_bytes, rest, st);
+    const double layer_bytes = layers > 0 ? (base + a_bytes - outside_bytes) / layers : rest_bytes;
+    GatherLayers(t, sp, layer_bytes, rest_bytes, st);
   }
   if (p.offload == Offload::kParams) {
     // FSDP's CPUOffload(offload_params=True) keeps every flat-parameter shard in host memory —

@@ -34,6 +34,7 @@ struct States {
   int64_t buckets = 0;         // persistent communication buffers
   int64_t gather = 0;          // ZeRO-3/FSDP unsharded parameters while computing
   int64_t gather_grad = 0;     // ... and the unsharded gradient before reduce-scatter
+  int64_t unsharded_grads = 0;  // fine-tuning: every gradient before sharding (FSDP's no_sync)
   // FSDP's root unit (what no wrapped layer holds: embeddings, final norm, output layer) stays
   // gathered from the start of forward to the end of backward (in `gather`), and its unsharded
   // gradient, which the output layer's backward starts, waits for the root's reduce-scatter at

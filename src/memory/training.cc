@@ -241,6 +241,9 @@ void CheckOffload(const TrainingSpec& t, const ParallelPlan& p, const AddProblem
 
 void CheckFineTune(const TrainingSpec& t, const ParallelPlan& p, const AddProblem& add) {
   auto s = [](int64_t v) { return std::to_string(v); };
+  if (t.fsdp_orig_params && t.framework != Framework::kFsdp) {
+    add("fsdp_orig_params", "is FSDP1's use_orig_params: use --framework fsdp");
+  }
   if (t.finetune != FineTune::kFull) {
     const char* kind = FineTuneName(t.finetune);
     if (t.framework == Framework::kMegatron) {

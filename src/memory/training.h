@@ -230,6 +230,13 @@ struct TrainingSpec {
   // communication but uses more gradient memory (storing the unsharded gradients)"); the
   // default, a reduce-scatter every micro-batch, accumulates the shards.
   bool accumulate_unsharded = false;
+  // FSDP1's use_orig_params=True (Lightning Fabric's default, Accelerate's
+  // fsdp_use_orig_params) under adapter fine-tuning: a unit holding frozen and trainable
+  // parameters has one flat parameter that requires grad, and backward materialises its whole
+  // gradient, the frozen weights' included (FSDP's docs: "the gradient memory usage will be
+  // higher than expected (namely, equivalent to not freezing those parameters)"). Every layer
+  // holds adapters, so every layer's gradient is kept (sharded; unsharded under no_sync).
+  bool fsdp_orig_params = false;
   // FSDP's wrapping: by default only the layers are units of their own, and the root unit holds
   // the embeddings, final norm and output layer, which neither FSDP1 nor FSDP2 reshards after
   // forward ("for the root, do not reshard after forward since for training, the parameters

@@ -223,6 +223,50 @@ TEST(FineTune, PureBf16AdaptersAndTheirOffloadUnderFsdp) {
   EXPECT_LE(w.gradients, 4 * adapters / 2);
 }
 
+// FSDP1 with use_orig_params=True (Lightning Fabric's default): every layer unit mixes frozen
+// weights with adapters, so its flat parameter requires grad and backward materialises the
+// whole gradient. Llama-2-7B in pure bf16, r = 8 on q and v, 2 ranks, by hand: a layer has
+// 4 x 4096^2 + 3 x 4096 x 11008 + 2 x 4096 = 202,383,360 weights and 2 x 8 x (4096 + 4096) =
+// 131,072 adapter weights; x 32 layers = 6,480,461,824 at 2 bytes = 12,960,923,648 bytes of
+// gradient, 6,480,461,824 a rank once reduce-scattered (the root unit, all frozen, has none).
+// Under no_sync the unsharded 12,960,923,648 bytes stay between micro-batches.
+TEST(FineTune, OrigParamsGiveFrozenWeightsInMixedUnitsGradients) {
+  ModelSpec m = Zoo("llama-2-7b");
+  TrainingSpec t;
+  t.framework = Framework::kFsdp;
+  t.finetune = FineTune::kLora;
+  t.precision = Precision::kBf16Pure;
+  t.lora.targets = *ParseLoraTargets("q_proj,v_proj");
+  t.lora.adapter_bytes = 2;
+  t.seq_len = 1024;
+  t.recompute = Recompute::kFull;
+  ParallelPlan p;
+  p.dp = 2;
+  p.zero = 3;
+  auto adapters_only = PredictMemory(m, t, p);
+  t.fsdp_orig_params = true;
+  auto whole = PredictMemory(m, t, p);
+  ASSERT_TRUE(adapters_only.ok() && whole.ok()) << whole.status().ToString();
+  EXPECT_LE(adapters_only->stages[0].breakdown.gradients, 2 * 4'194'304 / 2 + 2 * 131'072);
+  const int64_t sharded = int64_t{6'480'461'824};
+  const int64_t one_layer = 2 * (202'383'360 + 131'072);  // before its reduce-scatter
+  // The peak is in backward, at the first layer's: the other 31 layers' shards are there.
+  EXPECT_STREQ(whole->stages[0].peak_phase, "backward");
+  EXPECT_GE(whole->stages[0].breakdown.gradients, sharded / 32 * 31);
+  EXPECT_LE(whole->stages[0].breakdown.gradients, sharded + one_layer);
+  // Accumulating 4 micro-batches under no_sync: the unsharded gradients, from the start.
+  t.accumulate_unsharded = true;
+  t.global_batch = 8;
+  auto no_sync = PredictMemory(m, t, p);
+  ASSERT_TRUE(no_sync.ok()) << no_sync.status().ToString();
+  EXPECT_GE(no_sync->stages[0].breakdown.gradients, 2 * sharded);
+  EXPECT_LE(no_sync->stages[0].breakdown.gradients, 2 * sharded + one_layer);
+  // Only FSDP has it.
+  t.framework = Framework::kDeepSpeed;
+  t.accumulate_unsharded = false;
+  EXPECT_EQ(PredictMemory(m, t, p).status().field(), "fsdp_orig_params");
+}
+
 TEST(FineTune, ImpossibleSettingsSayWhy) {
   ModelSpec m = Zoo("llama-3-8b");
   TrainingSpec t;
