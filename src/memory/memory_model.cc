@@ -334,7 +334,7 @@ StageState MakeStageState(const ModelSpec& m, const TrainingSpec& t, const Paral
   if (t.accumulate_unsharded && microbatches > 1 && p.zero >= 2) {
     // FSDP's no_sync: until the last micro-batch reduces them, the gradients are the whole
     // stage's, in the dtype backward computes them in (the gathered weights'; a fine-tune's
-    // adapters alone, in theirs).
+    // flat-parameter gradients as FineTuneStates counts them).
     const double unsharded =
         t.finetune != FineTune::kFull
             ? static_cast<double>(s.st.unsharded_grads)

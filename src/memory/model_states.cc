@@ -218,14 +218,14 @@ States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageP
   const double rest_bytes = t.finetune == FineTune::kQlora && t.lora.upcast_rest
                                 ? 4.0
                                 : static_cast<double>(t.act_bytes());
-  const double outside_bytes = static_cast<double>(sp.outside_layers) * rest_bytes;
-  const bool whole_units = t.framework == Framework::kFsdp && t.fsdp_orig_params && p.zero >= 2;
-  st.unsharded_grads = CeilBytes(whole_units ? base + a_bytes - outside_bytes : a_bytes);
-  st.grads = p.zero >= 2 ? Div(st.unsharded_grads, z) : st.unsharded_grads;
   const double layers = static_cast<double>(sp.total - sp.outside_layers);
-  if (whole_units && layers > 0) {  // one layer's unsharded gradient before its reduce-scatter
-    st.gather_grad = CeilBytes(static_cast<double>(sp.per_layer_max) *
-                               (base + a_bytes - outside_bytes) / layers);
+  const double layers_bytes = base + a_bytes - static_cast<double>(sp.outside_layers) * rest_bytes;
+  const double layer_bytes = layers > 0 ? layers_bytes / layers : rest_bytes;  // a weight's
+  const bool whole_units = t.framework == Framework::kFsdp && t.fsdp_orig_params;
+  st.unsharded_grads = CeilBytes(whole_units ? layers_bytes : a_bytes);
+  st.grads = p.zero >= 2 ? Div(st.unsharded_grads, z) : st.unsharded_grads;
+  if (whole_units && p.zero >= 2) {  // one layer's unsharded gradient before its reduce-scatter
+    st.gather_grad = CeilBytes(static_cast<double>(sp.per_layer_max) * layer_bytes);
   }
   st.optimizer = CeilBytes(adapter_inputs.opt_bytes);
   if (p.zero >= 1) st.optimizer = Div(st.optimizer, z);
@@ -240,7 +240,6 @@ States FineTuneStates(const TrainingSpec& t, const ParallelPlan& p, const StageP
     // training, at the base's bytes a weight (16-bit, or NF4 where quantized).
     // The root unit (embeddings, final norm, output layer) is never quantised: it is gathered
     // at the bytes of the unquantised weights, the layers at their own average.
-    const double layer_bytes = layers > 0 ? (base + a_bytes - outside_bytes) / layers : rest_bytes;
     GatherLayers(t, sp, layer_bytes, rest_bytes, st);
   }
   if (p.offload == Offload::kParams) {
