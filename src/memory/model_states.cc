@@ -171,10 +171,35 @@ States HfStates(const ParallelPlan& p, const StageParams& sp, const StateInputs&
   return st;
 }
 
-// Transient bytes of the optimizer step. Megatron's and DeepSpeed's fused Adam make none.
+// DeepSpeed's ZeRO optimizers step on a flat copy of the rank's gradient partition in the master
+// dtype: stages 1 and 2 flatten each parameter group's 16-bit gradient partition and cast it
+// (stage_1_and_2.py, step: `self.flatten(self.averaged_gradients[i]).to(fp32)`), stage 3 does
+// the same one sub-group at a time (stage3.py, _prepare_fp32_grad_for_sub_group), a sub-group
+// closing at the first parameter that takes it to sub_group_size (1e9 elements by default).
+// The flat 16-bit copy dies once cast (a cast to its own dtype is the tensor itself); the cast
+// lives through that group's Adam step. Stage 1 first frees the gradients outside its partition
+// (free_grad_in_param_list), room the full gradients of its states leave. One parameter group
+// is counted: a decay / no-decay split leaves the biases and norms, a small second one.
+int64_t DeepSpeedStepTemp(const ParallelPlan& p, const StageParams& sp, const StateInputs& in) {
+  if (p.zero < 1) return 0;  // stage 0 steps through DeepSpeed's fp16/bf16 optimizer wrappers
+  constexpr double kSubGroupSize = 1e9;
+  const double z = in.z_eff;
+  const double partition = in.n / z;
+  const double n =
+      p.zero >= 3
+          ? std::min(partition, kSubGroupSize + static_cast<double>(sp.largest_tensor) / z)
+          : partition;
+  double temp = n * static_cast<double>(in.compute) + (in.mixed ? 4.0 * n : 0.0);
+  if (p.zero == 1) temp -= static_cast<double>(in.compute) * (in.n - partition);
+  return std::max<int64_t>(0, CeilBytes(temp));
+}
+
+// Transient bytes of the optimizer step. Megatron's distributed optimizer casts into buffers it
+// keeps (none); DeepSpeed's ZeRO flattens the gradient partition (above).
 int64_t OptimizerStepTemp(const TrainingSpec& t, const ParallelPlan& p, const StageParams& sp,
                           const StateInputs& in) {
   bool adam = t.optimizer == OptimizerKind::kAdam || t.optimizer == OptimizerKind::kAdamW;
+  if (t.framework == Framework::kDeepSpeed) return DeepSpeedStepTemp(p, sp, in);
   if (!adam || (t.framework != Framework::kHf && t.framework != Framework::kFsdp)) return 0;
   if (t.device == DeviceKind::kCuda && t.foreach_optimizer) {
     // torch.optim's default foreach implementation: _foreach_sqrt(exp_avg_sq) materialises

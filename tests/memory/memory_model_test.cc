@@ -267,6 +267,47 @@ TEST(PredictMemory, InterleavedStagesHoldWhatMegatronsWarmupLeaves) {
   EXPECT_EQ(Predict(m, t, p).stages[3].microbatches_in_flight, 1);
 }
 
+// DeepSpeed's ZeRO step flattens the rank's 16-bit gradient partition and casts it to fp32
+// (stage_1_and_2.py step; stage3.py _prepare_fp32_grad_for_sub_group): 2 + 4 bytes an element
+// at the cast, on top of the states. Llama-2-7B, bf16, 4 ranks, 128 tokens under full
+// recomputation, so the step is the peak.
+TEST(PredictMemory, DeepSpeedStepCastsTheGradientPartition) {
+  constexpr int64_t kPsi = 6'738'415'616;  // Llama-2-7B, by hand (ZeRO states test above)
+  ModelSpec m = Zoo("llama-2-7b");
+  TrainingSpec t;
+  t.framework = Framework::kDeepSpeed;
+  t.precision = Precision::kBf16;
+  t.recompute = Recompute::kFull;
+  t.seq_len = 128;
+  ParallelPlan p;
+  p.dp = 4;
+  // ZeRO-2: the whole partition, Ψ/4, plus the two 5e8-element bf16 buckets.
+  p.zero = 2;
+  MemoryEstimate e = Predict(m, t, p);
+  EXPECT_EQ(e.stages[0].peak_phase, "optimizer");
+  EXPECT_EQ(e.stages[0].breakdown.temporary, 2 * 1'000'000'000 + 6 * kPsi / 4);
+  // ZeRO-1 on 2 ranks frees the other rank's half of the full gradients first (2 bytes x Ψ/2):
+  // 6 x Ψ/2 - Ψ = 2Ψ.
+  p.dp = 2;
+  p.zero = 1;
+  e = Predict(m, t, p);
+  EXPECT_EQ(e.stages[0].peak_phase, "optimizer");
+  EXPECT_EQ(e.stages[0].breakdown.temporary, 2 * 1'000'000'000 + 2 * kPsi);
+  // ZeRO-3, one sub-group at a time. The rank's partitions in the model's parameter order:
+  // the embeddings 131,072,000 / 4 = 32,768,000; per layer q, k, v, o 4,194,304 each,
+  // gate/up/down 11,272,192 each and two norms 1,024 each, 50,595,840 a layer. After 19 layers
+  // the sub-group holds 994,088,960, below sub_group_size (1e9); layer 20's q takes it to
+  // 998,283,264 and its k to 1,002,477,568, where it closes.
+  constexpr int64_t kSubGroup = 1'002'477'568;
+  p.dp = 4;
+  p.zero = 3;
+  e = Predict(m, t, p);
+  EXPECT_EQ(e.stages[0].peak_phase, "optimizer");
+  // MARP bounds the closing parameter by the largest tensor's partition (the embeddings').
+  EXPECT_GE(e.stages[0].breakdown.temporary, 6 * kSubGroup);
+  EXPECT_LE(e.stages[0].breakdown.temporary, 6 * (kSubGroup + 32'768'000));
+}
+
 TEST(PredictMemory, MoreShardingNeverNeedsMoreMemory) {
   ModelSpec m = Zoo("mixtral-8x7b");
   TrainingSpec t;
