@@ -33,6 +33,9 @@ std::string Gib(int64_t bytes);
 // The command-line flag of a layout field ("micro_batch" -> "--micro-batch").
 std::string FlagOf(std::string field);
 
+// catalog_commands.cc: `frenzy inspect`, and `frenzy models`, `gpus`, `cluster show|list`.
+void RegisterInspectCommand(CLI::App& app);
+void RegisterCatalogCommands(CLI::App& app);
 // plan_command.cc: `frenzy plan`.
 void RegisterPlanCommand(CLI::App& app);
 // Defined in their own files: `frenzy trace ...` / `frenzy workload ...` (trace_commands.cc)

@@ -2,14 +2,17 @@
 
 #include <algorithm>
 
+#include "memory/activation_rules.h"
 #include "memory/finetune.h"
 
 namespace frenzy {
 namespace {
 
-constexpr int64_t kF32 = 4;
-
-bool UsesMegatronKernels(const TrainingSpec& t) { return t.framework == Framework::kMegatron; }
+using activation_rules::EagerNormSaved;
+using activation_rules::IsAutocast;
+using activation_rules::kF32;
+using activation_rules::MaskBytes;
+using activation_rules::UsesMegatronKernels;
 
 // Bytes per element of what a linear layer keeps of its input for the weight gradient: the
 // activation dtype, or one byte for Transformer Engine's FP8 linears (TE's Linear saves its
@@ -34,50 +37,12 @@ Widths LocalWidths(const ModelSpec& m, const ParallelPlan& p, int64_t ffn) {
   return w;
 }
 
-// The HF Trainer's mixed precision is torch.autocast over fp32 weights (QLoRA's too: its
-// non-4-bit weights are fp32). LoRA's base is 16-bit: its stream is 16-bit as in pure bf16.
-// An fp32 stream under autocast: HF Trainer's mixed precision over fp32 weights, and QLoRA whose
-// unquantised weights prepare_model_for_kbit_training upcast; a 16-bit base (LoRA, QLoRA
-// without the upcast) keeps a 16-bit stream.
-bool IsAutocast(const TrainingSpec& t) {
-  const bool base16 = t.finetune == FineTune::kLora ||
-                      (t.finetune == FineTune::kQlora && !t.lora.upcast_rest);
-  return t.framework == Framework::kHf && t.mixed() && !base16;
-}
-
-// Bytes per dropout-mask element for an input of `input_bytes`: CUDA keeps a bool mask, the
-// CPU kernel a mask of the input's dtype.
-int64_t MaskBytes(const TrainingSpec& t, int64_t input_bytes) {
-  return t.device == DeviceKind::kCpu ? input_bytes : 1;
-}
-
 // Active dropout probability (0 when dropout is off for this job).
 double HiddenDropout(const ModelSpec& m, const TrainingSpec& t) {
   return t.dropout ? m.hidden_dropout : 0.0;
 }
 double AttnDropout(const ModelSpec& m, const TrainingSpec& t) {
   return t.dropout ? m.attention_dropout : 0.0;
-}
-
-// Bytes a norm keeps for one input of `tokens` x h, eager PyTorch.
-//  LayerNorm (native_layer_norm): input, mean and rstd (fp32 per token); its output is kept by
-//    the next op and counted there... except that the next op is always a Linear that keeps it,
-//    so the output is counted here once.
-//  RMSNorm as HuggingFace writes it: x.float(); x.pow(2).mean() keeps x and x^2 (mean saves its
-//    input); rsqrt keeps its output (per token); x * rsqrt keeps x; weight * x_norm.to(dtype)
-//    keeps x_norm in the activation dtype (fp32 in Gemma's (1 + w) form); the output y is kept
-//    by the next Linear. In 16-bit
-//    the float() copy of x is new and fp32, and the 16-bit input itself is not kept.
-int64_t EagerNormSaved(const ModelSpec& m, int64_t tokens, int64_t e, bool include_input,
-                       int64_t width = 0) {
-  int64_t th = tokens * (width > 0 ? width : m.hidden_size);
-  if (m.norm == NormKind::kLayerNorm) {
-    return (include_input ? th * e : 0) + th * e + 2 * tokens * kF32;
-  }
-  int64_t x32 = (e == kF32) ? (include_input ? th * kF32 : 0) : th * kF32;
-  // Gemma's form, (x_norm * (1 + w.float())).to(dtype), keeps x_norm in fp32.
-  const int64_t x_norm = m.gemma_norm ? kF32 : e;
-  return x32 + th * kF32 /*x^2*/ + tokens * kF32 /*rsqrt*/ + th * x_norm + th * e /*y*/;
 }
 
 // Bytes a norm keeps when nothing else keeps its input and its output goes to an op that does
@@ -713,87 +678,6 @@ int64_t EmbeddingActivationBytes(const ModelSpec& m, const TrainingSpec& t, cons
     bytes += sh.s * sh.s * stream_bytes;
   }
   return bytes;
-}
-
-OutputActivations OutputActivationBytes(const ModelSpec& m, const TrainingSpec& t,
-                                        const ParallelPlan& p) {
-  ActivationShape sh = MakeActivationShape(t, p);
-  int64_t tokens = sh.b * sh.s;
-  int64_t e = sh.e;
-  OutputActivations out;
-  int64_t vocab = m.vocab_size / p.tp;  // vocab-parallel output layer
-  if (t.head == HeadType::kClassification) {
-    // Pooled first token -> dense -> labels; negligible next to the encoder.
-    out.saved = sh.b * m.hidden_size * e * 2;
-    out.logits_held = sh.b * t.num_labels * e;
-    return out;
-  }
-  int64_t norm_tokens = sh.sp ? tokens / sh.tp : tokens;
-  if (UsesMegatronKernels(t)) {
-    // Final norm input and the output layer's input; logits in the activation dtype, then
-    // vocab_parallel_cross_entropy works on an fp32 copy that it keeps as softmax (its
-    // backward reuses that buffer in place, then casts it to the logits' dtype). The model
-    // returns the loss alone (GPTModel.forward, legacy post_language_model_processing), so the
-    // 16-bit logits are freed when forward ends: backward holds the softmax and its cast.
-    out.saved = norm_tokens * m.hidden_size * e + tokens * m.hidden_size * e;
-    out.logits_held = tokens * vocab * e;
-    out.loss_saved = tokens * vocab * kF32;
-    out.loss_backward_transient = tokens * vocab * e;
-    // Before 2024 the model passed `output.float()` and the loss subtracted the maximum out of
-    // place: the caller's fp32 copy and the shifted one are alive until the loss returns.
-    if (t.megatron_legacy) out.loss_forward_transient = tokens * vocab * kF32;
-    return out;
-  }
-  if (m.final_norm) {
-    const int64_t th = norm_tokens * m.hidden_size;
-    const bool rms = m.norm == NormKind::kRmsNorm;
-    const bool frozen = t.finetune != FineTune::kFull;
-    if (IsAutocast(t)) {
-      out.saved += th * kF32 + 2 * norm_tokens * kF32 + th * e;  // input, stats, head's cast
-      if (rms) out.saved += 2 * th * kF32 - norm_tokens * kF32;
-      // Frozen (QLoRA): no normalised x for the weight, no cast kept by the frozen head.
-      if (frozen) out.saved -= th * e + (rms ? th * kF32 : 0);
-    } else {
-      out.saved += EagerNormSaved(m, norm_tokens, e, true);
-      if (frozen) out.saved -= th * e + (rms ? th * (m.gemma_norm ? kF32 : e) : 0);
-    }
-  }
-  if (t.head == HeadType::kMaskedLm) {
-    // Transform dense + activation + norm before the decoder.
-    out.saved += 3 * tokens * m.hidden_size * e;
-  }
-  // The logits stay referenced by the caller until the step ends; cross entropy on fp32
-  // logits keeps the log-softmax output. Backward: the NLL gradient and the log-softmax
-  // gradient (both fp32 and vocab-wide) are alive together with the saved log-softmax.
-  int64_t loss_bytes = t.loss_fp32 ? kF32 : e;
-  // Soft-capped logits (Gemma-2: cap x tanh(logits / cap)) keep tanh's output.
-  if (m.final_softcap > 0) out.saved += tokens * vocab * e;
-  out.logits_held = tokens * vocab * e;
-  out.loss_saved = tokens * vocab * loss_bytes;
-  out.loss_backward_transient = 2 * tokens * vocab * loss_bytes;
-  // The loss's fp32 copy of 16-bit logits (`logits.float()`) lives through the cross entropy,
-  // beside the log-softmax output.
-  if (loss_bytes != e) out.loss_forward_transient = tokens * vocab * loss_bytes;
-  if (t.hf_loss != HfLoss::kPadded && t.head == HeadType::kCausalLm) {
-    // A sliced chain (training.h, HfLoss): the log-softmax and the two gradients at the loss
-    // backward's peak are one position short; before 4.46 the loop keeps the model's fp32
-    // logits instead of its 16-bit ones. Forward holds the contiguous slice beside the
-    // log-softmax output, and from 4.46 the loss's own fp32 copy of the logits too.
-    const int64_t shifted = sh.b * (sh.s - 1) * vocab;
-    const bool copy = loss_bytes != e;
-    out.chain = t.hf_loss;
-    out.logits_elems = tokens * vocab;
-    out.shifted_elems = shifted;
-    out.logit_bytes = e;
-    out.loss_bytes = loss_bytes;
-    if (t.hf_loss == HfLoss::kModelUpcastSliced) out.logits_held = tokens * vocab * loss_bytes;
-    out.loss_saved = shifted * loss_bytes;
-    out.loss_backward_transient = 2 * shifted * loss_bytes;
-    out.loss_forward_transient =
-        shifted * loss_bytes +
-        (t.hf_loss == HfLoss::kLossUpcastSliced && copy ? tokens * vocab * loss_bytes : 0);
-  }
-  return out;
 }
 
 }  // namespace frenzy

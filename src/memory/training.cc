@@ -423,6 +423,28 @@ void CheckExperts(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan&
   }
 }
 
+// Flags that describe one framework's releases or wrapping.
+void CheckFrameworkFlags(const TrainingSpec& t, const AddProblem& add) {
+  if (t.accumulate_unsharded && t.framework != Framework::kFsdp) {
+    add("accumulate_unsharded", "is FSDP's no_sync accumulation: use --framework fsdp");
+  }
+  if (t.drop_logits && t.framework == Framework::kMegatron) {
+    add("drop_logits", "Megatron-LM's loss keeps its own buffers: use --framework hf, fsdp or "
+                       "deepspeed");
+  }
+  if (t.megatron_legacy && t.framework != Framework::kMegatron) {
+    add("megatron_legacy", "describes Megatron-LM releases: use --framework megatron");
+  }
+  if (t.megatron_fused_ce && (t.framework != Framework::kMegatron || t.megatron_legacy)) {
+    add("cross_entropy_loss_fusion",
+        "is Megatron-LM's fused loss since 2024: use --framework megatron without "
+        "--megatron-legacy");
+  }
+  if (t.fsdp_wrap_embeddings && t.framework != Framework::kFsdp) {
+    add("fsdp_wrap_embeddings", "is FSDP's wrapping: use --framework fsdp");
+  }
+}
+
 }  // namespace
 
 Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p) {
@@ -489,19 +511,7 @@ Status ValidateLayout(const ModelSpec& m, const TrainingSpec& t, const ParallelP
     add("sequence_parallel", "the sequence per rank must divide by tp");
   }
   if (p.zero < 0 || p.zero > 3) add("zero", "ZeRO stage must be 0, 1, 2 or 3");
-  if (t.accumulate_unsharded && t.framework != Framework::kFsdp) {
-    add("accumulate_unsharded", "is FSDP's no_sync accumulation: use --framework fsdp");
-  }
-  if (t.drop_logits && t.framework == Framework::kMegatron) {
-    add("drop_logits", "Megatron-LM's loss keeps its own buffers: use --framework hf, fsdp or "
-                       "deepspeed");
-  }
-  if (t.megatron_legacy && t.framework != Framework::kMegatron) {
-    add("megatron_legacy", "describes Megatron-LM releases: use --framework megatron");
-  }
-  if (t.fsdp_wrap_embeddings && t.framework != Framework::kFsdp) {
-    add("fsdp_wrap_embeddings", "is FSDP's wrapping: use --framework fsdp");
-  }
+  CheckFrameworkFlags(t, add);
   if (t.offload_activations) {
     if (t.framework != Framework::kHf && t.framework != Framework::kFsdp) {
       add("offload_activations", "activation offloading is modelled as torchtune runs it "

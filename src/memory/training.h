@@ -263,6 +263,13 @@ struct TrainingSpec {
   // 2024 the layers are Transformer Engine's and, from core_r0.9.0, the cast happens inside the
   // loss and the subtraction is in place ("In-place subtraction reduces memory pressure").
   bool megatron_legacy = false;
+  // Megatron-LM's --cross-entropy-loss-fusion as released from 2024 until its 2026 rewrite
+  // (megatron/core/fusions/fused_cross_entropy.py): each of the loss's vocab-sized in-place
+  // steps is compiled (jit_fuser, torch.compile from PyTorch 2.2) in one graph with a reduction
+  // or a scatter over the same tensor, and Inductor then materialises the mutated value in a
+  // fresh fp32 buffer that it copies back: one more fp32 logits-sized tensor while the forward's
+  // exp/sum runs and while the backward's scatter runs. The rewrite keeps those steps in place.
+  bool megatron_fused_ce = false;
   // Current HuggingFace models upcast logits to fp32 for the loss; older versions (and models run
   // in 16 bits without autocast) computed the loss in the model's dtype.
   bool loss_fp32 = true;

@@ -187,6 +187,10 @@ TEST(Cli, PredictSaysWhyALayoutIsImpossible) {
   EXPECT_EQ(legacy.exit_code, 2);
   EXPECT_NE(legacy.out.find("--megatron-legacy:"), std::string::npos) << legacy.out;
   EXPECT_NE(legacy.out.find("--framework megatron"), std::string::npos) << legacy.out;
+  CliRun fused =
+      Frenzy("predict --model gpt2 --seq-len 1024 --framework hf --cross-entropy-loss-fusion");
+  EXPECT_EQ(fused.exit_code, 2);
+  EXPECT_NE(fused.out.find("--cross-entropy-loss-fusion:"), std::string::npos) << fused.out;
 }
 
 // Batches of varying length: the epoch's readings beside the fixed-length ones, and bad

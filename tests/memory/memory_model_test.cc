@@ -481,6 +481,19 @@ TEST(PredictMemory, SoftwareEnvironmentKnobs) {
   ASSERT_FALSE(PredictMemory(m, drop, p).ok());
 }
 
+// GPT-2 XL under Megatron-LM, 8 x 1024 tokens with full recomputation, so the loss is the
+// peak: kEntries logits entries (vocabulary 50,257).
+constexpr int64_t kEntries = int64_t{8} * 1024 * 50'257;
+TrainingSpec MegatronGpt2XlSpec() {
+  TrainingSpec t;
+  t.framework = Framework::kMegatron;
+  t.seq_len = 1024;
+  t.micro_batch = 8;
+  t.global_batch = 8;
+  t.recompute = Recompute::kFull;
+  return t;
+}
+
 // Megatron's GPT model returns the loss alone, so its bf16 logits die when forward ends. GPT-2 XL
 // (vocabulary 50,257), 8 x 1,024 tokens, full recompute so the loss holds the peak; one logit
 // entry is 2 bytes in bf16 and 4 in fp32, 8 x 1,024 x 50,257 = 411,705,344 entries.
@@ -490,14 +503,8 @@ TEST(PredictMemory, SoftwareEnvironmentKnobs) {
 //  - Megatron-LM through 2023: the model passed `output.float()` and the loss subtracted the
 //    maximum out of place, a second fp32 copy alive in forward = 10 B each.
 TEST(PredictMemory, MegatronLossFreesTheLogitsWithForward) {
-  constexpr int64_t kEntries = int64_t{8} * 1024 * 50'257;
   ModelSpec m = *ResolveModel("gpt2-xl");
-  TrainingSpec t;
-  t.framework = Framework::kMegatron;
-  t.seq_len = 1024;
-  t.micro_batch = 8;
-  t.global_batch = 8;
-  t.recompute = Recompute::kFull;
+  TrainingSpec t = MegatronGpt2XlSpec();
   ParallelPlan p;
   MemoryEstimate modern = Predict(m, t, p);
   // Forward and the start of backward tie at 6 B; logits kept into backward would make it 8.
@@ -516,6 +523,30 @@ TEST(PredictMemory, MegatronLossFreesTheLogitsWithForward) {
   // The legacy loss is Megatron's alone.
   legacy.framework = Framework::kHf;
   EXPECT_FALSE(PredictMemory(m, legacy, p).ok());
+}
+
+// Megatron-LM's --cross-entropy-loss-fusion as released 2024-2025 (fused_cross_entropy.py with
+// each step compiled whole): the in-place exp/sum of the forward and the scatter of the backward
+// each run over a fresh fp32 copy of the logits that Inductor writes back. GPT-2 XL as above:
+// forward holds the 16-bit logits (2 B), the kept fp32 softmax (4 B) and that copy (4 B) =
+// 10 B an entry; backward the softmax, its copy and the 16-bit gradient = 10 B too.
+TEST(PredictMemory, MegatronFusedLossCopiesTheLogitsOnceMore) {
+  ModelSpec m = *ResolveModel("gpt2-xl");
+  TrainingSpec t = MegatronGpt2XlSpec();
+  t.megatron_fused_ce = true;
+  ParallelPlan p;
+  MemoryEstimate fused = Predict(m, t, p);
+  EXPECT_EQ(fused.stages[0].breakdown.logits, 10 * kEntries);
+  t.megatron_fused_ce = false;
+  MemoryEstimate plain = Predict(m, t, p);
+  EXPECT_EQ(fused.stages[0].peak_bytes - plain.stages[0].peak_bytes, 4 * kEntries);
+  // Megatron's own loss only, and not the 2023 one.
+  t.megatron_fused_ce = true;
+  t.megatron_legacy = true;
+  EXPECT_FALSE(PredictMemory(m, t, p).ok());
+  t.megatron_legacy = false;
+  t.framework = Framework::kHf;
+  EXPECT_FALSE(PredictMemory(m, t, p).ok());
 }
 
 // Gradient accumulation. Llama-2-7B (Ψ = 6,738,415,616, see ZeroStagesShardAsThePaperSays) in
