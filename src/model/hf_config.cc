@@ -5,146 +5,11 @@
 #include <map>
 
 #include "common/json_reader.h"
+#include "model/hf_builder.h"
 #include "model/hf_wrappers.h"
 
 namespace frenzy {
-namespace {
-
-// Field defaults below are those of the transformers configuration classes
-// (transformers/models/<type>/configuration_<type>.py, v4.40-v4.57) and the module
-// constructors in modeling_<type>.py that decide which weights exist.
-
-class Builder {
- public:
-  // `prefix` names a nested config in messages ("text_config.").
-  Builder(const nlohmann::json& config, const std::string& where, std::string prefix = {})
-      : r_(config, where, prefix), where_(where), prefix_(std::move(prefix)) {}
-
-  JsonReader& r() { return r_; }
-  ModelSpec& spec() { return spec_; }
-
-  // Reads an int field under any of `keys` (first present wins; HF attribute_map aliases) and
-  // remembers which key fed the ModelSpec field `spec_field` for error messages.
-  int64_t Int(const std::string& spec_field, std::initializer_list<const char*> keys,
-              std::optional<int64_t> fallback) {
-    for (const char* key : keys) {
-      if (r_.HasValue(key)) {
-        keys_[spec_field] = key;
-        // Far beyond any real size and small enough that the readers' arithmetic cannot
-        // overflow (a product of two fields is bounded first); Validate() bounds each field.
-        constexpr int64_t kLimit = int64_t{1} << 40;
-        const int64_t v = r_.OptInt(key).value_or(0);
-        if (v > kLimit || v < -kLimit) {
-          r_.Error(key, "implausibly large: " + std::to_string(v));
-          return 0;
-        }
-        return v;
-      }
-    }
-    keys_[spec_field] = *keys.begin();
-    if (!fallback) {
-      r_.Error(*keys.begin(), "missing required field");
-      return 0;
-    }
-    return *fallback;
-  }
-
-  double Prob(std::initializer_list<const char*> keys, double fallback) {
-    for (const char* key : keys) {
-      if (r_.HasValue(key)) return r_.OptDouble(key).value_or(fallback);
-    }
-    return fallback;
-  }
-
-  void Activation(std::initializer_list<const char*> keys, const char* fallback) {
-    std::string act = fallback;
-    std::string key = *keys.begin();
-    for (const char* k : keys) {
-      if (r_.HasValue(k)) {
-        act = r_.String(k, fallback);
-        key = k;
-        break;
-      }
-    }
-    static const std::map<std::string, frenzy::Activation> kActs = {
-        {"gelu", Activation::kGelu},
-        {"gelu_python", Activation::kGelu},
-        {"gelu_new", Activation::kGeluTanh},
-        {"gelu_fast", Activation::kGeluTanh},
-        {"gelu_pytorch_tanh", Activation::kGeluTanh},
-        {"gelu_accurate", Activation::kGeluTanh},
-        {"relu", Activation::kRelu},
-        {"silu", Activation::kSilu},
-        {"swish", Activation::kSilu},
-    };
-    auto it = kActs.find(act);
-    if (it == kActs.end()) {
-      r_.Error(key, "unsupported activation '" + act +
-                        "' (supported: gelu, gelu_new, gelu_fast, gelu_pytorch_tanh, relu, "
-                        "silu, swish)");
-      return;
-    }
-    spec_.activation = it->second;
-  }
-
-  // head_dim: explicit field if given, else hidden / heads, which must divide.
-  void HeadDim(bool explicit_allowed) {
-    if (explicit_allowed && r_.HasValue("head_dim")) {
-      spec_.head_dim = Int("head_dim", {"head_dim"}, std::nullopt);
-      return;
-    }
-    keys_["head_dim"] = keys_["num_heads"];
-    if (spec_.num_heads > 0 && spec_.hidden_size > 0) {
-      if (spec_.hidden_size % spec_.num_heads != 0) {
-        r_.Error(keys_["num_heads"], "must divide " + keys_["hidden_size"] + " (" +
-                                         std::to_string(spec_.hidden_size) + "), found " +
-                                         std::to_string(spec_.num_heads));
-        return;
-      }
-      spec_.head_dim = spec_.hidden_size / spec_.num_heads;
-    }
-  }
-
-  void NoteKey(const std::string& spec_field, const std::string& key) { keys_[spec_field] = key; }
-
-  Result<ModelSpec> Finish() {
-    RETURN_IF_ERROR(r_.Finish());
-    auto problems = spec_.Problems();
-    if (problems.empty()) return spec_;
-    auto key = [&](const std::string& f) {
-      auto it = keys_.find(f);
-      return prefix_ + (it == keys_.end() ? f : it->second);
-    };
-    std::string msg = problems[0].message;
-    for (size_t i = 1; i < problems.size(); ++i) {
-      msg += "; also field '" + key(problems[i].field) + "': " + problems[i].message;
-    }
-    return InvalidArgument(msg, where_, key(problems[0].field));
-  }
-
- private:
-  JsonReader r_;
-  std::string where_;
-  std::string prefix_;
-  ModelSpec spec_;
-  std::map<std::string, std::string> keys_;
-};
-
-// A list of layer indices as a sorted set (configs may repeat or reorder them).
-std::vector<int64_t> SortedLayers(std::vector<int64_t> layers) {
-  std::sort(layers.begin(), layers.end());
-  layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
-  return layers;
-}
-
-// Llama and its close relatives: RMSNorm, rotary, gated MLP, optional GQA.
-struct LlamaLike {
-  int64_t vocab, hidden, ffn, layers, heads, max_pos;
-  std::optional<int64_t> kv_heads;  // nullopt: = heads
-  const char* act;
-  bool tied;
-  bool qkv_bias;
-};
+namespace hf_detail {
 
 void ReadLlamaLike(Builder& b, const LlamaLike& d, bool read_bias_flags) {
   ModelSpec& s = b.spec();
@@ -170,8 +35,40 @@ void ReadLlamaLike(Builder& b, const LlamaLike& d, bool read_bias_flags) {
   }
   s.attention_dropout = b.Prob({"attention_dropout"}, 0.0);
   b.Activation({"hidden_act"}, d.act);
-  b.HeadDim(/*explicit_allowed=*/true);
+  if (d.head_dim && !b.r().HasValue("head_dim")) {
+    s.head_dim = *d.head_dim;
+  } else {
+    b.HeadDim(/*explicit_allowed=*/true);
+  }
 }
+
+void SlidingLayers(Builder& b, int64_t fallback) {
+  ModelSpec& s = b.spec();
+  std::vector<std::string> types = b.r().StringList("layer_types");
+  if (types.empty()) {
+    s.sliding_layers =
+        s.sliding_window > 0 ? std::clamp<int64_t>(fallback, 0, std::max<int64_t>(0, s.num_layers))
+                             : 0;
+    return;
+  }
+  if (static_cast<int64_t>(types.size()) != s.num_layers) {
+    b.r().Error("layer_types", "has " + std::to_string(types.size()) + " entries for " +
+                                   std::to_string(s.num_layers) + " layers");
+    return;
+  }
+  s.sliding_layers = std::count(types.begin(), types.end(), std::string("sliding_attention"));
+  if (s.sliding_window <= 0) s.sliding_layers = 0;
+}
+
+}  // namespace hf_detail
+
+namespace {
+
+using hf_detail::Builder;
+using hf_detail::ReadLlamaLike;
+using hf_detail::Reader;
+using hf_detail::SlidingLayers;
+using hf_detail::SortedLayers;
 
 void ReadLlama(Builder& b) {
   // LlamaConfig defaults.
@@ -405,26 +302,6 @@ void ReadBertLike(Builder& b, int64_t default_vocab, int64_t default_type_vocab)
 }
 
 
-// Sliding-window layers from a `layer_types` list ("sliding_attention" / "full_attention",
-// transformers >= 4.53) when the config has one, else from `fallback` (the class's pattern).
-void SlidingLayers(Builder& b, int64_t fallback) {
-  ModelSpec& s = b.spec();
-  std::vector<std::string> types = b.r().StringList("layer_types");
-  if (types.empty()) {
-    s.sliding_layers =
-        s.sliding_window > 0 ? std::clamp<int64_t>(fallback, 0, std::max<int64_t>(0, s.num_layers))
-                             : 0;
-    return;
-  }
-  if (static_cast<int64_t>(types.size()) != s.num_layers) {
-    b.r().Error("layer_types", "has " + std::to_string(types.size()) + " entries for " +
-                                   std::to_string(s.num_layers) + " layers");
-    return;
-  }
-  s.sliding_layers = std::count(types.begin(), types.end(), std::string("sliding_attention"));
-  if (s.sliding_window <= 0) s.sliding_layers = 0;
-}
-
 void ReadQwen3(Builder& b) {
   // Qwen3Config defaults: head_dim 128, an RMSNorm over each head's queries and keys
   // (Qwen3Attention.q_norm / k_norm), no q/k/v bias unless attention_bias.
@@ -628,39 +505,41 @@ void ReadStarcoder2(Builder& b) {
   b.HeadDim(false);
 }
 
-using Reader = void (*)(Builder&);
-
 const std::map<std::string, Reader>& Readers() {
-  static const auto* kReaders = new std::map<std::string, Reader>{
-      {"llama", ReadLlama},
-      {"mistral", ReadMistral},
-      {"mixtral", ReadMixtral},
-      {"qwen2", ReadQwen2},
-      {"qwen2_moe", ReadQwen2Moe},
-      {"gemma", ReadGemma},
-      {"gemma2", ReadGemma2},
-      {"gemma3_text", ReadGemma3Text},
-      {"qwen3", ReadQwen3},
-      {"qwen3_moe", ReadQwen3Moe},
-      {"deepseek_v2", [](Builder& b) { ReadDeepseek(b, false); }},
-      {"deepseek_v3", [](Builder& b) { ReadDeepseek(b, true); }},
-      {"olmo2", ReadOlmo2},
-      {"glm", [](Builder& b) { ReadGlm(b, 2); }},
-      {"glm4", [](Builder& b) { ReadGlm(b, 4); }},
-      {"gpt_oss", ReadGptOss},
-      {"phimoe", ReadPhiMoe},
-      {"starcoder2", ReadStarcoder2},
-      {"phi3", ReadPhi3},
-      {"gpt2", ReadGpt2},
-      {"gpt_neox", ReadGptNeox},
-      {"opt", ReadOpt},
-      {"bloom", ReadBloom},
-      {"falcon", ReadFalcon},
-      {"RefinedWebModel", ReadFalcon},  // Falcon's original remote-code configs
-      {"RefinedWeb", ReadFalcon},
-      {"bert", [](Builder& b) { ReadBertLike(b, 30522, 2); }},
-      {"roberta", [](Builder& b) { ReadBertLike(b, 50265, 2); }},
-  };
+  static const auto* kReaders = [] {
+    auto* readers = new std::map<std::string, Reader>{
+        {"llama", ReadLlama},
+        {"mistral", ReadMistral},
+        {"mixtral", ReadMixtral},
+        {"qwen2", ReadQwen2},
+        {"qwen2_moe", ReadQwen2Moe},
+        {"gemma", ReadGemma},
+        {"gemma2", ReadGemma2},
+        {"gemma3_text", ReadGemma3Text},
+        {"qwen3", ReadQwen3},
+        {"qwen3_moe", ReadQwen3Moe},
+        {"deepseek_v2", [](Builder& b) { ReadDeepseek(b, false); }},
+        {"deepseek_v3", [](Builder& b) { ReadDeepseek(b, true); }},
+        {"olmo2", ReadOlmo2},
+        {"glm", [](Builder& b) { ReadGlm(b, 2); }},
+        {"glm4", [](Builder& b) { ReadGlm(b, 4); }},
+        {"gpt_oss", ReadGptOss},
+        {"phimoe", ReadPhiMoe},
+        {"starcoder2", ReadStarcoder2},
+        {"phi3", ReadPhi3},
+        {"gpt2", ReadGpt2},
+        {"gpt_neox", ReadGptNeox},
+        {"opt", ReadOpt},
+        {"bloom", ReadBloom},
+        {"falcon", ReadFalcon},
+        {"RefinedWebModel", ReadFalcon},  // Falcon's original remote-code configs
+        {"RefinedWeb", ReadFalcon},
+        {"bert", [](Builder& b) { ReadBertLike(b, 30522, 2); }},
+        {"roberta", [](Builder& b) { ReadBertLike(b, 50265, 2); }},
+    };
+    readers->insert(hf_detail::MoreReaders().begin(), hf_detail::MoreReaders().end());
+    return readers;
+  }();
   return *kReaders;
 }
 
@@ -678,7 +557,8 @@ const std::vector<std::string>& SupportedModelTypes() {
       "qwen3_moe",  "gemma",       "gemma2",  "gemma3_text", "deepseek_v2", "deepseek_v3",
       "olmo2",      "glm", "glm4",        "gpt_oss", "phimoe",     "starcoder2",  "phi3",
       "gpt2",       "gpt_neox",    "opt",     "bloom",      "falcon",      "bert",
-      "roberta"};
+      "roberta",    "phi",         "granite", "smollm3",    "stablelm",    "olmoe",
+      "glm4_moe"};
   return *kTypes;
 }
 

@@ -20,6 +20,11 @@ std::string RefusedReason(const std::string& model_type) {
   static const auto* kMap = new std::map<std::string, const char*>{
       {"mamba", kSsm},    {"mamba2", kSsm},    {"falcon_mamba", kSsm},
       {"jamba", kHybrid}, {"zamba", kHybrid},  {"zamba2", kHybrid},
+      {"bamba", kHybrid}, {"nemotron_h", kHybrid}, {"falcon_h1", kHybrid},
+      {"granitemoehybrid", kHybrid}, {"lfm2", kHybrid}, {"plamo2", kHybrid},
+      // Qwen3-Next: three Gated DeltaNet (linear attention) layers to each attention layer.
+      {"qwen3_next", "hybrid linear-attention (Gated DeltaNet) models have no memory or speed "
+                     "model"},
   };
   auto it = kMap->find(model_type);
   return it == kMap->end() ? std::string() : std::string(it->second);
