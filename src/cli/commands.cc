@@ -424,8 +424,8 @@ void AddLoopOptions(CLI::App* cmd, PredictOptions* o) {
                   "Megatron-LM as released through 2023: its own layers (no Transformer Engine "
                   "workspace) and a second fp32 copy of the logits while the loss runs");
     cmd->add_flag("--cross-entropy-loss-fusion", o->train.megatron_fused_ce,
-                  "Megatron-LM's fused loss as released 2024-2025: a second fp32 copy of the "
-                  "logits while its compiled forward and backward steps run");
+                  "Megatron-LM's fused loss (native impl) as released 2024-2025: a second fp32 "
+                  "copy of the logits while its compiled forward and backward steps run");
     cmd->add_option("--cuda-context-mib", o->cuda_context_mib,
                     "CUDA context and kernels (512: lazy loading; 1343 measured on CUDA 11.2)")
         ->capture_default_str();

@@ -495,7 +495,7 @@ Phase OptimizerPhase(const StageState& s, const LayerKinds& k) {
   b.gradients = s.st.grads;
   b.optimizer = s.st.optimizer;
   b.activations = s.act_all - s.act;  // other in-flight micro-batches (pipelines)
-  b.temporary = s.st.buckets + s.st.optimizer_temp;
+  b.temporary = (s.st.buckets_at_step ? s.st.buckets : 0) + s.st.optimizer_temp;
   b.overhead = k.workspace;
   return {"optimizer", b};
 }

@@ -115,6 +115,7 @@ States DeepSpeedStates(const TrainingSpec& t, const ParallelPlan& p, const Stage
     // config docs); buckets never exceed the partition they serve.
     st.buckets = std::min<int64_t>(CeilBytes(g), 500'000'000 * in.compute) +
                  std::min<int64_t>(CeilBytes(w), 500'000'000 * in.compute);
+    st.buckets_at_step = false;
   }
   if (p.zero >= 3) {
     GatherLayers(t, sp, static_cast<double>(in.compute), static_cast<double>(in.compute), st);
@@ -172,26 +173,39 @@ States HfStates(const ParallelPlan& p, const StageParams& sp, const StateInputs&
 }
 
 // DeepSpeed's ZeRO optimizers step on a flat copy of the rank's gradient partition in the master
-// dtype: stages 1 and 2 flatten each parameter group's 16-bit gradient partition and cast it
-// (stage_1_and_2.py, step: `self.flatten(self.averaged_gradients[i]).to(fp32)`), stage 3 does
-// the same one sub-group at a time (stage3.py, _prepare_fp32_grad_for_sub_group), a sub-group
-// closing at the first parameter that takes it to sub_group_size (1e9 elements by default).
-// The flat 16-bit copy dies once cast (a cast to its own dtype is the tensor itself); the cast
-// lives through that group's Adam step. Stage 1 first frees the gradients outside its partition
-// (free_grad_in_param_list), room the full gradients of its states leave. One parameter group
-// is counted: a decay / no-decay split leaves the biases and norms, a small second one.
+// dtype, one parameter group at a time: stages 1 and 2 flatten a group's 16-bit gradient
+// partition and cast it (stage_1_and_2.py, step: `self.flatten(self.averaged_gradients[i]).to(
+// fp32)`), stage 3 does the same one sub-group at a time (stage3.py,
+// _prepare_fp32_grad_for_sub_group), a sub-group closing at the first parameter that takes it to
+// sub_group_size (1e9 elements by default; bounded here by the largest tensor's partition). The
+// flat 16-bit copy dies once cast (a cast to the tensor's own dtype is the tensor itself: fp32
+// runs and 16-bit masters hold the flat copy alone); the cast lives through that group's Adam
+// step and is dropped before the next group's. Stage 1 first frees the group's gradients outside
+// its partition, whose full gradients its states count. The groups: the dense parameters, and
+// under DeepSpeed-MoE the experts, a group of their own over the expert-data-parallel ranks;
+// the dense group is counted with the no-decay biases and norms a trainer usually splits off
+// (a small over-estimate). Stage 0 (DeepSpeed's FP16_Optimizer / BF16_Optimizer, which make
+// or keep fp32 gradients their own way) is not accounted.
 int64_t DeepSpeedStepTemp(const ParallelPlan& p, const StageParams& sp, const StateInputs& in) {
-  if (p.zero < 1) return 0;  // stage 0 steps through DeepSpeed's fp16/bf16 optimizer wrappers
+  if (p.zero < 1) return 0;
   constexpr double kSubGroupSize = 1e9;
-  const double z = in.z_eff;
-  const double partition = in.n / z;
-  const double n =
-      p.zero >= 3
-          ? std::min(partition, kSubGroupSize + static_cast<double>(sp.largest_tensor) / z)
-          : partition;
-  double temp = n * static_cast<double>(in.compute) + (in.mixed ? 4.0 * n : 0.0);
-  if (p.zero == 1) temp -= static_cast<double>(in.compute) * (in.n - partition);
-  return std::max<int64_t>(0, CeilBytes(temp));
+  const double experts = static_cast<double>(sp.experts);
+  const double expert_dp = static_cast<double>(std::max<int64_t>(1, p.expert_shard_size()));
+  const double bytes = static_cast<double>(in.compute) + (in.mixed ? 4.0 : 0.0);
+  double temp = 0;
+  for (const auto& [group, shards] : {std::pair{in.n - experts, static_cast<double>(in.z)},
+                                      std::pair{experts, expert_dp}}) {
+    if (group <= 0) continue;
+    const double partition = group / shards;
+    const double n =
+        p.zero >= 3
+            ? std::min(partition, kSubGroupSize + static_cast<double>(sp.largest_tensor) / shards)
+            : partition;
+    double t = n * bytes;
+    if (p.zero == 1) t -= static_cast<double>(in.compute) * (group - partition);
+    temp = std::max(temp, t);
+  }
+  return CeilBytes(temp);
 }
 
 // Transient bytes of the optimizer step. Megatron's distributed optimizer casts into buffers it

@@ -31,7 +31,10 @@ struct States {
   bool grads_persist = false;  // kept across steps (flat buffers) vs freed by zero_grad
   int64_t optimizer = 0;       // optimizer states (with fp32 master weights where kept)
   int64_t optimizer_temp = 0;  // transient of the optimizer step
-  int64_t buckets = 0;         // persistent communication buffers
+  int64_t buckets = 0;         // communication buffers
+  // The buffers are alive at the optimizer step (DDP's gradient buckets); DeepSpeed's ZeRO-1/2
+  // reduce buckets are released when backward ends (_release_ipg_buffers).
+  bool buckets_at_step = true;
   int64_t gather = 0;          // ZeRO-3/FSDP unsharded parameters while computing
   int64_t gather_grad = 0;     // ... and the unsharded gradient before reduce-scatter
   int64_t unsharded_grads = 0;  // fine-tuning: every gradient before sharding (FSDP's no_sync)
