@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "memory/activations.h"
+#include "memory/model_states.h"
 #include "model/hf_config.h"
 #include "model/param_count.h"
 #include "model/zoo.h"
@@ -307,6 +308,39 @@ TEST(PredictMemory, DeepSpeedStepCastsTheGradientPartition) {
   // MARP bounds the closing parameter by the largest tensor's partition (the embeddings').
   EXPECT_GE(e.stages[0].breakdown.temporary, 6 * kSubGroup);
   EXPECT_LE(e.stages[0].breakdown.temporary, 6 * (kSubGroup + 32'768'000));
+}
+
+// DeepSpeed-MoE puts the experts in a parameter group of their own, sharded over the
+// expert-data-parallel ranks, and ZeRO casts one group's partition at a time. A rank holding
+// 1,000,000 parameters, 600,000 of them experts, on 4 data-parallel ranks with EP 2: the dense
+// group's partition is 400,000 / 4 = 100,000, the experts' 600,000 / 2 = 300,000 (two ranks
+// share each expert). bf16 over fp32 masters, 6 bytes an element at the cast: ZeRO-2 holds the
+// larger, 1,800,000 bytes. ZeRO-1 first frees each group's gradients outside its partition
+// (2 bytes each): the experts 1,800,000 - 2 x 300,000 = 1,200,000; the dense group 600,000 -
+// 2 x 300,000 = 0.
+TEST(ModelStates, DeepSpeedCastsOneParameterGroupAtATime) {
+  TrainingSpec t;
+  t.framework = Framework::kDeepSpeed;
+  t.precision = Precision::kBf16;
+  ParallelPlan p;
+  p.dp = 4;
+  p.ep = 2;
+  memory_detail::StageParams sp;
+  sp.total = 1'000'000;
+  sp.experts = 600'000;
+  sp.largest_tensor = 10'000;
+  p.zero = 2;
+  EXPECT_EQ(memory_detail::ModelStates(t, p, sp).optimizer_temp, 1'800'000);
+  p.zero = 1;
+  EXPECT_EQ(memory_detail::ModelStates(t, p, sp).optimizer_temp, 1'200'000);
+  // Without experts one group: 1,000,000 / 4 at 6 bytes.
+  sp.experts = 0;
+  p.ep = 1;
+  p.zero = 2;
+  EXPECT_EQ(memory_detail::ModelStates(t, p, sp).optimizer_temp, 1'500'000);
+  // fp32 training casts nothing: the flat copy alone, 4 bytes an element.
+  t.precision = Precision::kFp32;
+  EXPECT_EQ(memory_detail::ModelStates(t, p, sp).optimizer_temp, 1'000'000);
 }
 
 TEST(PredictMemory, MoreShardingNeverNeedsMoreMemory) {
