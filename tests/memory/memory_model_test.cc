@@ -286,14 +286,14 @@ TEST(PredictMemory, DeepSpeedStepCastsTheGradientPartition) {
   // (stage_1_and_2.py, _release_ipg_buffers).
   p.zero = 2;
   MemoryEstimate e = Predict(m, t, p);
-  EXPECT_EQ(e.stages[0].peak_phase, "optimizer");
+  EXPECT_STREQ(e.stages[0].peak_phase, "optimizer");
   EXPECT_EQ(e.stages[0].breakdown.temporary, 6 * kPsi / 4);
   // ZeRO-1 on 2 ranks frees the other rank's half of the full gradients first (2 bytes x Ψ/2):
   // 6 x Ψ/2 - Ψ = 2Ψ.
   p.dp = 2;
   p.zero = 1;
   e = Predict(m, t, p);
-  EXPECT_EQ(e.stages[0].peak_phase, "optimizer");
+  EXPECT_STREQ(e.stages[0].peak_phase, "optimizer");
   EXPECT_EQ(e.stages[0].breakdown.temporary, 2 * kPsi);
   // ZeRO-3, one sub-group at a time. The rank's partitions in the model's parameter order:
   // the embeddings 131,072,000 / 4 = 32,768,000; per layer q, k, v, o 4,194,304 each,
@@ -304,7 +304,7 @@ TEST(PredictMemory, DeepSpeedStepCastsTheGradientPartition) {
   p.dp = 4;
   p.zero = 3;
   e = Predict(m, t, p);
-  EXPECT_EQ(e.stages[0].peak_phase, "optimizer");
+  EXPECT_STREQ(e.stages[0].peak_phase, "optimizer");
   // MARP bounds the closing parameter by the largest tensor's partition (the embeddings').
   EXPECT_GE(e.stages[0].breakdown.temporary, 6 * kSubGroup);
   EXPECT_LE(e.stages[0].breakdown.temporary, 6 * (kSubGroup + 32'768'000));
