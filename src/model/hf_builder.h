@@ -160,6 +160,9 @@ void ReadLlamaLike(Builder& b, const LlamaLike& d, bool read_bias_flags);
 // Sliding-window layers from a `layer_types` list ("sliding_attention" / "full_attention",
 // transformers >= 4.53) when the config has one, else from `fallback` (the class's pattern).
 void SlidingLayers(Builder& b, int64_t fallback);
+// DeepSeek-style shared experts (n_shared_experts, `fallback` where absent): one ungated MLP of
+// moe_intermediate_size x n_shared_experts; reads moe.ffn_hidden_size, which must be set first.
+void ReadSharedExperts(Builder& b, int64_t fallback);
 
 using Reader = void (*)(Builder&);
 // The readers defined outside model/hf_config.cc (model/hf_readers_2025.cc), by model_type.

@@ -60,12 +60,23 @@ void SlidingLayers(Builder& b, int64_t fallback) {
   if (s.sliding_window <= 0) s.sliding_layers = 0;
 }
 
+void ReadSharedExperts(Builder& b, int64_t fallback) {
+  ModelSpec& s = b.spec();
+  s.moe.num_shared_experts = b.Int("moe.num_shared_experts", {"n_shared_experts"}, fallback);
+  b.NoteKey("moe.shared_ffn_hidden_size", "n_shared_experts");
+  // Bounded first so that the product cannot overflow; Validate() bounds each field.
+  if (s.moe.ffn_hidden_size <= (int64_t{1} << 24) && s.moe.num_shared_experts <= (1 << 14)) {
+    s.moe.shared_ffn_hidden_size = s.moe.ffn_hidden_size * s.moe.num_shared_experts;
+  }
+}
+
 }  // namespace hf_detail
 
 namespace {
 
 using hf_detail::Builder;
 using hf_detail::ReadLlamaLike;
+using hf_detail::ReadSharedExperts;
 using hf_detail::Reader;
 using hf_detail::SlidingLayers;
 using hf_detail::SortedLayers;
@@ -400,12 +411,7 @@ void ReadDeepseek(Builder& b, bool v3) {
   s.moe.experts_per_token = b.Int("moe.experts_per_token", {"num_experts_per_tok"},
                                   v3 ? std::optional<int64_t>(8) : std::nullopt);
   s.moe.ffn_hidden_size = b.Int("moe.ffn_hidden_size", {"moe_intermediate_size"}, v3 ? 2048 : 1407);
-  s.moe.num_shared_experts = b.Int("moe.num_shared_experts", {"n_shared_experts"}, v3 ? 1 : 2);
-  // The shared experts are one MLP of moe_intermediate_size x n_shared_experts, ungated.
-  b.NoteKey("moe.shared_ffn_hidden_size", "n_shared_experts");
-  if (s.moe.ffn_hidden_size <= (int64_t{1} << 24) && s.moe.num_shared_experts <= (1 << 14)) {
-    s.moe.shared_ffn_hidden_size = s.moe.ffn_hidden_size * s.moe.num_shared_experts;
-  }
+  ReadSharedExperts(b, v3 ? 1 : 2);
   const int64_t freq = b.Int("moe.layer_freq", {"moe_layer_freq"}, 1);
   const int64_t first_dense = b.Int("moe.dense_layers", {"first_k_dense_replace"}, v3 ? 3 : 0);
   // DeepSeek: layer i is MoE iff i >= first_k_dense_replace and i % moe_layer_freq == 0.

@@ -14,29 +14,21 @@ namespace {
 
 void ReadPhi(Builder& b) {
   // PhiConfig defaults (microsoft/phi-1's shape). PhiDecoderLayer runs attention and MLP in
-  // parallel off one LayerNorm (input_layernorm); q/k/v/dense, fc1/fc2 and the LM head all
-  // carry biases; final_layernorm; rotary on partial_rotary_factor of each head.
+  // parallel off one LayerNorm (input_layernorm); q/k/v/dense, the 2-matrix fc1/fc2 MLP and the
+  // LM head all carry biases; final_layernorm; rotary on partial_rotary_factor of each head.
+  ReadLlamaLike(b, {51200, 2048, 8192, 24, 32, 2048, std::nullopt, "gelu_new", false, false},
+                false);
   ModelSpec& s = b.spec();
   s.norm = NormKind::kLayerNorm;
-  s.position = PositionKind::kRotary;
-  s.vocab_size = b.Int("vocab_size", {"vocab_size"}, 51200);
-  s.hidden_size = b.Int("hidden_size", {"hidden_size"}, 2048);
-  s.ffn_hidden_size = b.Int("ffn_hidden_size", {"intermediate_size"}, 8192);
-  s.num_layers = b.Int("num_layers", {"num_hidden_layers"}, 24);
-  s.num_heads = b.Int("num_heads", {"num_attention_heads"}, 32);
-  s.num_kv_heads = b.Int("num_kv_heads", {"num_key_value_heads"}, s.num_heads);
-  s.max_positions = b.Int("max_positions", {"max_position_embeddings"}, 2048);
-  s.tied_embeddings = b.r().Bool("tie_word_embeddings", false);
+  s.norm_bias = true;
+  s.gated_mlp = false;
   s.parallel_attn_mlp = true;
   s.norms_per_layer = 1;
   s.qkv_bias = s.attn_out_bias = s.mlp_bias = s.lm_head_bias = true;
   s.hidden_dropout = b.Prob({"resid_pdrop"}, 0.0);
-  s.attention_dropout = b.Prob({"attention_dropout"}, 0.0);
   if (b.r().Bool("qk_layernorm", false)) {
     b.r().Error("qk_layernorm", "Phi's per-head LayerNorms on queries and keys are not modelled");
   }
-  b.Activation({"hidden_act"}, "gelu_new");
-  b.HeadDim(false);
 }
 
 void ReadGranite(Builder& b) {
@@ -93,11 +85,7 @@ void ReadGlm4Moe(Builder& b) {
   s.moe.num_experts = b.Int("moe.num_experts", {"n_routed_experts", "num_experts"}, 128);
   s.moe.experts_per_token = b.Int("moe.experts_per_token", {"num_experts_per_tok"}, 8);
   s.moe.ffn_hidden_size = b.Int("moe.ffn_hidden_size", {"moe_intermediate_size"}, 1408);
-  s.moe.num_shared_experts = b.Int("moe.num_shared_experts", {"n_shared_experts"}, 1);
-  b.NoteKey("moe.shared_ffn_hidden_size", "n_shared_experts");
-  if (s.moe.ffn_hidden_size <= (int64_t{1} << 24) && s.moe.num_shared_experts <= (1 << 14)) {
-    s.moe.shared_ffn_hidden_size = s.moe.ffn_hidden_size * s.moe.num_shared_experts;
-  }
+  ReadSharedExperts(b, 1);
   const int64_t first_dense = b.Int("moe.dense_layers", {"first_k_dense_replace"}, 1);
   for (int64_t i = 0; i < std::min(first_dense, s.num_layers) && i < (int64_t{1} << 16); ++i) {
     s.moe.dense_layers.push_back(i);
