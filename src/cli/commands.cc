@@ -391,131 +391,131 @@ void RunPerf(PerfOptions o) {
 // What the framework's release and its training loop do (optimizer kernels, gradients, FSDP's
 // wrapping, the loss), besides the layout.
 void AddLoopOptions(CLI::App* cmd, PredictOptions* o) {
-    cmd->add_flag("--no-foreach", o->no_foreach,
-                  "Optimizer updates one tensor at a time (PyTorch < 2.0, transformers.AdamW)");
-    cmd->add_flag("--keep-grads", o->keep_grads,
-                  "zero_grad keeps the gradients allocated between steps (set_to_none=False, "
-                  "PyTorch < 2.0's default)");
-    cmd->add_flag("--accumulate-unsharded", o->accumulate_unsharded,
-                  "FSDP gradient accumulation under no_sync (Lightning's no_backward_sync, "
-                  "Accelerate): unsharded gradients kept between micro-batches");
-    cmd->add_flag("--fsdp-use-orig-params", o->fsdp_orig_params,
-                  "FSDP1 use_orig_params=True (Lightning's default): a fine-tune's layers get "
-                  "whole gradients, frozen weights included");
-    cmd->add_flag("--fsdp-wrap-embeddings", o->fsdp_wrap_embeddings,
-                  "FSDP units of their own for the embeddings and the output layer (torchtitan "
-                  "since 2025); default: they sit in the root unit, gathered through the step");
-    cmd->add_option("--fsdp-init", o->fsdp_init,
-                    "How FSDP's units reach the GPU: none (not accounted; FSDP2 materialises "
-                    "them sharded), host (FSDP1 wraps a model held in host memory: each unit "
-                    "moved, flattened and sharded) or host-sync (the same, broadcast from rank 0: "
-                    "sync_module_states, Accelerate's fsdp_cpu_ram_efficient_loading)")
-        ->capture_default_str();
-    cmd->add_flag("--drop-logits", o->drop_logits,
-                  "The loop keeps only the loss when backward starts: the logits are freed "
-                  "before it (HF Trainer, torchtune)");
-    cmd->add_flag("--loss-in-model-dtype", o->loss_in_model_dtype,
-                  "Loss computed on 16-bit logits (older HF models run in 16 bits)");
-    cmd->add_option("--transformers", o->transformers,
-                    "transformers release of an HF causal LM (e.g. 4.38): sets its loss's "
-                    "tensors (sliced before 4.49, fp32 logits kept before 4.46); default: "
-                    "current");
-    cmd->add_flag("--megatron-legacy", o->train.megatron_legacy,
-                  "Megatron-LM as released through 2023: its own layers (no Transformer Engine "
-                  "workspace) and a second fp32 copy of the logits while the loss runs");
-    cmd->add_flag("--cross-entropy-loss-fusion", o->train.megatron_fused_ce,
-                  "Megatron-LM's fused loss (native impl) as released 2024-2025: a second fp32 "
-                  "copy of the logits while its compiled forward and backward steps run");
-    cmd->add_option("--cuda-context-mib", o->cuda_context_mib,
-                    "CUDA context and kernels (512: lazy loading; 1343 measured on CUDA 11.2)")
-        ->capture_default_str();
-    AddFineTuneFlags(cmd, &o->ft);
+  cmd->add_flag("--no-foreach", o->no_foreach,
+                "Optimizer updates one tensor at a time (PyTorch < 2.0, transformers.AdamW)");
+  cmd->add_flag("--keep-grads", o->keep_grads,
+                "zero_grad keeps the gradients allocated between steps (set_to_none=False, "
+                "PyTorch < 2.0's default)");
+  cmd->add_flag("--accumulate-unsharded", o->accumulate_unsharded,
+                "FSDP gradient accumulation under no_sync (Lightning's no_backward_sync, "
+                "Accelerate): unsharded gradients kept between micro-batches");
+  cmd->add_flag("--fsdp-use-orig-params", o->fsdp_orig_params,
+                "FSDP1 use_orig_params=True (Lightning's default): a fine-tune's layers get "
+                "whole gradients, frozen weights included");
+  cmd->add_flag("--fsdp-wrap-embeddings", o->fsdp_wrap_embeddings,
+                "FSDP units of their own for the embeddings and the output layer (torchtitan "
+                "since 2025); default: they sit in the root unit, gathered through the step");
+  cmd->add_option("--fsdp-init", o->fsdp_init,
+                  "How FSDP's units reach the GPU: none (not accounted; FSDP2 materialises "
+                  "them sharded), host (FSDP1 wraps a model held in host memory: each unit "
+                  "moved, flattened and sharded) or host-sync (the same, broadcast from rank 0: "
+                  "sync_module_states, Accelerate's fsdp_cpu_ram_efficient_loading)")
+      ->capture_default_str();
+  cmd->add_flag("--drop-logits", o->drop_logits,
+                "The loop keeps only the loss when backward starts: the logits are freed "
+                "before it (HF Trainer, torchtune)");
+  cmd->add_flag("--loss-in-model-dtype", o->loss_in_model_dtype,
+                "Loss computed on 16-bit logits (older HF models run in 16 bits)");
+  cmd->add_option("--transformers", o->transformers,
+                  "transformers release of an HF causal LM (e.g. 4.38): sets its loss's "
+                  "tensors (sliced before 4.49, fp32 logits kept before 4.46); default: "
+                  "current");
+  cmd->add_flag("--megatron-legacy", o->train.megatron_legacy,
+                "Megatron-LM as released through 2023: its own layers (no Transformer Engine "
+                "workspace) and a second fp32 copy of the logits while the loss runs");
+  cmd->add_flag("--cross-entropy-loss-fusion", o->train.megatron_fused_ce,
+                "Megatron-LM's fused loss (native impl) as released 2024-2025: a second fp32 "
+                "copy of the logits while its compiled forward and backward steps run");
+  cmd->add_option("--cuda-context-mib", o->cuda_context_mib,
+                  "CUDA context and kernels (512: lazy loading; 1343 measured on CUDA 11.2)")
+      ->capture_default_str();
+  AddFineTuneFlags(cmd, &o->ft);
 }
 
 void AddLayoutOptions(CLI::App* cmd, PredictOptions* o) {
-    cmd->add_option("--seq-len", o->train.seq_len, "Sequence length")->capture_default_str();
-    cmd->add_option("--micro-batch", o->train.micro_batch, "Micro-batch size per GPU")
-        ->capture_default_str();
-    cmd->add_option("--global-batch", o->train.global_batch,
-                    "Global batch (default micro-batch x dp)");
-    cmd->add_option("--tp", o->plan.tp, "Tensor parallel size")->capture_default_str();
-    cmd->add_option("--pp", o->plan.pp, "Pipeline stages")->capture_default_str();
-    cmd->add_option("--dp", o->plan.dp, "Data parallel size")->capture_default_str();
-    cmd->add_option("--vpp", o->plan.vpp, "Virtual (interleaved) stages per rank")
-        ->capture_default_str();
-    cmd->add_option("--data-groups", o->data_groups,
-                    "Heterogeneous data parallelism: TYPE:REPLICAS:BATCH[:MICRO],... (each "
-                    "group's replicas, its sequences of every global batch, its micro-batch)");
-    cmd->add_option("--stage-gpus", o->stage_gpus,
-                    "A heterogeneous pipeline: TYPE:STAGES,... first to last (e.g. "
-                    "A100-40GB:2,V100-32GB:2); each stage judged on its own type");
-    cmd->add_option("--stage-layers", o->plan.stage_layers,
-                    "Layers of each pipeline stage, first to last, comma-separated: an uneven "
-                    "split (default: as even as possible)")
-        ->delimiter(',');
-    cmd->add_option("--cp", o->plan.cp, "Context parallel size")->capture_default_str();
-    cmd->add_option("--ep", o->plan.ep, "Expert parallel size (MoE: experts split over ep of "
-                                       "the tp x dp x cp / etp ranks)")
-        ->capture_default_str();
-    cmd->add_option("--etp", o->plan.etp,
-                    "Expert tensor parallel size (Megatron --expert-tensor-parallel-size; "
-                    "default: tp)");
-    cmd->add_option("--moe-capacity-factor", o->train.moe_capacity_factor,
-                    "MoE routing: 0 dropless (default), else Megatron's capacity factor with "
-                    "padded expert inputs");
-    cmd->add_flag("--moe-grouped-gemm", o->train.moe_grouped_gemm,
-                  "Megatron-LM's --moe-grouped-gemm: the experts as Transformer Engine grouped "
-                  "GEMMs (four more cuBLAS workspaces)");
-    cmd->add_option("--moe-dispatcher", o->moe_dispatcher,
-                    "alltoall (NCCL all-to-all of routed rows) or deepep (once per node, "
-                    "forwarded over NVLink)")
-        ->capture_default_str();
-    cmd->add_flag("--sequence-parallel", o->plan.sequence_parallel, "Megatron sequence parallel");
-    cmd->add_option("--zero", o->plan.zero,
-                    "ZeRO stage 0-3 (fsdp: 3 full shard, 2 shard grads+optimizer)")
-        ->capture_default_str();
-    cmd->add_flag("--distributed-optimizer", o->plan.distributed_optimizer,
-                  "Megatron's distributed optimizer");
-    cmd->add_option("--offload", o->offload,
-                    "none|optimizer|params: model states in host memory (DeepSpeed "
-                    "offload_optimizer/offload_param, FSDP CPUOffload)")
-        ->capture_default_str();
-    cmd->add_flag("--offload-activations", o->train.offload_activations,
-                  "torchtune's activation offloading: saved tensors in pinned host memory, the "
-                  "last 5 kept on the GPU");
-    cmd->add_option("--shard-group", o->plan.shard_group,
-                    "Hybrid sharding group size (default: all of dp)");
-    cmd->add_option("--recompute", o->rc.recompute, "none|selective|op|full")
-        ->capture_default_str();
-    cmd->add_option("--recompute-every", o->rc.every,
-                    "With --recompute full: checkpoint every Nth layer only")
-        ->capture_default_str();
-    cmd->add_option("--ac-mode", o->rc.ac_mode,
-                    "torchtitan's activation_checkpoint mode: none|selective|full");
-    cmd->add_option("--selective-ac-option", o->rc.ac_option,
-                    "torchtitan's selective_ac_option: op, or N (every Nth layer; default 2)");
-    cmd->add_option("--precision", o->precision, "bf16|fp16|fp32|bf16-pure|fp8")
-        ->capture_default_str();
-    cmd->add_option("--fp8-recipe", o->fp8_recipe,
-                    "delayed|current|mxfp8 (Transformer Engine) or tensorwise|rowwise "
-                    "(torchao.float8); default: tensorwise under fsdp, delayed elsewhere");
-    cmd->add_flag("--fp8-param-gather", o->train.fp8_param_gather,
-                  "FP8 weights where they are gathered (Megatron --fp8-param-gather; torchao "
-                  "enable_fsdp_float8_all_gather)");
-    cmd->add_option("--optimizer", o->optimizer, "adamw|adam|sgd|sgdm|adafactor|adam8bit|paged-adamw|paged-adamw8bit")
-        ->capture_default_str();
-    cmd->add_flag("--no-flash-attn{true},--flash-attn{false}", o->no_flash,
-                  "Eager attention (keeps the s x s scores) or fused attention (default)");
-    cmd->add_flag("--no-dropout", o->no_dropout, "Train without dropout");
-    cmd->add_option("--framework", o->framework, "megatron|deepspeed|fsdp|hf")
-        ->capture_default_str();
-    cmd->add_option("--head", o->head, "causal-lm|masked-lm|classification");
-    cmd->add_option("--num-labels", o->train.num_labels, "Labels of a classification head")
-        ->capture_default_str();
-    cmd->add_option("--device", o->device,
-                    "cuda, or cpu to model PyTorch's CPU kernels (ground-truth tests)")
-        ->capture_default_str();
-    AddLoopOptions(cmd, o);
+  cmd->add_option("--seq-len", o->train.seq_len, "Sequence length")->capture_default_str();
+  cmd->add_option("--micro-batch", o->train.micro_batch, "Micro-batch size per GPU")
+      ->capture_default_str();
+  cmd->add_option("--global-batch", o->train.global_batch,
+                  "Global batch (default micro-batch x dp)");
+  cmd->add_option("--tp", o->plan.tp, "Tensor parallel size")->capture_default_str();
+  cmd->add_option("--pp", o->plan.pp, "Pipeline stages")->capture_default_str();
+  cmd->add_option("--dp", o->plan.dp, "Data parallel size")->capture_default_str();
+  cmd->add_option("--vpp", o->plan.vpp, "Virtual (interleaved) stages per rank")
+      ->capture_default_str();
+  cmd->add_option("--data-groups", o->data_groups,
+                  "Heterogeneous data parallelism: TYPE:REPLICAS:BATCH[:MICRO],... (each "
+                  "group's replicas, its sequences of every global batch, its micro-batch)");
+  cmd->add_option("--stage-gpus", o->stage_gpus,
+                  "A heterogeneous pipeline: TYPE:STAGES,... first to last (e.g. "
+                  "A100-40GB:2,V100-32GB:2); each stage judged on its own type");
+  cmd->add_option("--stage-layers", o->plan.stage_layers,
+                  "Layers of each pipeline stage, first to last, comma-separated: an uneven "
+                  "split (default: as even as possible)")
+      ->delimiter(',');
+  cmd->add_option("--cp", o->plan.cp, "Context parallel size")->capture_default_str();
+  cmd->add_option("--ep", o->plan.ep, "Expert parallel size (MoE: experts split over ep of "
+                                     "the tp x dp x cp / etp ranks)")
+      ->capture_default_str();
+  cmd->add_option("--etp", o->plan.etp,
+                  "Expert tensor parallel size (Megatron --expert-tensor-parallel-size; "
+                  "default: tp)");
+  cmd->add_option("--moe-capacity-factor", o->train.moe_capacity_factor,
+                  "MoE routing: 0 dropless (default), else Megatron's capacity factor with "
+                  "padded expert inputs");
+  cmd->add_flag("--moe-grouped-gemm", o->train.moe_grouped_gemm,
+                "Megatron-LM's --moe-grouped-gemm: the experts as Transformer Engine grouped "
+                "GEMMs (four more cuBLAS workspaces)");
+  cmd->add_option("--moe-dispatcher", o->moe_dispatcher,
+                  "alltoall (NCCL all-to-all of routed rows) or deepep (once per node, "
+                  "forwarded over NVLink)")
+      ->capture_default_str();
+  cmd->add_flag("--sequence-parallel", o->plan.sequence_parallel, "Megatron sequence parallel");
+  cmd->add_option("--zero", o->plan.zero,
+                  "ZeRO stage 0-3 (fsdp: 3 full shard, 2 shard grads+optimizer)")
+      ->capture_default_str();
+  cmd->add_flag("--distributed-optimizer", o->plan.distributed_optimizer,
+                "Megatron's distributed optimizer");
+  cmd->add_option("--offload", o->offload,
+                  "none|optimizer|params: model states in host memory (DeepSpeed "
+                  "offload_optimizer/offload_param, FSDP CPUOffload)")
+      ->capture_default_str();
+  cmd->add_flag("--offload-activations", o->train.offload_activations,
+                "torchtune's activation offloading: saved tensors in pinned host memory, the "
+                "last 5 kept on the GPU");
+  cmd->add_option("--shard-group", o->plan.shard_group,
+                  "Hybrid sharding group size (default: all of dp)");
+  cmd->add_option("--recompute", o->rc.recompute, "none|selective|op|full")
+      ->capture_default_str();
+  cmd->add_option("--recompute-every", o->rc.every,
+                  "With --recompute full: checkpoint every Nth layer only")
+      ->capture_default_str();
+  cmd->add_option("--ac-mode", o->rc.ac_mode,
+                  "torchtitan's activation_checkpoint mode: none|selective|full");
+  cmd->add_option("--selective-ac-option", o->rc.ac_option,
+                  "torchtitan's selective_ac_option: op, or N (every Nth layer; default 2)");
+  cmd->add_option("--precision", o->precision, "bf16|fp16|fp32|bf16-pure|fp8")
+      ->capture_default_str();
+  cmd->add_option("--fp8-recipe", o->fp8_recipe,
+                  "delayed|current|mxfp8 (Transformer Engine) or tensorwise|rowwise "
+                  "(torchao.float8); default: tensorwise under fsdp, delayed elsewhere");
+  cmd->add_flag("--fp8-param-gather", o->train.fp8_param_gather,
+                "FP8 weights where they are gathered (Megatron --fp8-param-gather; torchao "
+                "enable_fsdp_float8_all_gather)");
+  cmd->add_option("--optimizer", o->optimizer, "adamw|adam|sgd|sgdm|adafactor|adam8bit|paged-adamw|paged-adamw8bit")
+      ->capture_default_str();
+  cmd->add_flag("--no-flash-attn{true},--flash-attn{false}", o->no_flash,
+                "Eager attention (keeps the s x s scores) or fused attention (default)");
+  cmd->add_flag("--no-dropout", o->no_dropout, "Train without dropout");
+  cmd->add_option("--framework", o->framework, "megatron|deepspeed|fsdp|hf")
+      ->capture_default_str();
+  cmd->add_option("--head", o->head, "causal-lm|masked-lm|classification");
+  cmd->add_option("--num-labels", o->train.num_labels, "Labels of a classification head")
+      ->capture_default_str();
+  cmd->add_option("--device", o->device,
+                  "cuda, or cpu to model PyTorch's CPU kernels (ground-truth tests)")
+      ->capture_default_str();
+  AddLoopOptions(cmd, o);
 }
 
 }  // namespace
