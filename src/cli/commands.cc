@@ -426,6 +426,9 @@ void AddLoopOptions(CLI::App* cmd, PredictOptions* o) {
   cmd->add_flag("--cross-entropy-loss-fusion", o->train.megatron_fused_ce,
                 "Megatron-LM's fused loss (native impl) as released 2024-2025: a second fp32 "
                 "copy of the logits while its compiled forward and backward steps run");
+  cmd->add_flag("--litgpt-model", o->train.litgpt_model,
+                "The model as litgpt's own GPT class builds it (one fused q/k/v projection "
+                "whatever the model, its LoRA on it, RMSNorm in the activation dtype)");
   cmd->add_option("--cuda-context-mib", o->cuda_context_mib,
                   "CUDA context and kernels (512: lazy loading; 1343 measured on CUDA 11.2)")
       ->capture_default_str();

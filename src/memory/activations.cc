@@ -53,11 +53,11 @@ int64_t UnkeptNormSaved(const ModelSpec& m, int64_t rows, int64_t width, int64_t
 }
 
 // Transient bytes of a norm's backward (gradients of x_norm, x^2, x in fp32 with the input
-// gradient being accumulated).
-int64_t EagerNormBackward(const ModelSpec& m, int64_t tokens, int64_t e) {
+// gradient being accumulated; in the activation dtype for litgpt's RMSNorm).
+int64_t EagerNormBackward(const ModelSpec& m, int64_t tokens, int64_t e, bool in_dtype) {
   int64_t th = tokens * m.hidden_size;
   if (m.norm == NormKind::kLayerNorm) return 2 * th * e;
-  return 3 * th * kF32;
+  return 3 * th * (in_dtype ? e : kF32);
 }
 
 // The sizes one eager layer's account works with, on one rank and one micro-batch.
@@ -75,6 +75,7 @@ struct EagerShape {
   // Bytes per element a linear layer keeps of its input (1 for TE's FP8 linears, which keep
   // their own FP8 cast each; else the activation dtype, one tensor shared by its readers).
   int64_t le = 2;
+  bool litgpt = false;  // litgpt's model code (TrainingSpec::litgpt_model)
 };
 
 EagerShape MakeEagerShape(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
@@ -88,6 +89,7 @@ EagerShape MakeEagerShape(const ModelSpec& m, const TrainingSpec& t, const Paral
   x.att = x.sh.b * x.w.heads * x.sh.s * x.sh.s;
   x.autocast = IsAutocast(t);
   x.le = LinearInputBytes(t, x.e);
+  x.litgpt = t.litgpt_model;
   return x;
 }
 
@@ -105,13 +107,13 @@ struct EagerNorms {
 struct NormConsumers {
   int64_t attn = 1, mlp = 1;
 };
-NormConsumers NormConsumersOf(const ModelSpec& m, bool moe_layer) {
-  return {m.fused_qkv() ? 1 : 3, moe_layer ? 1 : m.gated_mlp ? 2 : 1};
+NormConsumers NormConsumersOf(const ModelSpec& m, bool moe_layer, bool fused_qkv) {
+  return {fused_qkv || m.fused_qkv() ? 1 : 3, moe_layer ? 1 : m.gated_mlp ? 2 : 1};
 }
 
 EagerNorms EagerNormsSaved(const ModelSpec& m, const EagerShape& x, bool moe_layer) {
   auto norm_saved = [&](bool include_input, int64_t consumers) {
-    if (!x.autocast) return EagerNormSaved(m, x.norm_tokens, x.e, include_input);
+    if (!x.autocast) return EagerNormSaved(m, x.norm_tokens, x.e, include_input, 0, x.litgpt);
     int64_t th = x.norm_tokens * x.w.h;
     int64_t kept = include_input ? th * kF32 : 0;
     if (m.norm == NormKind::kLayerNorm) {
@@ -129,7 +131,7 @@ EagerNorms EagerNormsSaved(const ModelSpec& m, const EagerShape& x, bool moe_lay
     const int64_t th = x.norm_tokens * x.w.h;
     return kept - th * x.e + consumers * th * x.le;
   };
-  const NormConsumers consumers = NormConsumersOf(m, moe_layer);
+  const NormConsumers consumers = NormConsumersOf(m, moe_layer, x.litgpt);
   const int64_t attn_consumers = consumers.attn, mlp_consumers = consumers.mlp;
   // The layer input is kept by the first norm (pre-norm) or by the residual's norm.
   EagerNorms n;
@@ -235,21 +237,25 @@ EagerAttention EagerAttentionSaved(const ModelSpec& m, const TrainingSpec& t, co
     }
   }
   a.core = EagerCoreSaved(m, t, x);
-  if (t.recompute == Recompute::kSelective) {
-    // Fused q/k/v projections whose q and k are rotated (new tensors) while v stays a view.
-    bool fused_view_v =
-        m.position == PositionKind::kRotary &&
-        (m.model_type == "gpt_neox" || m.model_type == "phi3" || m.model_type == "falcon");
-    // The checkpoint keeps the core's inputs themselves: a v that is a view of the fused
-    // projection keeps all of it alive (instead of the folded copy of v).
-    if (fused_view_v && !gqa) a.qkv += tokens * (w.q + w.kv) * e;
-    if (!t.flash_attn) {
-      // The core is recomputed in backward: its saved tensors (and the folded copy of a
-      // transposed v) come back before its gradients.
-      int64_t copies = gqa ? 0 : tokens * w.kv * e;
-      if (m.position != PositionKind::kRotary) copies += 2 * tokens * w.q * e;  // q and k too
-      a.core.backward += a.core.saved + copies;
-    }
+  // Fused q/k/v projections whose q and k are rotated (new tensors) while v stays a view.
+  const bool fused_view_v =
+      m.position == PositionKind::kRotary &&
+      (x.litgpt || m.model_type == "gpt_neox" || m.model_type == "phi3" ||
+       m.model_type == "falcon");
+  // A core that keeps its inputs themselves (a checkpoint of it; litgpt's fused kernel, handed
+  // v as a view of the projection) keeps all of the fused output alive through that view,
+  // instead of the folded copy of v. Under GQA litgpt expands k and v and reshapes them:
+  // copies, and the projection output is not kept.
+  const bool selective = t.recompute == Recompute::kSelective;
+  if (fused_view_v && !gqa && (selective || (x.litgpt && t.flash_attn))) {
+    a.qkv += tokens * (w.q + w.kv) * e;
+  }
+  if (selective && !t.flash_attn) {
+    // The core is recomputed in backward: its saved tensors (and the folded copy of a
+    // transposed v) come back before its gradients.
+    int64_t copies = gqa ? 0 : tokens * w.kv * e;
+    if (m.position != PositionKind::kRotary) copies += 2 * tokens * w.q * e;  // q and k too
+    a.core.backward += a.core.saved + copies;
   }
   a.attn_out = tokens * w.q * x.le;
   if (m.mla.enabled()) {
@@ -405,8 +411,10 @@ void ApplyLora(const ModelSpec& m, const TrainingSpec& t, const EagerShape& x, b
   const int64_t T = x.tokens, e = x.e, ea = copies ? e : l.adapter_bytes;
   const int64_t drop_mask = l.dropout > 0 ? MaskBytes(t, copies ? kF32 : ea) : 0;
   const bool qlora = t.finetune == FineTune::kQlora;
+  constexpr unsigned kQkv = kLoraQ | kLoraK | kLoraV;
   // What a frozen norm no longer feeds: the frozen layers' casts (autocast), or its output.
-  const NormConsumers fed = x.autocast ? NormConsumersOf(m, moe_layer) : NormConsumers{};
+  const NormConsumers fed =
+      x.autocast ? NormConsumersOf(m, moe_layer, x.litgpt) : NormConsumers{};
   // Each adapter keeps its own copy (a cast, or dropout's output), else they share the input.
   const bool own_copy = copies || cast || l.dropout > 0;
   auto adapter_input = [&](int64_t width, bool& shared_kept) {
@@ -416,7 +424,7 @@ void ApplyLora(const ModelSpec& m, const TrainingSpec& t, const EagerShape& x, b
     return mask + T * width * ea;
   };
   bool attn_in = false, mlp_in = false;
-  for (const LinearWeight& w : LayerLinearWeights(m, moe_layer)) {
+  for (const LinearWeight& w : LayerLinearWeights(m, moe_layer, x.litgpt)) {
     const bool attention = (w.target & kLoraAttention) != 0;
     int64_t& bwd = w.target == kLoraO ? ex.attn_out_bwd : attention ? ex.qkv_bwd : ex.mlp_bwd;
     const auto rows_in = static_cast<int64_t>(static_cast<double>(T) * w.rows_per_token);
@@ -431,6 +439,18 @@ void ApplyLora(const ModelSpec& m, const TrainingSpec& t, const EagerShape& x, b
       bwd = std::max(bwd, rows_in * w.in * g + (qlora ? w.in * w.out * e : 0));
     }
     int64_t kept = static_cast<int64_t>(w.count) * rows_in * l.rank * ea;  // A's output
+    const unsigned picked = w.target & l.targets & kQkv;
+    if (x.litgpt && w.target == kQkv) {
+      // litgpt's LoRAQKVLinear: A has rank rows per adapted part (its output is kept by the
+      // grouped conv1d that applies B), and when some of q, k and v are not adapted
+      // zero_pad's index_copy keeps its source, B's output for the adapted parts, reshaped (a
+      // copy) to tokens x their width.
+      const int64_t parts = ((picked & kLoraQ) ? 1 : 0) + ((picked & kLoraK) ? 1 : 0) +
+                            ((picked & kLoraV) ? 1 : 0);
+      const int64_t width = ((picked & kLoraQ) ? x.w.q : 0) + ((picked & kLoraK) ? x.w.kv : 0) +
+                            ((picked & kLoraV) ? x.w.kv : 0);
+      kept = rows_in * (parts * l.rank + (picked == kQkv ? 0 : width)) * ea;
+    }
     if (moe_layer && !attention) {
       ex.mlp += kept;
       continue;
@@ -451,16 +471,15 @@ void ApplyLora(const ModelSpec& m, const TrainingSpec& t, const EagerShape& x, b
   // they all keep the one normalised tensor.
   if (!(l.targets & kLoraO) && !qlora) attn.attn_out = 0;
   if (moe_layer) return;
-  const bool keep_norm_out = qlora && !x.autocast;
+  // A frozen norm keeps no normalised x; its output (or the casts of it) goes only to frozen
+  // layers, which keep none, except QLoRA's 4-bit layers, which keep it (their casts of it in
+  // the fp32 stream are counted apart). A parallel block's second norm (GPT-NeoX) reads the
+  // input the first one keeps.
   const NormConsumers kept_casts = qlora ? NormConsumers{0, 0} : fed;
-  if (!keep_norm_out) {
-    norms.norm1 -= FrozenNormSaving(m, x, kept_casts.attn);
-    if (m.norms_per_layer >= 2 && !m.parallel_attn_mlp) {
-      norms.norm2 -= FrozenNormSaving(m, x, kept_casts.mlp);
-    }
-    if (norms.post1 > 0) norms.post1 -= FrozenNormSaving(m, x, 0);
-    if (norms.post2 > 0) norms.post2 -= FrozenNormSaving(m, x, 0);
-  }
+  norms.norm1 -= FrozenNormSaving(m, x, kept_casts.attn);
+  if (m.norms_per_layer >= 2) norms.norm2 -= FrozenNormSaving(m, x, kept_casts.mlp);
+  if (norms.post1 > 0) norms.post1 -= FrozenNormSaving(m, x, 0);
+  if (norms.post2 > 0) norms.post2 -= FrozenNormSaving(m, x, 0);
   const int64_t tf = T * x.w.f * e;
   const bool down = (l.targets & kLoraDown) != 0;
   if (qlora && l.upcast_rest) {
@@ -484,7 +503,7 @@ LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const Par
   const int64_t tokens = x.tokens, e = x.e;
   double hid_p = HiddenDropout(m, t);
   int64_t dropout_mask = hid_p > 0 ? x.norm_tokens * x.w.h * x.sh.mask : 0;
-  int64_t norm_bwd = EagerNormBackward(m, x.norm_tokens, e);
+  int64_t norm_bwd = EagerNormBackward(m, x.norm_tokens, e, x.litgpt);
   int64_t stream = x.norm_tokens * x.w.h * (x.autocast ? kF32 : e);
   int64_t core_backward = attn.core.backward;
   if (m.parallel_attn_mlp) {

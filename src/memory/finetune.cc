@@ -15,7 +15,8 @@ void AddMlp(std::vector<LinearWeight>& out, const ModelSpec& m, int64_t ffn, int
 
 }  // namespace
 
-std::vector<LinearWeight> LayerLinearWeights(const ModelSpec& m, bool moe_layer) {
+std::vector<LinearWeight> LayerLinearWeights(const ModelSpec& m, bool moe_layer,
+                                             bool fused_qkv) {
   std::vector<LinearWeight> out;
   const int64_t h = m.hidden_size;
   if (m.mla.enabled()) {
@@ -31,7 +32,7 @@ std::vector<LinearWeight> LayerLinearWeights(const ModelSpec& m, bool moe_layer)
     out.push_back({kLoraK | kLoraV, h, l.kv_lora_rank + l.qk_rope_head_dim});
     out.push_back({kLoraK | kLoraV, l.kv_lora_rank, m.num_heads * (l.qk_nope_head_dim + l.v_head_dim)});
     out.push_back({kLoraO, m.num_heads * l.v_head_dim, h});
-  } else if (m.fused_qkv()) {
+  } else if (fused_qkv || m.fused_qkv()) {
     out.push_back({kLoraQ | kLoraK | kLoraV, h, m.q_size() + 2 * m.kv_size()});
     out.push_back({kLoraO, m.q_size(), h});
   } else {

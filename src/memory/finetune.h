@@ -22,8 +22,10 @@ struct LinearWeight {
   double rows_per_token = 1.0;
 };
 
-// The linear weights of one layer (a dense or an MoE layer), as the HF modules hold them.
-std::vector<LinearWeight> LayerLinearWeights(const ModelSpec& m, bool moe_layer);
+// The linear weights of one layer (a dense or an MoE layer), as the HF modules hold them;
+// `fused_qkv` for code that fuses q, k and v in one projection whatever the model (litgpt).
+std::vector<LinearWeight> LayerLinearWeights(const ModelSpec& m, bool moe_layer,
+                                             bool fused_qkv = false);
 
 // Adapter parameters of one layer for these targets and rank.
 int64_t LayerAdapterParams(const ModelSpec& m, const LoraSpec& lora, bool moe_layer);

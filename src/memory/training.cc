@@ -440,6 +440,10 @@ void CheckFrameworkFlags(const TrainingSpec& t, const AddProblem& add) {
         "is Megatron-LM's fused loss since 2024: use --framework megatron without "
         "--megatron-legacy");
   }
+  if (t.litgpt_model && t.framework == Framework::kMegatron) {
+    add("litgpt_model", "is litgpt's model code, which Megatron-LM does not run: use "
+                        "--framework fsdp (litgpt's Fabric, one GPU or FSDP)");
+  }
   if (t.fsdp_wrap_embeddings && t.framework != Framework::kFsdp) {
     add("fsdp_wrap_embeddings", "is FSDP's wrapping: use --framework fsdp");
   }

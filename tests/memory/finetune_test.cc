@@ -267,6 +267,46 @@ TEST(FineTune, OrigParamsGiveFrozenWeightsInMixedUnitsGradients) {
   EXPECT_EQ(PredictMemory(m, t, p).status().field(), "fsdp_orig_params");
 }
 
+// litgpt's own Llama block (--litgpt-model) under LoRA on q and v, dropout 0.05, pure bf16 on a
+// GPU, one layer's activations by hand, per token (h = 4096, f = 11008, 32 heads, r = 8):
+//   RMSNorm x 2 (litgpt's, in bf16): x, x * x (kept by mean), the per-token rsqrt   2 x (4h + 2)
+//   dropout's bool mask and output (A's input)                                       3h
+//   A's output, two adapted parts of rank 8                                          2 x 2r
+//   zero_pad's index_copy source: B's output for q and v, 2h wide                    4h
+//   the fused q/k/v output (kept through v's view), the rotated q and k              6h + 4h
+//   the kernel's output and fp32 log-sum-exp per head                                2h + 4 x 32
+//   SwiGLU: gate and up outputs, the activation's output                             6f
+// = 27h + 6f + 164 = 176,804 bytes; the frozen projections keep no inputs.
+TEST(FineTune, LitgptLlamaLayerKeepsItsFusedProjectionAndZeroPadSource) {
+  ModelSpec m = Zoo("llama-2-7b");
+  TrainingSpec t;
+  t.framework = Framework::kFsdp;
+  t.finetune = FineTune::kLora;
+  t.precision = Precision::kBf16Pure;
+  t.lora.targets = *ParseLoraTargets("q_proj,v_proj");
+  t.lora.adapter_bytes = 2;
+  t.lora.dropout = 0.05;
+  t.seq_len = 1024;
+  t.litgpt_model = true;
+  auto per_layer = [&](ModelSpec model) {
+    model.num_layers = 2;
+    auto two = PredictMemory(model, t, ParallelPlan{});
+    model.num_layers = 4;
+    auto four = PredictMemory(model, t, ParallelPlan{});
+    EXPECT_TRUE(two.ok() && four.ok());
+    return (four->stages[0].activations_per_microbatch -
+            two->stages[0].activations_per_microbatch) / 2;
+  };
+  EXPECT_EQ(per_layer(m), int64_t{176'804} * 1024);
+  // All of q, k and v adapted: nothing to zero-pad, and A has three parts.
+  t.lora.targets = *ParseLoraTargets("q_proj,k_proj,v_proj");
+  EXPECT_EQ(per_layer(m), int64_t{176'804 - 4 * 4096 + 2 * 8} * 1024);
+  // Megatron-LM runs its own layers, not litgpt's.
+  t.framework = Framework::kMegatron;
+  t.finetune = FineTune::kFull;
+  EXPECT_EQ(PredictMemory(m, t, ParallelPlan{}).status().field(), "litgpt_model");
+}
+
 TEST(FineTune, ImpossibleSettingsSayWhy) {
   ModelSpec m = Zoo("llama-3-8b");
   TrainingSpec t;
