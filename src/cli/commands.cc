@@ -157,6 +157,10 @@ void PrintGradientsAndRoot(const PredictOptions& o) {
                : o.train.accumulate_unsharded ? " (unsharded: FSDP's no_sync)"
                                               : " (the rank's shard: a reduce-scatter each)");
   }
+  if (o.train.litgpt_model) {
+    fmt::print("  model code: litgpt's GPT (fused q/k/v for every model, its LoRA on it, RMSNorm "
+               "in the activation dtype)\n");
+  }
   if (sharded_fsdp) {
     fmt::print("  {}\n", o.train.fsdp_wrap_embeddings
                             ? "embeddings and output layer: FSDP units of their own"
