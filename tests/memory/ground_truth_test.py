@@ -252,6 +252,9 @@ GRID += [
     ("llama-mha", 2, 128, "bf16-pure", "adamw", "none", dict(BF16_LORA, lora_dropout=0.1)),
     ("llama-mha", 2, 128, "bf16-pure", "adamw", "full", dict(BF16_LORA, lora_dropout=0.1)),
     ("gpt2", 2, 128, "bf16-pure", "adamw", "none", dict(BF16_LORA, lora_dropout=0.1)),
+    # GPT-NeoX's parallel block: its second norm's output goes only to the frozen MLP.
+    ("neox-parallel", 2, 128, "bf16-pure", "adamw", "none", dict(BF16_LORA, lora_dropout=0.1)),
+    ("neox-parallel", 2, 128, "bf16-pure", "adamw", "none", BF16_LORA),
     ("qwen3-qknorm", 2, 128, "bf16-pure", "adamw", "full",
      dict(BF16_LORA, lora_dropout=0.1, lora_targets="q_proj,k_proj,v_proj,up_proj,down_proj,gate_proj")),
 ]
