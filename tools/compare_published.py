@@ -117,8 +117,8 @@ ENVIRONMENT = {
     "megatron": ["--megatron-legacy"],
     # litgpt's GPT returns the lm_head's output in the model's dtype (bf16-true) and its
     # chunked_cross_entropy (litgpt/utils.py) takes F.cross_entropy of those 16-bit logits, 128
-    # tokens at a time, without an fp32 copy.
-    "litgpt": ["--loss-in-model-dtype"],
+    # tokens at a time, without an fp32 copy. Its model is its own GPT class (--litgpt-model).
+    "litgpt": ["--loss-in-model-dtype", "--litgpt-model"],
     # torchtune's recipes take the loss and `del logits` before backward.
     "torchtune": ["--drop-logits"],
 }

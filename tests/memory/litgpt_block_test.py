@@ -10,7 +10,7 @@ dtype, the GPT-NeoX and LLaMA MLPs, parallel residuals with a shared or a second
 fused attention kernel is stood in for by an autograd function that keeps what PyTorch's
 flash kernel keeps (q, k, v as handed over, its output allocated like q, the fp32 row
 log-sum-exp); QLoRA's 4-bit layers by one that keeps its input, as bitsandbytes' MatMul4Bit
-does. Every tensor autograd saves is recorded through saved_tensors_hooks and counted once per
+does; full fine-tuning trains every weight and norm, without adapters. Every tensor autograd saves is recorded through saved_tensors_hooks and counted once per
 storage, weights and buffers left out; that is one layer's activations, which MARP predicts
 from the architecture (`frenzy predict --device cpu`, the difference between 4 and 2 layers).
 
@@ -68,6 +68,7 @@ def saved_per_layer(c):
     rope_n = int(hs * c["rotary"])
     r, layers = 8, 2
     parts = [w for w, on in zip((h, ng * hs, ng * hs), c["enable"]) if on]
+    full = c.get("full", False)
     frozen = (lambda x, w: Keep.apply(x, w)) if c["qlora"] else F.linear
     torch.manual_seed(0)
     wt = lambda o, i: torch.randn(o, i, dtype=DT) * 0.02  # noqa: E731
@@ -84,6 +85,10 @@ def saved_per_layer(c):
             d.update(fc1=wt(inter, h), fc2=wt(inter, h), mp=wt(h, inter))
         else:
             d.update(fc=wt(inter, h), mp=wt(h, inter))
+        if full:  # full fine-tuning: every weight and norm trains
+            for k in d:
+                if k not in ("A", "B"):
+                    d[k].requires_grad_()
         layer_w.append(d)
 
     def rope(x):
@@ -101,6 +106,8 @@ def saved_per_layer(c):
     def attention(x, d):
         B = x.size(0)
         pretrained = frozen(x, d["qkv"])
+        if full:
+            return attention_core(pretrained, d, B)
         after_a = F.linear(F.dropout(x, 0.05, True), d["A"])
         inp, wb = after_a.transpose(-2, -1), d["B"].unsqueeze(-1)
         if nh == ng:
@@ -116,7 +123,10 @@ def saved_per_layer(c):
             res = z.new_zeros((*z.shape[:-1], total)).view(-1, total)
             res = res.index_copy(1, ind, z.reshape(-1, sum(parts)))
             lora = res.view((*z.shape[:-1], total)).transpose(0, 1) * 2.0
-        qkv = (pretrained + lora).view(B, T, ng, qpk + 2, hs).permute(0, 2, 3, 1, 4)
+        return attention_core(pretrained + lora, d, B)
+
+    def attention_core(qkv, d, B):
+        qkv = qkv.view(B, T, ng, qpk + 2, hs).permute(0, 2, 3, 1, 4)
         q, k, v = qkv.split((qpk, 1, 1), dim=2)
         if ng != nh:
             k = k.expand(B, ng, qpk, T, hs)
@@ -183,9 +193,10 @@ def predicted_per_layer(frenzy, c, tmp):
         with open(path, "w") as f:
             json.dump(hf_config(c, layers), f)
         args = [frenzy, "predict", "--model", path, "--seq-len", "64", "--framework", "fsdp",
-                "--precision", "bf16-pure", "--device", "cpu", "--litgpt-model",
-                "--finetune", "qlora" if c["qlora"] else "lora", "--lora-targets", targets,
-                "--lora-dtype", "bf16", "--lora-dropout", "0.05", "--json"]
+                "--precision", "bf16-pure", "--device", "cpu", "--litgpt-model", "--json"]
+        if not c.get("full"):
+            args += ["--finetune", "qlora" if c["qlora"] else "lora", "--lora-targets", targets,
+                     "--lora-dtype", "bf16", "--lora-dropout", "0.05"]
         if c["qlora"]:
             args.append("--no-kbit-upcast")
         out = subprocess.run(args, capture_output=True, text=True, check=True)
@@ -212,6 +223,8 @@ CASES += [
     # GQA: litgpt expands k and v and reshapes them (copies); B applied part by part.
     dict(CASES[2], name="llama-gqa", groups=2),
 ]
+# Full fine-tuning (litgpt's full.py): every weight and norm trains, no adapters.
+CASES += [dict(c, name=c["name"] + "-full", full=True) for c in (CASES[0], CASES[1], CASES[2], CASES[-1])]
 
 
 def main():
