@@ -242,12 +242,15 @@ EagerAttention EagerAttentionSaved(const ModelSpec& m, const TrainingSpec& t, co
       m.position == PositionKind::kRotary &&
       (x.litgpt || m.model_type == "gpt_neox" || m.model_type == "phi3" ||
        m.model_type == "falcon");
-  // A core that keeps its inputs themselves (a checkpoint of it; litgpt's fused kernel, handed
-  // v as a view of the projection) keeps all of the fused output alive through that view,
-  // instead of the folded copy of v. Under GQA litgpt expands k and v and reshapes them:
-  // copies, and the projection output is not kept.
+  // A core that keeps its inputs themselves keeps all of the fused output alive through v's
+  // view, instead of the folded copy of v that the eager matmul keeps: a checkpoint of the core,
+  // and the fused kernels (SDPA's flash and memory-efficient kernels, flash-attn's
+  // flash_attn_func), which save q, k and v as they are handed over — HF's GPT-NeoX, Phi-3 and
+  // Falcon pass v as a view of the projection (transformers' sdpa_attention_forward makes no
+  // copy), and so does litgpt. Under GQA litgpt expands k and v and reshapes them: copies, and
+  // the projection output is not kept.
   const bool selective = t.recompute == Recompute::kSelective;
-  if (fused_view_v && !gqa && (selective || (x.litgpt && t.flash_attn))) {
+  if (fused_view_v && !gqa && (selective || t.flash_attn)) {
     a.qkv += tokens * (w.q + w.kv) * e;
   }
   if (selective && !t.flash_attn) {

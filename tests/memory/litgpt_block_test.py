@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""MARP's `--litgpt-model` layer account against the tensors litgpt's own blocks keep for
-backward, counted by PyTorch itself.
+"""MARP's `--litgpt-model` layer account (and its HF GPT-NeoX account under a fused attention
+kernel) against the tensors litgpt's own blocks keep for backward, counted by PyTorch itself.
 
 Each case builds a few layers the way litgpt's GPT (lit_gpt/model.py, lora.py, rmsnorm.py of
 late 2023) writes them: one fused q/k/v projection viewed into q, k and v, rotary embedding
@@ -193,7 +193,9 @@ def predicted_per_layer(frenzy, c, tmp):
         with open(path, "w") as f:
             json.dump(hf_config(c, layers), f)
         args = [frenzy, "predict", "--model", path, "--seq-len", "64", "--framework", "fsdp",
-                "--precision", "bf16-pure", "--device", "cpu", "--litgpt-model", "--json"]
+                "--precision", "bf16-pure", "--device", "cpu", "--json"]
+        if not c.get("hf"):
+            args.append("--litgpt-model")
         if not c.get("full"):
             args += ["--finetune", "qlora" if c["qlora"] else "lora", "--lora-targets", targets,
                      "--lora-dtype", "bf16", "--lora-dropout", "0.05"]
@@ -225,6 +227,10 @@ CASES += [
 ]
 # Full fine-tuning (litgpt's full.py): every weight and norm trains, no adapters.
 CASES += [dict(c, name=c["name"] + "-full", full=True) for c in (CASES[0], CASES[1], CASES[2], CASES[-1])]
+# transformers' GPTNeoXAttention under SDPA is the same block: a fused projection viewed into q,
+# k and v (chunk), partial rotary by slicing and cat, v handed over as a view
+# (sdpa_attention_forward copies nothing); predicted as the HF model, without --litgpt-model.
+CASES += [dict(CASES[1], name="neox-hf-full", full=True, hf=True)]
 
 
 def main():
