@@ -122,6 +122,7 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
   o.train.fsdp_wrap_embeddings = o.fsdp_wrap_embeddings;
   o.train.drop_logits = o.drop_logits;
   o.train.loss_fp32 = !o.loss_in_model_dtype;
+  if (o.train.litgpt_rmsnorm_in_dtype) o.train.litgpt_model = true;
   if (!(o.cuda_context_mib >= 0) || o.cuda_context_mib > 1 << 20) {
     return InvalidArgument("must be between 0 and 1048576", {}, "--cuda-context-mib");
   }
@@ -159,7 +160,9 @@ void PrintGradientsAndRoot(const PredictOptions& o) {
   }
   if (o.train.litgpt_model) {
     fmt::print("  model code: litgpt's GPT (fused q/k/v for every model, its LoRA on it, RMSNorm "
-               "in the activation dtype)\n");
+               "{})\n",
+               o.train.litgpt_rmsnorm_in_dtype ? "in the activation dtype, as in 2023"
+                                               : "upcast to fp32, as since 2024");
   }
   if (sharded_fsdp) {
     fmt::print("  {}\n", o.train.fsdp_wrap_embeddings
@@ -432,7 +435,10 @@ void AddLoopOptions(CLI::App* cmd, PredictOptions* o) {
                 "copy of the logits while its compiled forward and backward steps run");
   cmd->add_flag("--litgpt-model", o->train.litgpt_model,
                 "The model as litgpt's own GPT class builds it (one fused q/k/v projection "
-                "whatever the model, its LoRA on it, RMSNorm in the activation dtype)");
+                "whatever the model, its LoRA on it)");
+  cmd->add_flag("--litgpt-bf16-rmsnorm", o->train.litgpt_rmsnorm_in_dtype,
+                "lit-gpt as of 2023: its RMSNorm in the activation dtype, not upcast to fp32 "
+                "(implies --litgpt-model)");
   cmd->add_option("--cuda-context-mib", o->cuda_context_mib,
                   "CUDA context and kernels (512: lazy loading; 1343 measured on CUDA 11.2)")
       ->capture_default_str();

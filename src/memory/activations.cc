@@ -76,6 +76,7 @@ struct EagerShape {
   // their own FP8 cast each; else the activation dtype, one tensor shared by its readers).
   int64_t le = 2;
   bool litgpt = false;  // litgpt's model code (TrainingSpec::litgpt_model)
+  bool norm_in_dtype = false;  // its 2023 RMSNorm, in the activation dtype
 };
 
 EagerShape MakeEagerShape(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
@@ -90,6 +91,7 @@ EagerShape MakeEagerShape(const ModelSpec& m, const TrainingSpec& t, const Paral
   x.autocast = IsAutocast(t);
   x.le = LinearInputBytes(t, x.e);
   x.litgpt = t.litgpt_model;
+  x.norm_in_dtype = t.litgpt_model && t.litgpt_rmsnorm_in_dtype;
   return x;
 }
 
@@ -113,7 +115,9 @@ NormConsumers NormConsumersOf(const ModelSpec& m, bool moe_layer, bool fused_qkv
 
 EagerNorms EagerNormsSaved(const ModelSpec& m, const EagerShape& x, bool moe_layer) {
   auto norm_saved = [&](bool include_input, int64_t consumers) {
-    if (!x.autocast) return EagerNormSaved(m, x.norm_tokens, x.e, include_input, 0, x.litgpt);
+    if (!x.autocast) {
+      return EagerNormSaved(m, x.norm_tokens, x.e, include_input, 0, x.norm_in_dtype);
+    }
     int64_t th = x.norm_tokens * x.w.h;
     int64_t kept = include_input ? th * kF32 : 0;
     if (m.norm == NormKind::kLayerNorm) {
@@ -506,7 +510,7 @@ LayerActivations EagerLayer(const ModelSpec& m, const TrainingSpec& t, const Par
   const int64_t tokens = x.tokens, e = x.e;
   double hid_p = HiddenDropout(m, t);
   int64_t dropout_mask = hid_p > 0 ? x.norm_tokens * x.w.h * x.sh.mask : 0;
-  int64_t norm_bwd = EagerNormBackward(m, x.norm_tokens, e, x.litgpt);
+  int64_t norm_bwd = EagerNormBackward(m, x.norm_tokens, e, x.norm_in_dtype);
   int64_t stream = x.norm_tokens * x.w.h * (x.autocast ? kF32 : e);
   int64_t core_backward = attn.core.backward;
   if (m.parallel_attn_mlp) {

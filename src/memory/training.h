@@ -270,13 +270,15 @@ struct TrainingSpec {
   // fresh fp32 buffer that it copies back: one more fp32 logits-sized tensor while the forward's
   // exp/sum runs and while the backward's scatter runs. The rewrite keeps those steps in place.
   bool megatron_fused_ce = false;
-  // The model as litgpt's own GPT class builds it (lit_gpt/model.py, lora.py, rmsnorm.py, 2023)
+  // The model as litgpt's own GPT class builds it (lit_gpt/model.py, lora.py of 2023-2024)
   // instead of the HuggingFace modules: one fused q/k/v projection for every model, whose v the
   // fused attention kernel keeps as a view (so the whole projection output stays alive, beside
   // the rotated q and k); one LoRA adapter on that projection, zero-padded into its output by an
-  // index_copy that keeps its source when only some of q, k and v are adapted; an RMSNorm
-  // computed in the activation dtype.
+  // index_copy that keeps its source when only some of q, k and v are adapted. Its RMSNorm
+  // upcasts to fp32 as HF's does (litgpt since early 2024)...
   bool litgpt_model = false;
+  // ... or, in lit-gpt as of 2023 (lit_gpt/rmsnorm.py), runs in the activation dtype.
+  bool litgpt_rmsnorm_in_dtype = false;
   // Current HuggingFace models upcast logits to fp32 for the loss; older versions (and models run
   // in 16 bits without autocast) computed the loss in the model's dtype.
   bool loss_fp32 = true;

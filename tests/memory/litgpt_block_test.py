@@ -5,8 +5,8 @@ kernel) against the tensors litgpt's own blocks keep for backward, counted by Py
 Each case builds a few layers the way litgpt's GPT (lit_gpt/model.py, lora.py, rmsnorm.py of
 late 2023) writes them: one fused q/k/v projection viewed into q, k and v, rotary embedding
 by slicing and cat, GQA by expand and reshape, LoRAQKVLinear (dropout, A, a grouped conv1d
-for B, zero_pad's index_copy into the fused width), litgpt's RMSNorm computed in the input's
-dtype, the GPT-NeoX and LLaMA MLPs, parallel residuals with a shared or a second norm. The
+for B, zero_pad's index_copy into the fused width), lit-gpt's RMSNorm computed in the input's
+dtype (2023) or upcast to fp32 (since 2024), the GPT-NeoX and LLaMA MLPs, parallel residuals with a shared or a second norm. The
 fused attention kernel is stood in for by an autograd function that keeps what PyTorch's
 flash kernel keeps (q, k, v as handed over, its output allocated like q, the fp32 row
 log-sum-exp); QLoRA's 4-bit layers by one that keeps its input, as bitsandbytes' MatMul4Bit
@@ -95,12 +95,19 @@ def saved_per_layer(c):
         x1, x2 = x[..., : x.size(-1) // 2], x[..., x.size(-1) // 2:]
         return (x * cos + torch.cat((-x2, x1), -1) * sin).type_as(x)
 
-    def rms(x, w):  # lit_gpt/rmsnorm.py: no upcast
+    def rms(x, w):  # lit_gpt/rmsnorm.py of 2023: no upcast
         return w * (x * torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + 1e-5))
+
+    def rms32(x, w):  # litgpt since early 2024: computed in fp32, cast back before the weight
+        dtype = x.dtype
+        x = x.float()
+        return (x * torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + 1e-5)).to(dtype) * w
 
     def norm(x, d, i):
         if c["norm"] == "rms":
             return rms(x, d[f"n{i}"])
+        if c["norm"] == "rms32":
+            return rms32(x, d[f"n{i}"])
         return F.layer_norm(x, (h,), d[f"n{i}"], d[f"b{i}"])
 
     def attention(x, d):
@@ -196,6 +203,8 @@ def predicted_per_layer(frenzy, c, tmp):
                 "--precision", "bf16-pure", "--device", "cpu", "--json"]
         if not c.get("hf"):
             args.append("--litgpt-model")
+        if c["norm"] == "rms":
+            args.append("--litgpt-bf16-rmsnorm")
         if not c.get("full"):
             args += ["--finetune", "qlora" if c["qlora"] else "lora", "--lora-targets", targets,
                      "--lora-dtype", "bf16", "--lora-dropout", "0.05"]
@@ -231,6 +240,9 @@ CASES += [dict(c, name=c["name"] + "-full", full=True) for c in (CASES[0], CASES
 # k and v (chunk), partial rotary by slicing and cat, v handed over as a view
 # (sdpa_attention_forward copies nothing); predicted as the HF model, without --litgpt-model.
 CASES += [dict(CASES[1], name="neox-hf-full", full=True, hf=True)]
+# litgpt since early 2024: its RMSNorm upcasts to fp32 (litgpt/rmsnorm.py, then model.py).
+CASES += [dict(CASES[2], name="llama-2024", norm="rms32"),
+          dict(CASES[2], name="llama-2024-full", norm="rms32", full=True)]
 
 
 def main():
