@@ -30,23 +30,19 @@ int64_t MaskBytes(const TrainingSpec& t, int64_t input_bytes) {
 //    keeps x_norm in the activation dtype (fp32 in Gemma's (1 + w) form); the output y is kept
 //    by the next Linear. In 16-bit
 //    the float() copy of x is new and fp32, and the 16-bit input itself is not kept.
+//  RMSNorm computed in the activation dtype (`in_dtype`: lit-gpt's lit_gpt/rmsnorm.py, 2023):
+//    the same tensors with no float() copy, x^2 and rsqrt in the activation dtype.
 int64_t EagerNormSaved(const ModelSpec& m, int64_t tokens, int64_t e, bool include_input,
                        int64_t width, bool in_dtype) {
   int64_t th = tokens * (width > 0 ? width : m.hidden_size);
   if (m.norm == NormKind::kLayerNorm) {
     return (include_input ? th * e : 0) + th * e + 2 * tokens * kF32;
   }
-  if (in_dtype) {
-    // litgpt's RMSNorm (lit_gpt/rmsnorm.py, 2023): no float() copy; mean(x * x) keeps x * x,
-    // x * rsqrt keeps x and the per-token rsqrt, weight * x_norm keeps x_norm, all in the
-    // activation dtype, and the output y is kept by the next Linear.
-    return (include_input ? th * e : 0) + th * e /*x*x*/ + tokens * e + th * e /*x_norm*/ +
-           th * e /*y*/;
-  }
-  int64_t x32 = (e == kF32) ? (include_input ? th * kF32 : 0) : th * kF32;
+  const int64_t c = in_dtype ? e : kF32;  // the dtype the norm computes in
+  int64_t xc = (e == c) ? (include_input ? th * c : 0) : th * c;
   // Gemma's form, (x_norm * (1 + w.float())).to(dtype), keeps x_norm in fp32.
   const int64_t x_norm = m.gemma_norm ? kF32 : e;
-  return x32 + th * kF32 /*x^2*/ + tokens * kF32 /*rsqrt*/ + th * x_norm + th * e /*y*/;
+  return xc + th * c /*x^2*/ + tokens * c /*rsqrt*/ + th * x_norm + th * e /*y*/;
 }
 
 }  // namespace frenzy::activation_rules

@@ -1,6 +1,7 @@
 #include "memory/activations.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "memory/activation_rules.h"
 #include "memory/finetune.h"
@@ -241,11 +242,11 @@ EagerAttention EagerAttentionSaved(const ModelSpec& m, const TrainingSpec& t, co
     }
   }
   a.core = EagerCoreSaved(m, t, x);
-  // Fused q/k/v projections whose q and k are rotated (new tensors) while v stays a view.
-  const bool fused_view_v =
-      m.position == PositionKind::kRotary &&
-      (x.litgpt || m.model_type == "gpt_neox" || m.model_type == "phi3" ||
-       m.model_type == "falcon");
+  // Fused q/k/v projections whose q and k are rotated (new tensors) while v stays a view
+  // (GPT-NeoX, Phi-3, Falcon; litgpt's for every model).
+  const bool selective = t.recompute == Recompute::kSelective;
+  const bool fused_view_v = (selective || t.flash_attn) && !gqa &&
+                            m.position == PositionKind::kRotary && (x.litgpt || m.fused_qkv());
   // A core that keeps its inputs themselves keeps all of the fused output alive through v's
   // view, instead of the folded copy of v that the eager matmul keeps: a checkpoint of the core,
   // and the fused kernels (SDPA's flash and memory-efficient kernels, flash-attn's
@@ -253,10 +254,7 @@ EagerAttention EagerAttentionSaved(const ModelSpec& m, const TrainingSpec& t, co
   // Falcon pass v as a view of the projection (transformers' sdpa_attention_forward makes no
   // copy), and so does litgpt. Under GQA litgpt expands k and v and reshapes them: copies, and
   // the projection output is not kept.
-  const bool selective = t.recompute == Recompute::kSelective;
-  if (fused_view_v && !gqa && (selective || t.flash_attn)) {
-    a.qkv += tokens * (w.q + w.kv) * e;
-  }
+  if (fused_view_v) a.qkv += tokens * (w.q + w.kv) * e;
   if (selective && !t.flash_attn) {
     // The core is recomputed in backward: its saved tensors (and the folded copy of a
     // transposed v) come back before its gradients.
@@ -446,16 +444,19 @@ void ApplyLora(const ModelSpec& m, const TrainingSpec& t, const EagerShape& x, b
       bwd = std::max(bwd, rows_in * w.in * g + (qlora ? w.in * w.out * e : 0));
     }
     int64_t kept = static_cast<int64_t>(w.count) * rows_in * l.rank * ea;  // A's output
-    const unsigned picked = w.target & l.targets & kQkv;
     if (x.litgpt && w.target == kQkv) {
       // litgpt's LoRAQKVLinear: A has rank rows per adapted part (its output is kept by the
       // grouped conv1d that applies B), and when some of q, k and v are not adapted
       // zero_pad's index_copy keeps its source, B's output for the adapted parts, reshaped (a
       // copy) to tokens x their width.
-      const int64_t parts = ((picked & kLoraQ) ? 1 : 0) + ((picked & kLoraK) ? 1 : 0) +
-                            ((picked & kLoraV) ? 1 : 0);
-      const int64_t width = ((picked & kLoraQ) ? x.w.q : 0) + ((picked & kLoraK) ? x.w.kv : 0) +
-                            ((picked & kLoraV) ? x.w.kv : 0);
+      const unsigned picked = l.targets & kQkv;
+      int64_t parts = 0, width = 0;
+      for (const auto& [bit, part_width] : {std::pair{kLoraQ, x.w.q}, std::pair{kLoraK, x.w.kv},
+                                           std::pair{kLoraV, x.w.kv}}) {
+        if ((picked & bit) == 0) continue;
+        ++parts;
+        width += part_width;
+      }
       kept = rows_in * (parts * l.rank + (picked == kQkv ? 0 : width)) * ea;
     }
     if (moe_layer && !attention) {
