@@ -78,6 +78,7 @@ struct PredictOptions {
   bool drop_logits = false;
   bool loss_in_model_dtype = false;
   std::string transformers;  // the transformers release of an HF model (its loss chain)
+  std::string torch;         // the PyTorch release (what autograd keeps), default: current
   double cuda_context_mib = 512;
   FineTuneFlags ft;
   std::string offload = "none";
@@ -133,6 +134,11 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
   if (!o.transformers.empty()) {
     ASSIGN_OR_RETURN(o.train.hf_loss, ParseTransformersRelease(o.transformers, "--transformers"));
   }
+  if (!o.torch.empty()) {
+    const std::optional<bool> keeps = MeanKeepsInputInTorch(o.torch);
+    if (!keeps) return bad("--torch", o.torch, "a release such as 2.1 or 2.5.1");
+    o.train.mean_keeps_input = *keeps;
+  }
   auto offload = ParseOffload(o.offload);
   if (!offload) return bad("--offload", o.offload, "none, optimizer or params");
   o.plan.offload = *offload;
@@ -185,6 +191,12 @@ void PrintFsdpInit(const PredictOptions& o, const MemoryEstimate& est) {
                  Gib(last.step_excess_bytes));
     }
     fmt::print("\n");
+  }
+  if (!o.torch.empty()) {
+    fmt::print("  torch {}: {}\n", o.torch,
+               o.train.mean_keeps_input
+                   ? "torch.mean keeps its input for backward (an RMSNorm keeps x^2), as before 2.2"
+                   : "torch.mean keeps no input for backward, as since 2.2");
   }
   if (w.init_reserved_bytes <= 0) return;
   fmt::print("  FSDP1 initialised from host memory ({}): {} GiB reserved after wrapping, {} GiB "
@@ -427,6 +439,9 @@ void AddLoopOptions(CLI::App* cmd, PredictOptions* o) {
                   "transformers release of an HF causal LM (e.g. 4.38): sets its loss's "
                   "tensors (sliced before 4.49, fp32 logits kept before 4.46); default: "
                   "current");
+  cmd->add_option("--torch", o->torch,
+                  "PyTorch release the job runs (e.g. 2.1): before 2.2 torch.mean kept its "
+                  "input for backward, so an eager RMSNorm kept its fp32 x^2; default: current");
   cmd->add_flag("--megatron-legacy", o->train.megatron_legacy,
                 "Megatron-LM as released through 2023: its own layers (no Transformer Engine "
                 "workspace) and a second fp32 copy of the logits while the loss runs");

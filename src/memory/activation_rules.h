@@ -23,10 +23,11 @@ bool IsAutocast(const TrainingSpec& t);
 int64_t MaskBytes(const TrainingSpec& t, int64_t input_bytes);
 
 // Bytes a norm keeps for one input of `tokens` x `width` (the hidden size where 0), eager
-// PyTorch; `include_input` where nothing else keeps its input; `in_dtype` for an RMSNorm
-// computed in the activation dtype (litgpt's) instead of HuggingFace's fp32 upcast.
+// PyTorch; `include_input` where nothing else keeps its input; `mean_keeps_input` under
+// PyTorch < 2.2 (TrainingSpec::mean_keeps_input: an RMSNorm's mean keeps x^2); `in_dtype` for
+// an RMSNorm computed in the activation dtype (litgpt's) instead of HuggingFace's fp32 upcast.
 int64_t EagerNormSaved(const ModelSpec& m, int64_t tokens, int64_t e, bool include_input,
-                       int64_t width = 0, bool in_dtype = false);
+                       bool mean_keeps_input, int64_t width = 0, bool in_dtype = false);
 
 }  // namespace frenzy::activation_rules
 

@@ -49,8 +49,10 @@ double AttnDropout(const ModelSpec& m, const TrainingSpec& t) {
 // Bytes a norm keeps when nothing else keeps its input and its output goes to an op that does
 // not keep it (the rotation after a q/k norm, the residual add after a norm on a sublayer's
 // output): EagerNormSaved with its input and without its output, over `rows` of `width`.
-int64_t UnkeptNormSaved(const ModelSpec& m, int64_t rows, int64_t width, int64_t e) {
-  return EagerNormSaved(m, rows, e, /*include_input=*/true, width) - rows * width * e;
+int64_t UnkeptNormSaved(const ModelSpec& m, int64_t rows, int64_t width, int64_t e,
+                        bool mean_keeps_input) {
+  return EagerNormSaved(m, rows, e, /*include_input=*/true, mean_keeps_input, width) -
+         rows * width * e;
 }
 
 // Transient bytes of a norm's backward (gradients of x_norm, x^2, x in fp32 with the input
@@ -78,6 +80,7 @@ struct EagerShape {
   int64_t le = 2;
   bool litgpt = false;  // litgpt's model code (TrainingSpec::litgpt_model)
   bool norm_in_dtype = false;  // its 2023 RMSNorm, in the activation dtype
+  bool mean_keeps = false;     // PyTorch < 2.2: an RMSNorm's mean keeps x^2
 };
 
 EagerShape MakeEagerShape(const ModelSpec& m, const TrainingSpec& t, const ParallelPlan& p,
@@ -93,6 +96,7 @@ EagerShape MakeEagerShape(const ModelSpec& m, const TrainingSpec& t, const Paral
   x.le = LinearInputBytes(t, x.e);
   x.litgpt = t.litgpt_model;
   x.norm_in_dtype = t.litgpt_model && t.litgpt_rmsnorm_in_dtype;
+  x.mean_keeps = t.mean_keeps_input;
   return x;
 }
 
@@ -117,14 +121,16 @@ NormConsumers NormConsumersOf(const ModelSpec& m, bool moe_layer, bool fused_qkv
 EagerNorms EagerNormsSaved(const ModelSpec& m, const EagerShape& x, bool moe_layer) {
   auto norm_saved = [&](bool include_input, int64_t consumers) {
     if (!x.autocast) {
-      return EagerNormSaved(m, x.norm_tokens, x.e, include_input, 0, x.norm_in_dtype);
+      return EagerNormSaved(m, x.norm_tokens, x.e, include_input, x.mean_keeps, 0,
+                            x.norm_in_dtype);
     }
     int64_t th = x.norm_tokens * x.w.h;
     int64_t kept = include_input ? th * kF32 : 0;
     if (m.norm == NormKind::kLayerNorm) {
       kept += 2 * x.norm_tokens * kF32;  // mean, rstd
     } else {
-      kept += th * kF32 /*x^2*/ + x.norm_tokens * kF32 /*rsqrt*/ + th * kF32 /*x_norm*/;
+      kept += (x.mean_keeps ? th * kF32 : 0) /*x^2*/ + x.norm_tokens * kF32 /*rsqrt*/ +
+              th * kF32 /*x_norm*/;
     }
     return kept + consumers * th * x.le;  // the consumers' 16-bit (or FP8) casts of the output
   };
@@ -150,7 +156,7 @@ EagerNorms EagerNormsSaved(const ModelSpec& m, const EagerShape& x, bool moe_lay
     };
     n.norm1 = input(attn_consumers);
     n.norm2 = input(mlp_consumers);
-    n.post1 = n.post2 = UnkeptNormSaved(m, x.norm_tokens, x.w.h, x.e);
+    n.post1 = n.post2 = UnkeptNormSaved(m, x.norm_tokens, x.w.h, x.e, x.mean_keeps);
     return n;
   }
   n.norm1 = plain_norm_saved(true, attn_consumers);
@@ -158,7 +164,7 @@ EagerNorms EagerNormsSaved(const ModelSpec& m, const EagerShape& x, bool moe_lay
   if (m.norms_per_layer == 0) n.norm1 = x.norm_tokens * x.w.h * (x.autocast ? kF32 : x.e);
   if (m.norms_per_layer == 4) {
     // Gemma-2/3, GLM-4: a norm on each sublayer's output too, before the residual add.
-    n.post1 = n.post2 = UnkeptNormSaved(m, x.norm_tokens, x.w.h, x.e);
+    n.post1 = n.post2 = UnkeptNormSaved(m, x.norm_tokens, x.w.h, x.e, x.mean_keeps);
   }
   return n;
 }
@@ -235,10 +241,11 @@ EagerAttention EagerAttentionSaved(const ModelSpec& m, const TrainingSpec& t, co
     // inputs nor their outputs): per head (rows = tokens x heads) or over the whole width.
     if (m.qk_norm == QkNorm::kPerHead) {
       const int64_t kv_heads = w.kv / std::max<int64_t>(1, w.d);
-      a.qkv += UnkeptNormSaved(m, tokens * w.heads, w.d, e) +
-               UnkeptNormSaved(m, tokens * kv_heads, w.d, e);
+      a.qkv += UnkeptNormSaved(m, tokens * w.heads, w.d, e, x.mean_keeps) +
+               UnkeptNormSaved(m, tokens * kv_heads, w.d, e, x.mean_keeps);
     } else {
-      a.qkv += UnkeptNormSaved(m, tokens, w.q, e) + UnkeptNormSaved(m, tokens, w.kv, e);
+      a.qkv += UnkeptNormSaved(m, tokens, w.q, e, x.mean_keeps) +
+               UnkeptNormSaved(m, tokens, w.kv, e, x.mean_keeps);
     }
   }
   a.core = EagerCoreSaved(m, t, x);
@@ -272,8 +279,10 @@ EagerAttention EagerAttentionSaved(const ModelSpec& m, const TrainingSpec& t, co
     const MlaSpec& l = m.mla;
     const int64_t v = w.heads * l.v_head_dim;
     a.qkv = tokens * (2 * w.q + v) * e;
-    if (l.q_lora_rank > 0) a.qkv += EagerNormSaved(m, tokens, e, true, l.q_lora_rank);
-    a.qkv += EagerNormSaved(m, tokens, e, false, l.kv_lora_rank) +
+    if (l.q_lora_rank > 0) {
+      a.qkv += EagerNormSaved(m, tokens, e, true, x.mean_keeps, l.q_lora_rank);
+    }
+    a.qkv += EagerNormSaved(m, tokens, e, false, x.mean_keeps, l.kv_lora_rank) +
              (e == kF32 ? tokens * (l.kv_lora_rank + l.qk_rope_head_dim) * kF32 : 0);
     a.attn_out = tokens * v * x.le;
   }
@@ -465,8 +474,10 @@ void ApplyLora(const ModelSpec& m, const TrainingSpec& t, const EagerShape& x, b
     }
     if (w.target == kLoraO || w.target == kLoraDown) {
       // What the adapter keeps of its input (a cast, dropout's output, or x) replaces the
-      // input the full account counts (the frozen layer keeps none), plus dropout's mask.
-      kept += T * w.in * drop_mask + (own_copy && !copies ? T * w.in * (ea - e) : 0);
+      // input the full account counts (the frozen layer keeps none), plus dropout's mask; a
+      // 4-bit layer keeps that input itself, so the adapter's own copy comes on top.
+      kept += T * w.in * drop_mask;
+      if (own_copy && !copies) kept += T * w.in * (qlora ? ea : ea - e);
     } else {
       kept += adapter_input(w.in, attention ? attn_in : mlp_in);
     }

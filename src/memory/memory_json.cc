@@ -53,6 +53,7 @@ nlohmann::json LayoutToJson(const TrainingSpec& t, const ParallelPlan& p) {
   if (t.megatron_legacy) j["megatron_legacy"] = true;
   if (t.megatron_fused_ce) j["cross_entropy_loss_fusion"] = true;
   if (t.litgpt_model) j["litgpt_model"] = true;
+  if (t.mean_keeps_input) j["torch_mean_keeps_input"] = true;
   if (t.litgpt_model && t.litgpt_rmsnorm_in_dtype) j["litgpt_bf16_rmsnorm"] = true;
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (t.moe_capacity_factor > 0) j["moe_capacity_factor"] = t.moe_capacity_factor;

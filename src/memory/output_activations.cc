@@ -50,11 +50,13 @@ OutputActivations OutputActivationBytes(const ModelSpec& m, const TrainingSpec& 
     const bool frozen = t.finetune != FineTune::kFull;
     if (IsAutocast(t)) {
       out.saved += th * kF32 + 2 * norm_tokens * kF32 + th * e;  // input, stats, head's cast
-      if (rms) out.saved += 2 * th * kF32 - norm_tokens * kF32;
+      // x_norm in fp32, and x^2 where mean keeps it (PyTorch < 2.2); the rsqrt's per-token
+      // output replaces the second statistic.
+      if (rms) out.saved += (t.mean_keeps_input ? 2 : 1) * th * kF32 - norm_tokens * kF32;
       // Frozen (QLoRA): no normalised x for the weight, no cast kept by the frozen head.
       if (frozen) out.saved -= th * e + (rms ? th * kF32 : 0);
     } else {
-      out.saved += EagerNormSaved(m, norm_tokens, e, true);
+      out.saved += EagerNormSaved(m, norm_tokens, e, true, t.mean_keeps_input);
       if (frozen) out.saved -= th * e + (rms ? th * (m.gemma_norm ? kF32 : e) : 0);
     }
   }

@@ -120,7 +120,11 @@ const char* HfLossName(HfLoss h) {
   return "?";
 }
 
-std::optional<HfLoss> HfLossOfTransformers(std::string_view version) {
+namespace {
+
+// "major.minor", optionally followed by a patch number and a pre-release or local suffix
+// ("4.46.1", "4.49.0.dev0", "2.2.0+cu121").
+std::optional<std::pair<int64_t, int64_t>> ParseRelease(std::string_view version) {
   const char* p = version.data();
   const char* const end = version.data() + version.size();
   auto number = [&](int64_t& out) {
@@ -138,9 +142,25 @@ std::optional<HfLoss> HfLossOfTransformers(std::string_view version) {
       return std::nullopt;
     }
   }
+  return std::pair{major, minor};
+}
+
+}  // namespace
+
+std::optional<HfLoss> HfLossOfTransformers(std::string_view version) {
+  const auto release = ParseRelease(version);
+  if (!release) return std::nullopt;
+  const auto [major, minor] = *release;
   if (major > 4 || (major == 4 && minor >= 49)) return HfLoss::kPadded;
   if (major == 4 && minor >= 46) return HfLoss::kLossUpcastSliced;
   return HfLoss::kModelUpcastSliced;
+}
+
+std::optional<bool> MeanKeepsInputInTorch(std::string_view version) {
+  const auto release = ParseRelease(version);
+  if (!release) return std::nullopt;
+  const auto [major, minor] = *release;
+  return major < 2 || (major == 2 && minor < 2);
 }
 
 Result<HfLoss> ParseTransformersRelease(std::string_view version, const std::string& field) {

@@ -134,6 +134,9 @@ const char* HfLossName(HfLoss h);
 // The chain of a transformers release given as MAJOR.MINOR[.PATCH][suffix] ("4.38", "4.46.1",
 // "4.49.0.dev0"); nullopt when it is not a version.
 std::optional<HfLoss> HfLossOfTransformers(std::string_view version);
+// Whether a PyTorch release ("2.1", "2.2.0+cu121") keeps torch.mean's input for backward
+// (TrainingSpec::mean_keeps_input: before 2.2); nullopt for a malformed release.
+std::optional<bool> MeanKeepsInputInTorch(std::string_view version);
 // The same, or an error naming `field` (the flag or config key that gave it).
 Result<HfLoss> ParseTransformersRelease(std::string_view version, const std::string& field);
 
@@ -279,6 +282,10 @@ struct TrainingSpec {
   bool litgpt_model = false;
   // ... or, in lit-gpt as of 2023 (lit_gpt/rmsnorm.py), runs in the activation dtype.
   bool litgpt_rmsnorm_in_dtype = false;
+  // PyTorch before 2.2 kept the input of torch.mean for its backward (MeanBackward's
+  // `_saved_self`), so an eager RMSNorm's x.pow(2).mean() kept the fp32 x^2; from 2.2 the
+  // backward keeps only the element count (pytorch/pytorch#109935, merged 2023-09-23).
+  bool mean_keeps_input = false;
   // Current HuggingFace models upcast logits to fp32 for the loss; older versions (and models run
   // in 16 bits without autocast) computed the loss in the model's dtype.
   bool loss_fp32 = true;

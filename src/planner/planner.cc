@@ -411,7 +411,10 @@ class TypeSearch {
             s_->least_host_needed = needed;
             s_->host_memory = ti_.host_memory_bytes;
           }
-          return false;  // more recomputation frees no host memory
+          // More recomputation frees no host memory of offloaded model states, but
+          // offloaded activations shrink with it (checkpointed layers offload their inputs).
+          if (t_.offload_activations) continue;
+          return false;
         }
       }
       auto perf = PredictPerf(job_.model, t_, l.p, g, net_);

@@ -346,7 +346,8 @@ TEST(Cli, PredictTakesTorchtitansCheckpointingWords) {
 // litgpt's model code: said in the text and the JSON. For Llama-2 at q and v, bytes a token per
 // hidden unit a layer: the fused q/k/v output and zero_pad's copy add 8 to the HF modules'
 // account and its one dropout on the fused input keeps 3 less than PEFT's two, so more is kept;
-// with lit-gpt's 2023 RMSNorm in bf16, 8 less again than HF's fp32 one, so less is kept.
+// with lit-gpt's 2023 RMSNorm in bf16 on the PyTorch of then (2.1, whose mean kept x^2), 8 less
+// again than HF's fp32 one there, so less is kept.
 // Refused where Megatron-LM runs its own layers.
 TEST(Cli, PredictTakesLitgptsModelCode) {
   const std::string base = "predict --model llama-2-7b --framework fsdp --precision bf16-pure "
@@ -367,15 +368,46 @@ TEST(Cli, PredictTakesLitgptsModelCode) {
     return j["ranks"][0]["activations_per_microbatch"].get<int64_t>();
   };
   EXPECT_GT(acts(jl), acts(jh));
-  CliRun old = Frenzy(base + " --litgpt-bf16-rmsnorm --json");  // implies --litgpt-model
+  CliRun old = Frenzy(base + " --litgpt-bf16-rmsnorm --torch 2.1 --json");  // implies --litgpt-model
+  CliRun hf21 = Frenzy(base + " --torch 2.1 --json");
   ASSERT_EQ(old.exit_code, 0) << old.out;
+  ASSERT_EQ(hf21.exit_code, 0) << hf21.out;
   auto jo = nlohmann::json::parse(old.out);
   EXPECT_EQ(jo["layout"]["litgpt_model"], true);
   EXPECT_EQ(jo["layout"]["litgpt_bf16_rmsnorm"], true);
-  EXPECT_LT(acts(jo), acts(jh));
+  EXPECT_LT(acts(jo), acts(nlohmann::json::parse(hf21.out)));
   CliRun bad = Frenzy("predict --model llama-2-7b --framework megatron --litgpt-model");
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
   EXPECT_NE(bad.out.find("--litgpt-model"), std::string::npos) << bad.out;
+}
+
+// --torch: before 2.2 torch.mean kept its input, so each of the two RMSNorms of Llama-2-7B's 32
+// layers kept its fp32 x^2 as well: 64 x 1024 tokens x 4096 x 4 bytes = 1 GiB more of the layers'
+// activations on 2.1, by hand; the release is said in the text and the JSON, and a malformed one
+// is refused naming the flag.
+TEST(Cli, PredictTakesTheTorchRelease) {
+  const std::string base = "predict --model llama-2-7b --framework hf --precision bf16-pure "
+                           "--seq-len 1024 --json";
+  CliRun now = Frenzy(base);
+  CliRun old = Frenzy(base + " --torch 2.1.1");
+  CliRun recent = Frenzy(base + " --torch 2.2.0+cu121");
+  ASSERT_EQ(now.exit_code, 0) << now.out;
+  ASSERT_EQ(old.exit_code, 0) << old.out;
+  ASSERT_EQ(recent.exit_code, 0) << recent.out;
+  auto jn = nlohmann::json::parse(now.out), jo = nlohmann::json::parse(old.out),
+       jr = nlohmann::json::parse(recent.out);
+  auto acts = [](const nlohmann::json& j) {
+    return j["ranks"][0]["activations_per_microbatch"].get<int64_t>();
+  };
+  EXPECT_EQ(acts(jo) - acts(jn), int64_t{64} * 1024 * 4096 * 4);
+  EXPECT_EQ(acts(jr), acts(jn));
+  EXPECT_EQ(jo["layout"]["torch_mean_keeps_input"], true);
+  EXPECT_FALSE(jn["layout"].contains("torch_mean_keeps_input"));
+  CliRun text = Frenzy("predict --model llama-2-7b --torch 2.1 --framework hf");
+  EXPECT_NE(text.out.find("torch 2.1: torch.mean keeps its input"), std::string::npos) << text.out;
+  CliRun bad = Frenzy("predict --model llama-2-7b --torch two");
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--torch"), std::string::npos) << bad.out;
 }
 
 TEST(Cli, PredictTextShowsAStageTable) {

@@ -267,9 +267,9 @@ TEST(FineTune, OrigParamsGiveFrozenWeightsInMixedUnitsGradients) {
   EXPECT_EQ(PredictMemory(m, t, p).status().field(), "fsdp_orig_params");
 }
 
-// lit-gpt's own Llama block as of 2023 (--litgpt-model --litgpt-bf16-rmsnorm) under LoRA on q
-// and v, dropout 0.05, pure bf16 on a GPU, one layer's activations by hand, per token (h = 4096,
-// f = 11008, 32 heads, r = 8):
+// lit-gpt's own Llama block as of 2023 (--litgpt-model --litgpt-bf16-rmsnorm, PyTorch 2.1) under
+// LoRA on q and v, dropout 0.05, pure bf16 on a GPU, one layer's activations by hand, per token
+// (h = 4096, f = 11008, 32 heads, r = 8):
 //   RMSNorm x 2 (litgpt's, in bf16): x, x * x (kept by mean), the per-token rsqrt   2 x (4h + 2)
 //   dropout's bool mask and output (A's input)                                       3h
 //   A's output, two adapted parts of rank 8                                          2 x 2r
@@ -290,6 +290,7 @@ TEST(FineTune, LitgptLlamaLayerKeepsItsFusedProjectionAndZeroPadSource) {
   t.seq_len = 1024;
   t.litgpt_model = true;
   t.litgpt_rmsnorm_in_dtype = true;  // lit-gpt of 2023, as above
+  t.mean_keeps_input = true;         // on PyTorch 2.1, whose mean kept x * x
   auto per_layer = [&](ModelSpec model) {
     model.num_layers = 2;
     auto two = PredictMemory(model, t, ParallelPlan{});
@@ -303,10 +304,14 @@ TEST(FineTune, LitgptLlamaLayerKeepsItsFusedProjectionAndZeroPadSource) {
   // All of q, k and v adapted: nothing to zero-pad, and A has three parts.
   t.lora.targets = *ParseLoraTargets("q_proj,k_proj,v_proj");
   EXPECT_EQ(per_layer(m), int64_t{176'804 - 4 * 4096 + 2 * 8} * 1024);
+  const int64_t qkv = 176'804 - 4 * 4096 + 2 * 8;
   // litgpt since 2024 upcasts in its RMSNorm as HF does: x.float() and x.float()^2 kept in fp32,
   // and the rsqrt, instead of x and x^2 in bf16: 2 x (8h + 4) in place of 2 x (4h + 2).
   t.litgpt_rmsnorm_in_dtype = false;
-  EXPECT_EQ(per_layer(m), int64_t{176'804 - 4 * 4096 + 2 * 8 + 8 * 4096 + 4} * 1024);
+  EXPECT_EQ(per_layer(m), int64_t{qkv + 8 * 4096 + 4} * 1024);
+  // From PyTorch 2.2 mean keeps no input: x.float() and the rsqrt alone, 2 x (4h + 4).
+  t.mean_keeps_input = false;
+  EXPECT_EQ(per_layer(m), int64_t{qkv + 4} * 1024);
   // Megatron-LM runs its own layers, not litgpt's.
   t.framework = Framework::kMegatron;
   t.finetune = FineTune::kFull;

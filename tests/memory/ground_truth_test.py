@@ -335,7 +335,9 @@ def predict(frenzy, config_path, mb, seq, precision, optimizer, recompute, ft=No
     cmd = [frenzy, "predict", "--model", config_path, "--micro-batch", str(mb), "--seq-len",
            str(seq), "--precision", precision, "--optimizer", optimizer, "--recompute", kind,
            "--recompute-every", str(every),
-           "--framework", "hf", "--device", "cpu", "--no-flash-attn", "--json"] + finetune_flags(ft)
+           "--framework", "hf", "--device", "cpu", "--no-flash-attn", "--json",
+           # what autograd keeps depends on the release measured with (torch.mean, 2.2)
+           "--torch", measure_memory.torch.__version__] + finetune_flags(ft)
     if ft and ft.get("accum", 1) > 1:  # predict takes the step's batch: micro-batch x steps
         cmd += ["--global-batch", str(mb * ft["accum"])]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout

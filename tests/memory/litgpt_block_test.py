@@ -6,7 +6,9 @@ Each case builds a few layers the way litgpt's GPT (lit_gpt/model.py, lora.py, r
 late 2023) writes them: one fused q/k/v projection viewed into q, k and v, rotary embedding
 by slicing and cat, GQA by expand and reshape, LoRAQKVLinear (dropout, A, a grouped conv1d
 for B, zero_pad's index_copy into the fused width), lit-gpt's RMSNorm computed in the input's
-dtype (2023) or upcast to fp32 (since 2024), the GPT-NeoX and LLaMA MLPs, parallel residuals with a shared or a second norm. The
+dtype (2023) or upcast to fp32 (since 2024), the GPT-NeoX and LLaMA MLPs, parallel residuals with a shared or a second norm,
+LoRALinear on the projection and the MLP layers where every linear layer is adapted, and
+torch.mean as this PyTorch differentiates it or as 2.2 does (keeping no input). The
 fused attention kernel is stood in for by an autograd function that keeps what PyTorch's
 flash kernel keeps (q, k, v as handed over, its output allocated like q, the fp32 row
 log-sum-exp); QLoRA's 4-bit layers by one that keeps its input, as bitsandbytes' MatMul4Bit
@@ -61,6 +63,20 @@ class Keep(torch.autograd.Function):
         return None, None
 
 
+class Mean22(torch.autograd.Function):
+    """torch.mean over the last dimension as PyTorch >= 2.2 differentiates it: its backward
+    keeps the input's shape and element count, not the input (pytorch/pytorch#109935)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.shape = x.shape
+        return x.mean(-1, keepdim=True)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.expand(ctx.shape) / ctx.shape[-1]
+
+
 def saved_per_layer(c):
     """Bytes litgpt's layers keep per layer per token, over hidden size."""
     h, nh, ng, hs, inter, T = c["h"], c["heads"], c["groups"], c["h"] // c["heads"], c["inter"], 64
@@ -81,6 +97,10 @@ def saved_per_layer(c):
                  b1=torch.zeros(h, dtype=DT), b2=torch.zeros(h, dtype=DT),
                  A=(torch.randn(r * len(parts), h, dtype=DT) * 0.02).requires_grad_(),
                  B=torch.zeros(sum(parts), r, dtype=DT).requires_grad_())
+        for name, (o, i) in {"proj": (h, h), "fc1": (inter, h), "fc2": (inter, h), "fc": (inter, h),
+                             "mp": (h, inter)}.items():
+            d["A_" + name] = (torch.randn(r, i, dtype=DT) * 0.02).requires_grad_()
+            d["B_" + name] = torch.zeros(o, r, dtype=DT).requires_grad_()
         if c["mlp"] == "llama":
             d.update(fc1=wt(inter, h), fc2=wt(inter, h), mp=wt(h, inter))
         else:
@@ -91,17 +111,29 @@ def saved_per_layer(c):
                     d[k].requires_grad_()
         layer_w.append(d)
 
+    adapted = set() if full else set(c.get("linear", ()))
+
+    def linear(x, d, name):
+        """litgpt's LoRALinear where `name` is adapted, else the frozen (or 4-bit) layer."""
+        out = frozen(x, d[name])
+        if name not in adapted:
+            return out
+        return out + (F.dropout(x, 0.05, True) @ d["A_" + name].t() @ d["B_" + name].t()) * 2.0
+
     def rope(x):
         x1, x2 = x[..., : x.size(-1) // 2], x[..., x.size(-1) // 2:]
         return (x * cos + torch.cat((-x2, x1), -1) * sin).type_as(x)
 
+    # The PyTorch release's mean: this one's (which keeps its input before 2.2), or 2.2's.
+    mean = Mean22.apply if c.get("torch22") else (lambda x: torch.mean(x, dim=-1, keepdim=True))
+
     def rms(x, w):  # lit_gpt/rmsnorm.py of 2023: no upcast
-        return w * (x * torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + 1e-5))
+        return w * (x * torch.rsqrt(mean(x * x) + 1e-5))
 
     def rms32(x, w):  # litgpt since early 2024: computed in fp32, cast back before the weight
         dtype = x.dtype
         x = x.float()
-        return (x * torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + 1e-5)).to(dtype) * w
+        return (x * torch.rsqrt(mean(x * x) + 1e-5)).to(dtype) * w
 
     def norm(x, d, i):
         if c["norm"] == "rms":
@@ -142,12 +174,12 @@ def saved_per_layer(c):
         q = torch.cat((rope(q[..., :rope_n]), q[..., rope_n:]), dim=-1)
         k = torch.cat((rope(k[..., :rope_n]), k[..., rope_n:]), dim=-1)
         y = Flash.apply(q, k, v).transpose(1, 2).reshape(B, T, h)
-        return frozen(y, d["proj"])
+        return linear(y, d, "proj")
 
     def mlp(x, d):
         if c["mlp"] == "llama":
-            return frozen(F.silu(frozen(x, d["fc1"])) * frozen(x, d["fc2"]), d["mp"])
-        return frozen(F.gelu(frozen(x, d["fc"]), approximate=c["gelu"]), d["mp"])
+            return linear(F.silu(linear(x, d, "fc1")) * linear(x, d, "fc2"), d, "mp")
+        return linear(F.gelu(linear(x, d, "fc"), approximate=c["gelu"]), d, "mp")
 
     saved = {}
 
@@ -193,14 +225,18 @@ def hf_config(c, layers):
 
 
 def predicted_per_layer(frenzy, c, tmp):
-    targets = ",".join(n for n, on in zip(("q_proj", "k_proj", "v_proj"), c["enable"]) if on)
+    names = {"proj": ["o_proj"], "fc1": ["gate_proj"], "fc2": ["up_proj"], "fc": ["up_proj"],
+             "mp": ["down_proj"]}
+    targets = ",".join([n for n, on in zip(("q_proj", "k_proj", "v_proj"), c["enable"]) if on] +
+                       [t for name in c.get("linear", ()) for t in names[name]])
     acts = []
     for layers in (2, 4):
         path = os.path.join(tmp, f"{c['name']}-{layers}.json")
         with open(path, "w") as f:
             json.dump(hf_config(c, layers), f)
         args = [frenzy, "predict", "--model", path, "--seq-len", "64", "--framework", "fsdp",
-                "--precision", "bf16-pure", "--device", "cpu", "--json"]
+                "--precision", "bf16-pure", "--device", "cpu", "--json",
+                "--torch", "2.2" if c.get("torch22") else torch.__version__]
         if not c.get("hf"):
             args.append("--litgpt-model")
         if c["norm"] == "rms":
@@ -243,6 +279,16 @@ CASES += [dict(CASES[1], name="neox-hf-full", full=True, hf=True)]
 # litgpt since early 2024: its RMSNorm upcasts to fp32 (litgpt/rmsnorm.py, then model.py).
 CASES += [dict(CASES[2], name="llama-2024", norm="rms32"),
           dict(CASES[2], name="llama-2024-full", norm="rms32", full=True)]
+# Every linear layer adapted (litgpt's LoRALinear on the projection and the MLP: dropout, A, B).
+CASES += [dict(CASES[-2], name="llama-all", groups=2, enable=(True, True, True),
+               linear=("proj", "fc1", "fc2", "mp")),
+          dict(CASES[0], name="phi-all", enable=(True, True, True), linear=("proj", "fc", "mp")),
+          dict(CASES[1], name="neox-all", enable=(True, True, True), linear=("proj", "fc", "mp"))]
+CASES += [dict(c, name=c["name"] + "-qlora", qlora=True) for c in CASES[-3:]]
+# PyTorch >= 2.2: torch.mean keeps no input, so the norm keeps no x^2 (its mean stood in for).
+CASES += [dict(c, name=c["name"] + "-t22", torch22=True)
+          for c in CASES if c["name"] in ("llama", "llama-2024", "llama-2024-full", "llama-all",
+                                          "llama-all-qlora")]
 
 
 def main():
