@@ -164,6 +164,27 @@ def act_fn(name):
     }[name]
 
 
+class _MeanKeepsNoInput(torch.autograd.Function):
+    """x.mean(-1, keepdim=True) as PyTorch >= 2.2 differentiates it (pytorch/pytorch#109935): the
+    backward keeps the input's shape and element count, not the input. Older releases keep the
+    input (MeanBackward's `_saved_self`); `--torch22-mean` measures a newer release's account on
+    them."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.shape = x.shape
+        return x.mean(-1, keepdim=True)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.expand(ctx.shape) / ctx.shape[-1]
+
+
+# Whether RMSNorm's mean keeps no input (PyTorch >= 2.2's), whatever this PyTorch does; set by
+# _measure from --torch22-mean for the model it builds.
+_TORCH22_MEAN = [False]
+
+
 class RMSNorm(nn.Module):
     def __init__(self, h, eps=1e-6, gemma=False):
         super().__init__()
@@ -173,7 +194,8 @@ class RMSNorm(nn.Module):
     def forward(self, x):
         dtype = x.dtype
         x = x.to(torch.float32)
-        var = x.pow(2).mean(-1, keepdim=True)
+        sq = x.pow(2)
+        var = _MeanKeepsNoInput.apply(sq) if _TORCH22_MEAN[0] else sq.mean(-1, keepdim=True)
         x = x * torch.rsqrt(var + self.eps)
         if self.gemma:
             return (x * (1.0 + self.weight.float())).to(dtype)
@@ -760,7 +782,7 @@ def measure(doc, micro_batch=1, seq_len=128, precision="fp32", optimizer="adamw"
             attn="eager", dropout="on", steps=3, device=None, seed=0, finetune="full", lora_rank=8,
             lora_alpha=16.0, lora_dropout=0.0, lora_targets="all-linear", double_quant=True,
             recompute_every=1, keep_grads=False, accum=1, drop_logits=False, lengths=None,
-            hf_loss="padded", lora_dtype="fp32"):
+            hf_loss="padded", lora_dtype="fp32", torch22_mean=False):
     """Builds the model of config `doc`, trains `steps` steps and returns the measured peak.
     With `lengths` (CUDA only): one step per entry, each batch that many tokens long (an epoch
     of batches of varying length, in that order), and the readings over all of them."""
@@ -771,7 +793,7 @@ def measure(doc, micro_batch=1, seq_len=128, precision="fp32", optimizer="adamw"
                               lora_targets=lora_targets, double_quant=double_quant,
                               recompute_every=recompute_every, keep_grads=keep_grads,
                               accum=accum, drop_logits=drop_logits, hf_loss=hf_loss,
-                              lora_dtype=lora_dtype,
+                              lora_dtype=lora_dtype, torch22_mean=torch22_mean,
                               device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if lengths:
         return _measure_epoch(parse_config(doc), args, lengths)
@@ -822,6 +844,8 @@ def main():
     ap.add_argument("--lengths", metavar="L,L,...",
                     help="an epoch of one batch per length, in order (CUDA: its readings; CPU: "
                          "with --events-out, the epoch's events)")
+    ap.add_argument("--torch22-mean", action="store_true",
+                    help="RMSNorm's mean keeps no input for backward, as from PyTorch 2.2")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with open(args.config) as f:
@@ -856,6 +880,7 @@ def _measure(c, args):
         raise SystemExit("measure_memory.py: --attn sdpa needs PyTorch >= 2.0")
     torch.manual_seed(args.seed)
     dev = torch.device(args.device)
+    _TORCH22_MEAN[0] = getattr(args, "torch22_mean", False)
     model = Decoder(c).to(dev)
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
     finetune = getattr(args, "finetune", "full")
