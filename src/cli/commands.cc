@@ -179,7 +179,8 @@ void PrintGradientsAndRoot(const PredictOptions& o) {
 }
 
 // What FSDP1's initialisation from host memory left in the allocator's cache, where accounted;
-// and the loss chain a transformers release was mapped to, with its replay's excess.
+// the loss chain a transformers release was mapped to, with its replay's excess; and what the
+// PyTorch release changes.
 void PrintFsdpInit(const PredictOptions& o, const MemoryEstimate& est) {
   const StageEstimate& w = est.stages.at(static_cast<size_t>(est.worst_stage));
   if (!o.transformers.empty()) {
@@ -193,10 +194,14 @@ void PrintFsdpInit(const PredictOptions& o, const MemoryEstimate& est) {
     fmt::print("\n");
   }
   if (!o.torch.empty()) {
-    fmt::print("  torch {}: {}\n", o.torch,
-               o.train.mean_keeps_input
-                   ? "torch.mean keeps its input for backward (an RMSNorm keeps x^2), as before 2.2"
-                   : "torch.mean keeps no input for backward, as since 2.2");
+    const char* what = "torch.mean keeps no input for backward, as since 2.2";
+    if (o.train.mean_keeps_input) {
+      what = "torch.mean keeps its input for backward (an RMSNorm keeps x^2), as before 2.2";
+    }
+    if (o.train.framework == Framework::kMegatron) {
+      what = "Megatron-LM's fused norms keep the same on every release";
+    }
+    fmt::print("  torch {}: {}\n", o.torch, what);
   }
   if (w.init_reserved_bytes <= 0) return;
   fmt::print("  FSDP1 initialised from host memory ({}): {} GiB reserved after wrapping, {} GiB "

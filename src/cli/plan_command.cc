@@ -49,6 +49,7 @@ struct PlanOptions {
   bool safe_margin = false;  // at least the framework's worst published under-prediction
   std::string launch;  // torchtitan|megatron|accelerate|deepspeed: add each plan's launch
   std::string transformers;  // the release HF models run with (their loss chain)
+  std::string torch;         // the PyTorch release (what autograd keeps); default: current
   LaunchInput entry;
   bool json = false;
 };
@@ -64,6 +65,19 @@ Status ResolveTransformers(const std::string& release, std::optional<Launcher> l
         "--transformers");
   }
   job->limits.hf_loss = chain;
+  return Status::Ok();
+}
+
+// --torch: the PyTorch release the job runs with (before 2.2 an eager RMSNorm keeps x^2).
+Status ResolveTorch(const std::string& release, JobSpec* job) {
+  if (release.empty()) return Status::Ok();
+  const std::optional<bool> keeps = MeanKeepsInputInTorch(release);
+  if (!keeps) {
+    return InvalidArgument(
+        "unknown value '" + release + "' (expected a release such as 2.1 or 2.5.1)", {},
+        "--torch");
+  }
+  job->limits.mean_keeps_input = *keeps;
   return Status::Ok();
 }
 
@@ -255,6 +269,7 @@ void RunPlan(const PlanOptions& o) {
   auto launcher = LauncherOf(o, &job);
   if (!launcher.ok()) return Fail(launcher.status());
   if (Status s = ResolveTransformers(o.transformers, *launcher, &job); !s.ok()) return Fail(s);
+  if (Status s = ResolveTorch(o.torch, &job); !s.ok()) return Fail(s);
   job.fp8_param_gather = o.fp8_param_gather;
   if (Status s = ResolveFp8Recipe(o.fp8_recipe, job.precision, &job.fp8_recipe); !s.ok()) {
     return Fail(s);
@@ -402,6 +417,9 @@ void RegisterPlanCommand(CLI::App& app) {
   cmd->add_option("--transformers", o->transformers,
                   "transformers release the HF models run with (e.g. 4.38): before 4.49 their "
                   "loss slices the logits, before 4.46 the model keeps them in fp32");
+  cmd->add_option("--torch", o->torch,
+                  "PyTorch release the jobs run with (e.g. 2.1): before 2.2 an eager RMSNorm "
+                  "kept its fp32 x^2 for backward (default: current)");
   cmd->add_option("--entry", o->entry.entry,
                   "The training script or module the launch runs (default: the framework's)");
   cmd->add_option("--entry-arg", o->entry.args,

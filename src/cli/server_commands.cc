@@ -601,6 +601,9 @@ void RegisterServeOptions(CLI::App* cmd) {
   cmd->add_option("--transformers", s.transformers,
                   "transformers release the cluster runs Accelerate and DeepSpeed jobs' HF models "
                   "with (e.g. 4.38): their loss's memory (default: current)");
+  cmd->add_option("--torch", s.torch,
+                  "PyTorch release the cluster's jobs run with (e.g. 2.1): before 2.2 an eager "
+                  "RMSNorm kept its fp32 x^2 for backward (default: current)");
   cmd->add_option("--report-url", s.report_url, "Base URL runs report to (default: --listen)");
   cmd->callback([o, cmd] { RunServe(*o, *cmd); });
 }

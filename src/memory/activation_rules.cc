@@ -27,7 +27,8 @@ int64_t MaskBytes(const TrainingSpec& t, int64_t input_bytes) {
 //    so the output is counted here once.
 //  RMSNorm as HuggingFace writes it: x.float(); x.pow(2) keeps x, and mean keeps x^2 under
 //    PyTorch < 2.2 only (`mean_keeps_input`; since 2.2 mean's backward keeps the element count,
-//    pytorch/pytorch#109935); rsqrt keeps its output (per token); x * rsqrt keeps x; weight * x_norm.to(dtype)
+//    pytorch/pytorch#109935); rsqrt keeps its output (per token); x * rsqrt keeps x;
+//    weight * x_norm.to(dtype)
 //    keeps x_norm in the activation dtype (fp32 in Gemma's (1 + w) form); the output y is kept
 //    by the next Linear. In 16-bit
 //    the float() copy of x is new and fp32, and the 16-bit input itself is not kept.

@@ -475,9 +475,11 @@ void ApplyLora(const ModelSpec& m, const TrainingSpec& t, const EagerShape& x, b
     if (w.target == kLoraO || w.target == kLoraDown) {
       // What the adapter keeps of its input (a cast, dropout's output, or x) replaces the
       // input the full account counts (the frozen layer keeps none), plus dropout's mask; a
-      // 4-bit layer keeps that input itself, so the adapter's own copy comes on top.
+      // 4-bit layer keeps that input itself, so the adapter's own copy comes on top (for
+      // down_proj over an upcast rest, the MLP's account below counts both).
       kept += T * w.in * drop_mask;
-      if (own_copy && !copies) kept += T * w.in * (qlora ? ea : ea - e);
+      const bool upcast_down = qlora && l.upcast_rest && w.target == kLoraDown;
+      if (own_copy && !copies) kept += T * w.in * (qlora && !upcast_down ? ea : ea - e);
     } else {
       kept += adapter_input(w.in, attention ? attn_in : mlp_in);
     }

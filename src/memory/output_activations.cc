@@ -56,7 +56,9 @@ OutputActivations OutputActivationBytes(const ModelSpec& m, const TrainingSpec& 
       // Frozen (QLoRA): no normalised x for the weight, no cast kept by the frozen head.
       if (frozen) out.saved -= th * e + (rms ? th * kF32 : 0);
     } else {
-      out.saved += EagerNormSaved(m, norm_tokens, e, true, t.mean_keeps_input);
+      // (lit-gpt of 2023 ran its final RMSNorm in the activation dtype too.)
+      out.saved += EagerNormSaved(m, norm_tokens, e, true, t.mean_keeps_input, 0,
+                                  t.litgpt_model && t.litgpt_rmsnorm_in_dtype);
       if (frozen) out.saved -= th * e + (rms ? th * (m.gemma_norm ? kF32 : e) : 0);
     }
   }

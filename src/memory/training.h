@@ -134,11 +134,12 @@ const char* HfLossName(HfLoss h);
 // The chain of a transformers release given as MAJOR.MINOR[.PATCH][suffix] ("4.38", "4.46.1",
 // "4.49.0.dev0"); nullopt when it is not a version.
 std::optional<HfLoss> HfLossOfTransformers(std::string_view version);
-// Whether a PyTorch release ("2.1", "2.2.0+cu121") keeps torch.mean's input for backward
-// (TrainingSpec::mean_keeps_input: before 2.2); nullopt for a malformed release.
-std::optional<bool> MeanKeepsInputInTorch(std::string_view version);
 // The same, or an error naming `field` (the flag or config key that gave it).
 Result<HfLoss> ParseTransformersRelease(std::string_view version, const std::string& field);
+// Whether a PyTorch release ("2.1", "2.2.0+cu121") keeps torch.mean's input for backward
+// (TrainingSpec::mean_keeps_input: before 2.2; a 2.2 nightly built before the change on
+// 2023-09-23 counts as 2.2); nullopt for a malformed release.
+std::optional<bool> MeanKeepsInputInTorch(std::string_view version);
 
 enum class Offload { kNone, kOptimizer, kParams };
 const char* OffloadName(Offload o);

@@ -607,6 +607,7 @@ TrainingSpec TrainingFor(const JobSpec& job, const GpuType& g) {
   if (job.framework != Framework::kMegatron && t.head == HeadType::kCausalLm) {
     t.hf_loss = job.limits.hf_loss;
   }
+  t.mean_keeps_input = job.limits.mean_keeps_input;
   t.device_memory_bytes = g.memory_bytes;  // the allocator's replays retry within it
   if (t.fp8() && !g.fp8_tflops) {
     t.precision = Precision::kBf16;  // no FP8 tensor cores (A100, V100): bf16 mixed precision

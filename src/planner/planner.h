@@ -65,6 +65,9 @@ struct LayoutLimits {
   // The transformers release the environment runs HF causal LMs with (TrainingSpec::hf_loss):
   // its loss chain; the current one unless the user or the operator says otherwise.
   HfLoss hf_loss = HfLoss::kPadded;
+  // The PyTorch release is older than 2.2, whose torch.mean keeps no input
+  // (TrainingSpec::mean_keeps_input); current PyTorch unless the user or the operator says.
+  bool mean_keeps_input = false;
   bool Allows(int64_t zero) const;
   bool Allows(Offload o) const;
 };

@@ -289,6 +289,7 @@ Result<std::shared_ptr<const JobOptions>> OptionCache::Get(const std::string& mo
   if (x.accumulate_unsharded) variant += "/u";
   if (x.fsdp_init != FsdpInit::kNone) variant += fmt::format("/i{}", static_cast<int>(x.fsdp_init));
   if (x.hf_loss != HfLoss::kPadded) variant += fmt::format("/h{}", static_cast<int>(x.hf_loss));
+  if (x.mean_keeps_input) variant += "/m";
   if (job.offload_activations) variant += fmt::format("/a{}", *job.offload_activations);
   if (job.finetune != FineTune::kFull) {
     const LoraSpec& l = job.lora;

@@ -69,6 +69,9 @@ struct DaemonOptions {
   // The loss chain of the transformers release the cluster's environment runs HF models with
   // (TrainingSpec::hf_loss): what Accelerate and DeepSpeed jobs are planned with.
   HfLoss hf_loss = HfLoss::kPadded;
+  // The cluster's PyTorch is older than 2.2 (TrainingSpec::mean_keeps_input): every job's
+  // eager norms keep their x^2.
+  bool mean_keeps_input = false;
   // The control loop asks the policy again when something changed (a submission, a cancel, a
   // run that ended, a new memory factor) and otherwise every round of a round-based policy
   // (Policy::round_s, as the simulator's engine does), or at least this often for the others

@@ -158,6 +158,7 @@ LayoutLimits AllTrainLimits() {
 Status Daemon::ParseFramework(const json& spec, Parsed* p) const {
   p->spec.framework = p->spec.finetune == FineTune::kFull ? opt_.train_framework : Framework::kHf;
   p->spec.limits = opt_.train_limits;
+  p->spec.limits.mean_keeps_input = opt_.mean_keeps_input;  // the cluster's PyTorch
   if (spec.contains("framework")) {
     const json& f = spec["framework"];
     const std::string word = f.is_string() ? f.get<std::string>() : "";
@@ -182,6 +183,7 @@ Status Daemon::ParseFramework(const json& spec, Parsed* p) const {
       if (*l == Launcher::kAccelerate || *l == Launcher::kDeepSpeed) {
         p->spec.limits.hf_loss = opt_.hf_loss;
       }
+      p->spec.limits.mean_keeps_input = opt_.mean_keeps_input;
       return ParseLaunchInput(spec, &p->launch_input);
     }
     auto fw = frenzy::ParseFramework(word);

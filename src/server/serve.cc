@@ -122,6 +122,7 @@ DaemonOptions DaemonOptionsFor(const ServeConfig& config) {
   }
   if (sim && config.frameworks.empty()) d.frameworks = AllLaunchers();
   if (auto chain = HfLossOfTransformers(config.transformers)) d.hf_loss = *chain;
+  if (auto keeps = MeanKeepsInputInTorch(config.torch)) d.mean_keeps_input = *keeps;
   return d;
 }
 

@@ -54,6 +54,9 @@ struct ServeConfig {
   // The transformers release the HF models of Accelerate and DeepSpeed jobs run with
   // (DaemonOptions::hf_loss): "4.38", ...; empty: the current one.
   std::string transformers;
+  // The PyTorch release the cluster's jobs run with (DaemonOptions::mean_keeps_input): "2.1",
+  // ...; empty: the current one.
+  std::string torch;
 };
 
 // "torchtitan,deepspeed", "all" or "": the launchers, or an error naming the unknown word

@@ -41,6 +41,7 @@ constexpr StringSetting kStringSettings[] = {
     {"inventory", &ServeConfig::inventory},
     {"frameworks", &ServeConfig::frameworks},
     {"transformers", &ServeConfig::transformers},
+    {"torch", &ServeConfig::torch},
 };
 constexpr NumberSetting kNumberSettings[] = {
     {"time_scale", &ServeConfig::time_scale},
@@ -163,6 +164,11 @@ Status ValidateServeConfig(const ServeConfig& config) {
   RETURN_IF_ERROR(ParseFrameworkList(config.frameworks).status());
   if (!config.transformers.empty()) {
     RETURN_IF_ERROR(ParseTransformersRelease(config.transformers, "transformers").status());
+  }
+  if (!config.torch.empty() && !MeanKeepsInputInTorch(config.torch)) {
+    return InvalidArgument(
+        "unknown value '" + config.torch + "' (expected a release such as 2.1 or 2.5.1)", {},
+        "torch");
   }
   return Status::Ok();
 }

@@ -193,6 +193,24 @@ TEST(Cli, PredictSaysWhyALayoutIsImpossible) {
   EXPECT_NE(fused.out.find("--cross-entropy-loss-fusion:"), std::string::npos) << fused.out;
 }
 
+// A LoRA fine-tune of Llama-2-7B on two RTX 3090s (FSDP, four sequences a GPU): its peak is the
+// loss's, with the activations held.
+constexpr const char* kLoraPlan =
+    "plan --model llama-2-7b --tokens 1e7 --global-batch 16 --cluster lab --finetune lora "
+    "--lora-dtype bf16 --framework fsdp --gpu RTX-3090 --gpus 2 --micro-batch 4 --json";
+
+// The plan of kLoraPlan with `release` (an older library) holds more than the current one's.
+void ExpectTheReleasePlansMore(const std::string& release) {
+  CliRun now = Frenzy(kLoraPlan), old = Frenzy(kLoraPlan + release);
+  ASSERT_EQ(now.exit_code, 0) << now.out;
+  ASSERT_EQ(old.exit_code, 0) << old.out;
+  auto jn = nlohmann::json::parse(now.out), jo = nlohmann::json::parse(old.out);
+  ASSERT_FALSE(jn["plans"].empty()) << now.out;
+  ASSERT_FALSE(jo["plans"].empty()) << old.out;
+  EXPECT_GT(jo["plans"][0]["peak_bytes"].get<int64_t>(),
+            jn["plans"][0]["peak_bytes"].get<int64_t>());
+}
+
 // Batches of varying length: the epoch's readings beside the fixed-length ones, and bad
 // statistics named by their flag.
 TEST(Cli, PredictSaysWhatATransformersReleaseMapsTo) {
@@ -216,14 +234,7 @@ TEST(Cli, PredictSaysWhatATransformersReleaseMapsTo) {
   EXPECT_NE(bad.out.find("'--transformers': unknown value 'latest'"), std::string::npos)
       << bad.out;
   // Four sequences a GPU, as Answer.AI's LoRA runs on two RTX 3090s (up to six): both plans fit.
-  const std::string plan =
-      "plan --model llama-2-7b --tokens 1e7 --global-batch 16 --cluster lab --finetune lora "
-      "--lora-dtype bf16 --framework fsdp --gpu RTX-3090 --gpus 2 --micro-batch 4 --json";
-  CliRun p_now = Frenzy(plan), p_old = Frenzy(plan + " --transformers 4.38");
-  ASSERT_EQ(p_now.exit_code, 0) << p_now.out;
-  ASSERT_EQ(p_old.exit_code, 0) << p_old.out;
-  EXPECT_GT(nlohmann::json::parse(p_old.out)["plans"][0]["peak_bytes"].get<int64_t>(),
-            nlohmann::json::parse(p_now.out)["plans"][0]["peak_bytes"].get<int64_t>());
+  ExpectTheReleasePlansMore(" --transformers 4.38");
   CliRun titan = Frenzy("plan --model llama-2-7b --tokens 1e7 --global-batch 16 --cluster lab "
                         "--launch torchtitan --transformers 4.38");
   EXPECT_EQ(titan.exit_code, 2);
@@ -403,6 +414,12 @@ TEST(Cli, PredictTakesTheTorchRelease) {
   EXPECT_EQ(acts(jr), acts(jn));
   EXPECT_EQ(jo["layout"]["torch_mean_keeps_input"], true);
   EXPECT_FALSE(jn["layout"].contains("torch_mean_keeps_input"));
+  // plan takes it too: the same LoRA job (its peak is the loss's, activations held) planned for
+  // PyTorch 2.1 needs more memory, by the norms.
+  ExpectTheReleasePlansMore(" --torch 2.1");
+  CliRun p_bad = Frenzy(std::string(kLoraPlan) + " --torch 2.x");
+  EXPECT_EQ(p_bad.exit_code, 2) << p_bad.out;
+  EXPECT_NE(p_bad.out.find("'--torch'"), std::string::npos) << p_bad.out;
   CliRun text = Frenzy("predict --model llama-2-7b --torch 2.1 --framework hf");
   EXPECT_NE(text.out.find("torch 2.1: torch.mean keeps its input"), std::string::npos) << text.out;
   CliRun bad = Frenzy("predict --model llama-2-7b --torch two");

@@ -24,6 +24,7 @@ struct Fixture {
   bool bundled = false;
   std::vector<Launcher> frameworks;
   HfLoss hf_loss = HfLoss::kPadded;  // the environment's transformers release (frenzyd --transformers)
+  bool mean_keeps_input = false;     // the environment's PyTorch is older than 2.2 (frenzyd --torch)
   test_util::TempDir dir;  // removed with the fixture (after the daemons of its test)
   explicit Fixture(const std::string& name) : dir("frenzy-daemon-" + name) {
     db = (dir.path() / "d.db").string();
@@ -42,6 +43,7 @@ struct Fixture {
     if (!bundled) o.train_framework = Framework::kMegatron;
     o.frameworks = frameworks;
     o.hf_loss = hf_loss;
+    o.mean_keeps_input = mean_keeps_input;
     auto d =
         Daemon::Create(o, std::move(store).value(), std::move(backend), [this] { return now; });
     EXPECT_TRUE(d.ok()) << d.status().ToString();

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -162,29 +163,27 @@ TEST(Daemon, FrameworkJobsArePlannedWithTheFrameworksLayoutsAndLaunchedThroughIt
   EXPECT_EQ((*listed)["jobs"].size(), 1u);
 }
 
-// A 70B model no lab GPU can train in full is a QLoRA fine-tune one A100-80GB holds (a 4-bit
-// base of about 37 GB): it is planned data parallel under PEFT, and the run is told so.
-TEST(Daemon, AccelerateJobsArePlannedWithTheEnvironmentsTransformersRelease) {
-  auto planned = [](HfLoss chain, const char* name) {
-    Fixture f(name);
-    f.frameworks = {Launcher::kAccelerate};
-    f.hf_loss = chain;
-    auto d = f.Make();
-    json spec = Spec("llama-2-7b", 1e9);
-    spec["framework"] = "accelerate";
-    spec["entry"] = "train.py";
-    spec["finetune"] = "lora";
-    EXPECT_TRUE(d->Submit(spec).ok());
-    EXPECT_TRUE(d->Tick().ok());
-    auto job = d->GetJob("j-000001");
-    EXPECT_TRUE(job.ok());
-    return job.ok() ? (*job)["plan"] : json();
-  };
-  const json now = planned(HfLoss::kPadded, "hf-now"), old = planned(HfLoss::kModelUpcastSliced, "hf-old");
+// The plan of a LoRA fine-tune of Llama-2-7B, the first job of a daemon set up by `setup`,
+// and `spec_extra` on its spec.
+json PlanOfTheFirstLoraJob(const char* name, const std::function<void(Fixture&)>& setup,
+                           const json& spec_extra) {
+  Fixture f(name);
+  setup(f);
+  auto d = f.Make();
+  json spec = Spec("llama-2-7b", 1e9);
+  spec["finetune"] = "lora";
+  spec.update(spec_extra);
+  EXPECT_TRUE(d->Submit(spec).ok());
+  EXPECT_TRUE(d->Tick().ok());
+  auto job = d->GetJob("j-000001");
+  EXPECT_TRUE(job.ok());
+  return job.ok() ? (*job)["plan"] : json();
+}
+
+// Two plans of the same job on the same layout, the second holding more.
+void ExpectSameLayoutMoreMemory(const json& now, const json& old) {
   ASSERT_TRUE(now.contains("peak_bytes")) << now.dump();
   ASSERT_TRUE(old.contains("peak_bytes")) << old.dump();
-  // Before 4.46 the model keeps fp32 logits and the loss slices them: on the same layout (the
-  // lab's A100s, one sequence a rank) the plan holds more.
   ASSERT_EQ(now["gpu"], old["gpu"]);
   ASSERT_EQ(now["gpus"], old["gpus"]);
   ASSERT_EQ(now["micro_batch"], old["micro_batch"]) << now.dump() << "\n" << old.dump();
@@ -192,6 +191,35 @@ TEST(Daemon, AccelerateJobsArePlannedWithTheEnvironmentsTransformersRelease) {
   EXPECT_GT(old["device_bytes"].get<int64_t>(), now["device_bytes"].get<int64_t>());
 }
 
+// Before transformers 4.46 the model keeps fp32 logits and the loss slices them: on the same
+// layout (the lab's A100s, one sequence a rank) the plan holds more.
+TEST(Daemon, AccelerateJobsArePlannedWithTheEnvironmentsTransformersRelease) {
+  const json accelerate = {{"framework", "accelerate"}, {"entry", "train.py"}};
+  auto planned = [&](HfLoss chain, const char* name) {
+    return PlanOfTheFirstLoraJob(
+        name,
+        [&](Fixture& f) {
+          f.frameworks = {Launcher::kAccelerate};
+          f.hf_loss = chain;
+        },
+        accelerate);
+  };
+  ExpectSameLayoutMoreMemory(planned(HfLoss::kPadded, "hf-now"),
+                             planned(HfLoss::kModelUpcastSliced, "hf-old"));
+}
+
+// The cluster's PyTorch (frenzyd --torch): before 2.2 every eager RMSNorm also keeps its fp32
+// x^2, so the daemon's own training command (an HF Llama) is planned with more memory on it.
+TEST(Daemon, JobsArePlannedWithTheEnvironmentsTorchRelease) {
+  auto planned = [](bool old_torch, const char* name) {
+    return PlanOfTheFirstLoraJob(
+        name, [&](Fixture& f) { f.mean_keeps_input = old_torch; }, {{"framework", "hf"}});
+  };
+  ExpectSameLayoutMoreMemory(planned(false, "torch-now"), planned(true, "torch-old"));
+}
+
+// A 70B model no lab GPU can train in full is a QLoRA fine-tune one A100-80GB holds (a 4-bit
+// base of about 37 GB): it is planned data parallel under PEFT, and the run is told so.
 TEST(Daemon, QloraJobsArePlannedWhereFullTrainingIsNot) {
   Fixture f("qlora");
   auto d = f.Make();

@@ -151,7 +151,7 @@ TEST(ServeConfig, TheFileHoldsTheDocumentedSettings) {
   const std::vector<std::string> documented = {
       "backend",       "listen", "db",         "cluster", "token",     "runs_dir",   "models_dir",
       "train_command", "policy", "slurm_conf", "k8s_dir", "inventory", "frameworks",
-      "transformers",  "time_scale", "tick_s"};
+      "transformers",  "torch",  "time_scale", "tick_s"};
   EXPECT_EQ(ServeConfigKeys(), documented);
 }
 
@@ -209,6 +209,20 @@ TEST(ServeChecks, TheEnvironmentsTransformersReleaseIsChecked) {
   Status st = ValidateServeConfig(c);
   EXPECT_EQ(st.field(), "transformers");
   EXPECT_NE(st.message().find("'latest'"), std::string::npos) << st.ToString();
+}
+
+TEST(ServeChecks, TheEnvironmentsTorchReleaseIsChecked) {
+  ServeConfig c;
+  EXPECT_FALSE(DaemonOptionsFor(c).mean_keeps_input);
+  c.torch = "2.1.2";
+  EXPECT_TRUE(ValidateServeConfig(c).ok());
+  EXPECT_TRUE(DaemonOptionsFor(c).mean_keeps_input);
+  c.torch = "2.2.0+cu121";
+  EXPECT_FALSE(DaemonOptionsFor(c).mean_keeps_input);
+  c.torch = "stable";
+  Status st = ValidateServeConfig(c);
+  EXPECT_EQ(st.field(), "torch");
+  EXPECT_NE(st.message().find("'stable'"), std::string::npos) << st.ToString();
 }
 
 TEST(ServeChecks, DaemonOptionsFollowTheConfig) {
