@@ -674,6 +674,7 @@ Result<PlanResult> PlanJob(const JobSpec& job, const Cluster& cluster, const Gpu
   const bool act_offload = !job.offload_activations && (!job.pp || *job.pp == 1) &&
                            job.limits.offload_activations &&
                            (job.framework == Framework::kHf || job.framework == Framework::kFsdp);
+  std::optional<Search> activations;  // the activation-offload search, where it found nothing
   if (s.fitting == 0 && (!offloaded || offloaded->meeting_goals.empty()) && act_offload) {
     JobSpec act = job;
     act.offload_activations = true;
@@ -681,21 +682,33 @@ Result<PlanResult> PlanJob(const JobSpec& job, const Cluster& cluster, const Gpu
     Search a = SearchLayouts(act, types, opt);
     result.layouts_considered += a.considered;
     result.layouts_fitting += a.fitting;
-    if (!a.meeting_goals.empty()) offloaded = std::move(a);
+    if (!a.meeting_goals.empty()) {
+      offloaded = std::move(a);
+    } else {
+      activations = std::move(a);
+    }
   }
   if (offloaded && !offloaded->meeting_goals.empty()) {
     s = std::move(*offloaded);
   } else if (s.meeting_goals.empty()) {
     Infeasible why = Diagnose(job, types, catalog, opt, s);
-    if (offloaded) {
-      if (offloaded->fitting > 0) why.kind = InfeasibleKind::kGoalsUnmet;
+    if (offloaded || activations) {
       for (const TypeInfo& ti : types) {
         if (ti.host_memory_bytes <= 0) why.host_memory_unknown.push_back(ti.gpu->name);
       }
       why.offload_tried = why.host_memory_unknown.size() < types.size();
-      if (offloaded->least_host_needed < std::numeric_limits<int64_t>::max()) {
-        why.offload_least_host_bytes = offloaded->least_host_needed;
-        why.offload_host_memory_bytes = offloaded->host_memory;
+    }
+    // What the offloading searches found: layouts that fit but miss the goals, and the least
+    // host memory a node would need where the GPUs would hold the job.
+    for (const std::optional<Search>* tried : {&offloaded, &activations}) {
+      if (!*tried) continue;
+      const Search& t = **tried;
+      if (t.fitting > 0) why.kind = InfeasibleKind::kGoalsUnmet;
+      if (t.least_host_needed < std::numeric_limits<int64_t>::max() &&
+          (why.offload_least_host_bytes == 0 ||
+           t.least_host_needed < why.offload_least_host_bytes)) {
+        why.offload_least_host_bytes = t.least_host_needed;
+        why.offload_host_memory_bytes = t.host_memory;
       }
     }
     result.infeasible = std::move(why);

@@ -704,6 +704,15 @@ TEST(Planner, ActivationOffloadWhenNothingElseFits) {
   EXPECT_TRUE(r.plans.front().offload_activations);
   EXPECT_EQ(r.plans.front().host_bytes_per_node, int64_t{27} * 402'653'184);
   EXPECT_NE(ExplainPlan(r, {}).find("activations offloaded"), std::string::npos);
+  // With too little host memory the plan says how much a node would need: at least the 27
+  // offloaded layer inputs.
+  c.nodes[0].host_memory_gib = 8;
+  PlanResult small = Plan_(j, c);
+  ASSERT_TRUE(small.infeasible);
+  EXPECT_GE(small.infeasible->offload_least_host_bytes, int64_t{27} * 402'653'184);
+  EXPECT_EQ(small.infeasible->offload_host_memory_bytes, int64_t{8} << 30);
+  EXPECT_NE(ExplainPlan(small, {}).find("host memory per node"), std::string::npos)
+      << ExplainPlan(small, {});
   // Without the nodes' host memory it is not tried; pinned off, nothing fits.
   c.nodes[0].host_memory_gib = 0;
   EXPECT_TRUE(Plan_(j, c).infeasible);
