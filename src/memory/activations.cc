@@ -480,6 +480,10 @@ void ApplyLora(const ModelSpec& m, const TrainingSpec& t, const EagerShape& x, b
       kept += T * w.in * drop_mask;
       const bool upcast_down = qlora && l.upcast_rest && w.target == kLoraDown;
       if (own_copy && !copies) kept += T * w.in * (qlora && !upcast_down ? ea : ea - e);
+      // Under autocast o_proj's 4-bit layer keeps the attention output, and with dropout on
+      // the adapter keeps dropout's 16-bit output beside it (PEFT's bnb layer casts nothing
+      // under autocast, so without dropout A keeps the attention output itself).
+      if (copies && qlora && w.target == kLoraO && l.dropout > 0) kept += T * w.in * e;
     } else {
       kept += adapter_input(w.in, attention ? attn_in : mlp_in);
     }
