@@ -164,7 +164,7 @@ def act_fn(name):
     }[name]
 
 
-class _MeanKeepsNoInput(torch.autograd.Function):
+class MeanKeepsNoInput(torch.autograd.Function):
     """x.mean(-1, keepdim=True) as PyTorch >= 2.2 differentiates it (pytorch/pytorch#109935): the
     backward keeps the input's shape and element count, not the input. Older releases keep the
     input (MeanBackward's `_saved_self`); `--torch22-mean` measures a newer release's account on
@@ -195,7 +195,7 @@ class RMSNorm(nn.Module):
         dtype = x.dtype
         x = x.to(torch.float32)
         sq = x.pow(2)
-        var = _MeanKeepsNoInput.apply(sq) if _TORCH22_MEAN[0] else sq.mean(-1, keepdim=True)
+        var = MeanKeepsNoInput.apply(sq) if _TORCH22_MEAN[0] else sq.mean(-1, keepdim=True)
         x = x * torch.rsqrt(var + self.eps)
         if self.gemma:
             return (x * (1.0 + self.weight.float())).to(dtype)

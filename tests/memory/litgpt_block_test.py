@@ -28,6 +28,9 @@ import tempfile
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from measure_memory import MeanKeepsNoInput  # noqa: E402  (torch.mean as PyTorch 2.2 keeps it)
+
 DT = torch.bfloat16
 
 
@@ -61,20 +64,6 @@ class Keep(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return None, None
-
-
-class Mean22(torch.autograd.Function):
-    """torch.mean over the last dimension as PyTorch >= 2.2 differentiates it: its backward
-    keeps the input's shape and element count, not the input (pytorch/pytorch#109935)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.shape = x.shape
-        return x.mean(-1, keepdim=True)
-
-    @staticmethod
-    def backward(ctx, g):
-        return g.expand(ctx.shape) / ctx.shape[-1]
 
 
 def saved_per_layer(c):
@@ -125,7 +114,7 @@ def saved_per_layer(c):
         return (x * cos + torch.cat((-x2, x1), -1) * sin).type_as(x)
 
     # The PyTorch release's mean: this one's (which keeps its input before 2.2), or 2.2's.
-    mean = Mean22.apply if c.get("torch22") else (lambda x: torch.mean(x, dim=-1, keepdim=True))
+    mean = MeanKeepsNoInput.apply if c.get("torch22") else (lambda x: torch.mean(x, dim=-1, keepdim=True))
 
     def rms(x, w):  # lit_gpt/rmsnorm.py of 2023: no upcast
         return w * (x * torch.rsqrt(mean(x * x) + 1e-5))
