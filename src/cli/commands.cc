@@ -135,9 +135,7 @@ Status ResolveLayout(PredictOptions& o, const ModelSpec& spec) {
     ASSIGN_OR_RETURN(o.train.hf_loss, ParseTransformersRelease(o.transformers, "--transformers"));
   }
   if (!o.torch.empty()) {
-    const std::optional<bool> keeps = MeanKeepsInputInTorch(o.torch);
-    if (!keeps) return bad("--torch", o.torch, "a release such as 2.1 or 2.5.1");
-    o.train.mean_keeps_input = *keeps;
+    ASSIGN_OR_RETURN(o.train.mean_keeps_input, ParseTorchRelease(o.torch, "--torch"));
   }
   auto offload = ParseOffload(o.offload);
   if (!offload) return bad("--offload", o.offload, "none, optimizer or params");

@@ -71,13 +71,7 @@ Status ResolveTransformers(const std::string& release, std::optional<Launcher> l
 // --torch: the PyTorch release the job runs with (before 2.2 an eager RMSNorm keeps x^2).
 Status ResolveTorch(const std::string& release, JobSpec* job) {
   if (release.empty()) return Status::Ok();
-  const std::optional<bool> keeps = MeanKeepsInputInTorch(release);
-  if (!keeps) {
-    return InvalidArgument(
-        "unknown value '" + release + "' (expected a release such as 2.1 or 2.5.1)", {},
-        "--torch");
-  }
-  job->limits.mean_keeps_input = *keeps;
+  ASSIGN_OR_RETURN(job->limits.mean_keeps_input, ParseTorchRelease(release, "--torch"));
   return Status::Ok();
 }
 

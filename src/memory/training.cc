@@ -163,6 +163,13 @@ std::optional<bool> MeanKeepsInputInTorch(std::string_view version) {
   return major < 2 || (major == 2 && minor < 2);
 }
 
+Result<bool> ParseTorchRelease(std::string_view version, const std::string& field) {
+  if (auto keeps = MeanKeepsInputInTorch(version)) return *keeps;
+  return InvalidArgument("unknown value '" + std::string(version) +
+                             "' (expected a release such as 2.1 or 2.5.1)",
+                         {}, field);
+}
+
 Result<HfLoss> ParseTransformersRelease(std::string_view version, const std::string& field) {
   if (auto chain = HfLossOfTransformers(version)) return *chain;
   return InvalidArgument("unknown value '" + std::string(version) +

@@ -140,6 +140,8 @@ Result<HfLoss> ParseTransformersRelease(std::string_view version, const std::str
 // (TrainingSpec::mean_keeps_input: before 2.2; a 2.2 nightly built before the change on
 // 2023-09-23 counts as 2.2); nullopt for a malformed release.
 std::optional<bool> MeanKeepsInputInTorch(std::string_view version);
+// The same, or an error naming `field`.
+Result<bool> ParseTorchRelease(std::string_view version, const std::string& field);
 
 enum class Offload { kNone, kOptimizer, kParams };
 const char* OffloadName(Offload o);

@@ -165,11 +165,7 @@ Status ValidateServeConfig(const ServeConfig& config) {
   if (!config.transformers.empty()) {
     RETURN_IF_ERROR(ParseTransformersRelease(config.transformers, "transformers").status());
   }
-  if (!config.torch.empty() && !MeanKeepsInputInTorch(config.torch)) {
-    return InvalidArgument(
-        "unknown value '" + config.torch + "' (expected a release such as 2.1 or 2.5.1)", {},
-        "torch");
-  }
+  if (!config.torch.empty()) RETURN_IF_ERROR(ParseTorchRelease(config.torch, "torch").status());
   return Status::Ok();
 }
 
