@@ -57,7 +57,7 @@ FRAMEWORK = {  # how each measured system maps onto the frameworks MARP models
 
 # Features MARP does not model yet; rows that use them are reported apart.
 UNMODELLED = ("float8", "torch.compile on", "+ compile", "chunked", "activation offloading",
-              "optimizer_in_bwd=true", "gemini")
+              "optimizer_in_bwd=true", "gemini", "megatron-fsdp")
 
 
 def features(r):
