@@ -680,7 +680,7 @@ def apply_finetune(model, finetune, rank, alpha, dropout, targets, compute_dtype
     parameter is upcast to fp32, as peft.prepare_model_for_kbit_training does. The adapters are
     `adapter_dtype` (PEFT's fp32, or 16-bit where a script casts them, as fsdp_qlora's casts
     the whole model). Returns the trainable parameters."""
-    names = LORA_TARGETS.get(targets) or tuple(targets.split(","))
+    names = tuple(n for word in targets.split(",") for n in LORA_TARGETS.get(word, (word,)))
     for p in model.parameters():
         p.requires_grad_(False)
     for blk in model.blocks:
@@ -694,6 +694,10 @@ def apply_finetune(model, finetune, rank, alpha, dropout, targets, compute_dtype
                 if name in names:
                     base = LoraLinear(base, rank, alpha, dropout)
                 setattr(parent, name, base)
+    if "lm_head" in names:
+        # The output layer adapted too (PEFT's target_modules with "lm_head", litgpt's
+        # lora_head); bitsandbytes leaves the head unquantised.
+        model.lm_head = LoraLinear(model.lm_head, rank, alpha, dropout)
     if finetune == "qlora":
         for p in model.parameters():
             if p.dtype in (torch.float16, torch.bfloat16):
@@ -823,7 +827,7 @@ def main():
                     help="the adapters' dtype: PEFT's fp32, or bf16 as scripts that cast the "
                          "model after get_peft_model have it")
     ap.add_argument("--lora-targets", default="all-linear",
-                    help="attention, all-linear, or module names (q_proj,v_proj,...)")
+                    help="attention, all-linear, or module names (q_proj,v_proj,...); lm_head adapts the output layer too")
     ap.add_argument("--no-double-quant", dest="double_quant", action="store_false")
     ap.add_argument("--keep-grads", action="store_true",
                     help="zero_grad(set_to_none=False), PyTorch < 2.0's default: gradients stay "

@@ -53,6 +53,10 @@ struct OutputActivations {
   int64_t loss_saved = 0;    // what the loss keeps (log-softmax output)
   int64_t loss_backward_transient = 0;  // gradients of the loss chain, at their peak
   int64_t loss_forward_transient = 0;   // what the loss's forward holds besides loss_saved
+  // An adapted output layer (LoRA's `lm_head` target): vocabulary-sized tensors beside the
+  // logits, in forward where its output joins the frozen layer's, and in backward where the
+  // logits' gradient is scaled into the adapter (OutputActivationBytes).
+  int64_t head_forward_transient = 0, head_backward_transient = 0;
   // A sliced HF chain (TrainingSpec::hf_loss), for the allocator replays, which need its
   // tensors one by one: elements of the logits and of the slice one position short, and the
   // bytes of an element of the logits and of the loss's copy.

@@ -87,10 +87,16 @@ double Nf4BytesPerWeight(bool double_quant) {
   return double_quant ? 0.5 + 1.0 / 64.0 + 4.0 / (64.0 * 256.0) : 0.5 + 4.0 / 64.0;
 }
 
+int64_t HeadAdapterParams(const ModelSpec& m, const LoraSpec& lora) {
+  if ((lora.targets & kLoraHead) == 0) return 0;
+  return lora.rank * (m.embedding_width() + m.vocab_size);
+}
+
 int64_t ModelAdapterParams(const ModelSpec& m, const LoraSpec& lora) {
   const int64_t n_moe = m.num_moe_layers();
   const int64_t sparse = n_moe > 0 ? n_moe * LayerAdapterParams(m, lora, true) : 0;
-  return (m.num_layers - n_moe) * LayerAdapterParams(m, lora, false) + sparse;
+  return (m.num_layers - n_moe) * LayerAdapterParams(m, lora, false) + sparse +
+         HeadAdapterParams(m, lora);
 }
 
 double ModelActiveAdapterParams(const ModelSpec& m, const LoraSpec& lora) {
@@ -105,7 +111,8 @@ double ModelActiveAdapterParams(const ModelSpec& m, const LoraSpec& lora) {
   };
   const int64_t n_moe = m.num_moe_layers();
   return static_cast<double>(m.num_layers - n_moe) * layer(false) +
-         (n_moe > 0 ? static_cast<double>(n_moe) * layer(true) : 0.0);
+         (n_moe > 0 ? static_cast<double>(n_moe) * layer(true) : 0.0) +
+         static_cast<double>(HeadAdapterParams(m, lora));
 }
 
 int64_t ModelLinearElements(const ModelSpec& m) {

@@ -51,7 +51,11 @@ bool ShardedQlora(const TrainingSpec& t, const ParallelPlan& p);
 // QLoRA. What the estimate accounts and `predict` prints.
 LoraSpec LoraAsRun(const TrainingSpec& t, const ParallelPlan& p);
 
-// Adapter parameters of the whole model.
+// Adapter parameters of the output layer (`lm_head` among the targets): A is rank x its input
+// width, B vocabulary x rank; the last stage holds them.
+int64_t HeadAdapterParams(const ModelSpec& m, const LoraSpec& lora);
+
+// Adapter parameters of the whole model, the output layer's included.
 int64_t ModelAdapterParams(const ModelSpec& m, const LoraSpec& lora);
 
 // Adapter parameters one token passes through (routed experts' adapters count top-k / experts):

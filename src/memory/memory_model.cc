@@ -70,7 +70,8 @@ RankLayer LayerOnRank(const ModelSpec& m, const LayerParams& l, const ParallelPl
 
 StageParams ParamsOnRank(const ModelSpec& m, const ParamCounts& c, const ParallelPlan& p,
                          const RankLayer& dense, const RankLayer& moe, int64_t n_dense,
-                         int64_t n_moe, bool first_stage, bool last_stage) {
+                         int64_t n_moe, bool first_stage, bool last_stage,
+                         int64_t head_adapters) {
   StageParams s;
   for (auto [layer, n] : {std::pair{&dense, n_dense}, std::pair{&moe, n_moe}}) {
     if (n == 0) continue;
@@ -100,6 +101,9 @@ StageParams ParamsOnRank(const ModelSpec& m, const ParamCounts& c, const Paralle
     s.head = head;
     s.head_matmul = c.head() / p.tp + (m.tied_embeddings ? c.token_embedding / p.tp : 0);
     s.matmul += s.head_matmul;
+    // The output layer's adapter (a fine-tune's `lm_head` target): trainable, on this stage.
+    s.total += head_adapters;
+    s.adapters += head_adapters;
     s.largest_tensor = std::max(s.largest_tensor, vocab_matrix);
     s.adafactor_state += m.vocab_size / p.tp + m.embedding_width();
   }
@@ -304,7 +308,8 @@ StageState MakeStageState(const ModelSpec& m, const TrainingSpec& t, const Paral
                           int64_t microbatches) {
   StageState s;
   s.sp = ParamsOnRank(m, counts, p, k.dense_params, k.moe_params, l.n_dense, l.n_moe, l.first_stage,
-                      l.last_stage);
+                      l.last_stage,
+                      t.finetune != FineTune::kFull ? HeadAdapterParams(m, t.lora) : 0);
   s.st = ModelStates(t, p, s.sp);
   s.act = (l.n_dense - l.n_dense_plain) * k.dense_act.saved +
           (l.n_moe - l.n_moe_plain) * k.moe_act.saved + l.n_dense_plain * k.dense_plain.saved +
@@ -370,12 +375,14 @@ std::pair<Phase, Phase> ForwardAndLossPhases(const StageState& s, const LayerKin
   b.gradients = s.grads_at_start;
   b.optimizer = s.st.optimizer;
   b.activations = s.act_all + out.saved + s.st.autocast_cache;
-  b.logits = out.logits_held + out.loss_saved + out.loss_forward_transient;
+  b.logits = out.logits_held + std::max(out.loss_saved + out.loss_forward_transient,
+                                        out.head_forward_transient);
   b.temporary = s.st.buckets + s.st.gather;
   b.overhead = k.workspace;
   Phase forward{"forward", b};
   b.activations = s.act_all + out.saved + s.cache_after_forward;
-  b.logits = s.logits_in_backward + out.loss_saved + out.loss_backward_transient;
+  b.logits = s.logits_in_backward + std::max(out.loss_saved + out.loss_backward_transient,
+                                              out.head_backward_transient);
   return {forward, Phase{last_stage ? "loss" : "forward", b}};
 }
 

@@ -1,4 +1,6 @@
 // The last stage's output layer and loss (OutputActivationBytes, memory/activations.h).
+#include <algorithm>
+
 #include "memory/activation_rules.h"
 #include "memory/activations.h"
 
@@ -7,7 +9,38 @@ namespace frenzy {
 using activation_rules::EagerNormSaved;
 using activation_rules::IsAutocast;
 using activation_rules::kF32;
+using activation_rules::MaskBytes;
 using activation_rules::UsesMegatronKernels;
+
+namespace {
+
+// LoRA on the output layer (PEFT's lora.Linear on `lm_head`, litgpt's LoRALinear with
+// lora_head): `result + lora_B(lora_A(dropout(x))) * scaling`, cast back to the frozen output's
+// dtype. Kept for backward, as an adapter of a layer keeps them (ApplyLora): its input (a 16-bit
+// cast under autocast, else x.to(adapter dtype): x itself, which the frozen layer no longer
+// keeps, or a copy) with dropout's mask, and A's output. Forward, where the two outputs are
+// summed: B's output scaled (the adapter's output dtype: 16-bit under autocast, else the
+// adapter's) and the sum (the wider of the two) beside the frozen output, which the logits
+// count. Backward: the logits' gradient, its cast to the sum's dtype where they differ, and
+// the scaled gradient B's backward reads.
+void AddHeadAdapter(const ModelSpec& m, const TrainingSpec& t, int64_t tokens, int64_t vocab,
+                    int64_t e, OutputActivations& out) {
+  const LoraSpec& l = t.lora;
+  if (t.finetune == FineTune::kFull || (l.targets & kLoraHead) == 0) return;
+  const bool autocast = t.mixed();
+  const int64_t ea = autocast ? e : l.adapter_bytes;  // the adapter's input and output dtype
+  const int64_t width = m.embedding_width();
+  out.saved += tokens * width * ea + tokens * l.rank * ea;
+  if (l.dropout > 0) out.saved += tokens * width * MaskBytes(t, autocast ? kF32 : ea);
+  const int64_t sum = std::max(e, ea);
+  out.head_forward_transient = tokens * vocab * (ea + sum);
+  // On the CPU a sum of mixed dtypes first casts its narrower input to a temporary
+  // (TensorIterator promotes CPU inputs by copy; CUDA kernels cast as they read).
+  if (t.device == DeviceKind::kCpu && sum != e) out.head_forward_transient += tokens * vocab * sum;
+  out.head_backward_transient = tokens * vocab * (e + (sum != e ? sum : 0) + ea);
+}
+
+}  // namespace
 
 OutputActivations OutputActivationBytes(const ModelSpec& m, const TrainingSpec& t,
                                         const ParallelPlan& p) {
@@ -62,6 +95,7 @@ OutputActivations OutputActivationBytes(const ModelSpec& m, const TrainingSpec& 
       if (frozen) out.saved -= th * e + (rms ? th * (m.gemma_norm ? kF32 : e) : 0);
     }
   }
+  AddHeadAdapter(m, t, tokens, vocab, e, out);
   if (t.head == HeadType::kMaskedLm) {
     // Transform dense + activation + norm before the decoder.
     out.saved += 3 * tokens * m.hidden_size * e;

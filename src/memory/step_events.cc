@@ -68,8 +68,11 @@ void AppendSlicedChain(const OutputActivations& o, bool logits_freed, StepEvents
 
 void AppendOutputEvents(const OutputActivations& o, bool logits_freed, StepEvents& ev) {
   const int64_t head = ev.Alloc(o.saved);
+  // An adapted output layer: its sum's tensors before the loss, its scaled gradient after.
+  ev.Free(ev.Alloc(o.head_forward_transient));
   if (o.chain != HfLoss::kPadded && o.logits_elems > 0) {
     AppendSlicedChain(o, logits_freed, ev);
+    ev.Free(ev.Alloc(o.head_backward_transient));
     ev.Free(head);
     return;
   }
@@ -82,7 +85,9 @@ void AppendOutputEvents(const OutputActivations& o, bool logits_freed, StepEvent
   }
   const int64_t g1 = ev.Alloc(o.loss_backward_transient / 2);
   const int64_t g2 = ev.Alloc(o.loss_backward_transient - o.loss_backward_transient / 2);
-  for (int64_t i : {g1, g2, loss, head, logits}) ev.Free(i);
+  for (int64_t i : {g1, g2, loss}) ev.Free(i);
+  ev.Free(ev.Alloc(o.head_backward_transient));
+  for (int64_t i : {head, logits}) ev.Free(i);
 }
 
 namespace {

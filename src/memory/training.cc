@@ -82,7 +82,7 @@ constexpr std::array<std::pair<Offload, const char*>, 3> kOffloads = {{
     {Offload::kOptimizer, "optimizer"},
     {Offload::kParams, "params"},
 }};
-constexpr std::array<std::pair<unsigned, const char*>, 7> kLoraModules = {{
+constexpr std::array<std::pair<unsigned, const char*>, 8> kLoraModules = {{
     {kLoraQ, "q_proj"},
     {kLoraK, "k_proj"},
     {kLoraV, "v_proj"},
@@ -90,6 +90,7 @@ constexpr std::array<std::pair<unsigned, const char*>, 7> kLoraModules = {{
     {kLoraGate, "gate_proj"},
     {kLoraUp, "up_proj"},
     {kLoraDown, "down_proj"},
+    {kLoraHead, "lm_head"},
 }};
 
 }  // namespace
@@ -184,13 +185,14 @@ std::optional<Offload> ParseOffload(std::string_view s) { return Parse(kOffloads
 std::optional<FineTune> ParseFineTune(std::string_view s) { return Parse(kFineTunes, s); }
 
 std::optional<unsigned> ParseLoraTargets(std::string_view s, std::string* bad) {
-  if (s == "attention") return kLoraAttention;
-  if (s == "all-linear" || s == "all") return kLoraAllLinear;
   unsigned targets = 0;
   while (!s.empty()) {
     const size_t comma = s.find(',');
     const std::string_view word = s.substr(0, comma);
+    // The two groups may be listed with more names ("all-linear,lm_head").
     std::optional<unsigned> bit = Parse(kLoraModules, word);
+    if (word == "attention") bit = kLoraAttention;
+    if (word == "all-linear" || word == "all") bit = kLoraAllLinear;
     if (!bit) {
       if (bad) *bad = std::string(word);
       return std::nullopt;
@@ -206,10 +208,13 @@ std::optional<unsigned> ParseLoraTargets(std::string_view s, std::string* bad) {
 }
 
 std::string LoraTargetsName(unsigned targets) {
-  if (targets == kLoraAllLinear) return "all-linear";
-  if (targets == kLoraAttention) return "attention";
-  std::string out;
+  const unsigned layers = targets & ~static_cast<unsigned>(kLoraHead);
+  const char* group = layers == kLoraAllLinear ? "all-linear"
+                      : layers == kLoraAttention ? "attention"
+                                                 : nullptr;
+  std::string out = group ? group : "";
   for (const auto& [bit, name] : kLoraModules) {
+    if (group && bit != kLoraHead) continue;
     if ((targets & bit) == 0) continue;
     if (!out.empty()) out += ',';
     out += name;

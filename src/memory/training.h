@@ -93,9 +93,11 @@ enum class FineTune { kFull, kLora, kQlora };
 const char* FineTuneName(FineTune f);
 std::optional<FineTune> ParseFineTune(std::string_view s);
 
-// The linear layers a LoRA adapter can wrap, as PEFT names them in Llama-style blocks.
+// The linear layers a LoRA adapter can wrap, as PEFT names them in Llama-style blocks, and the
+// output layer (`lm_head`; litgpt's `lora_head`), which PEFT's "all-linear" leaves out.
 enum LoraTarget : unsigned {
   kLoraQ = 1, kLoraK = 2, kLoraV = 4, kLoraO = 8, kLoraGate = 16, kLoraUp = 32, kLoraDown = 64,
+  kLoraHead = 128,
   kLoraAttention = kLoraQ | kLoraK | kLoraV | kLoraO,
   kLoraAllLinear = kLoraAttention | kLoraGate | kLoraUp | kLoraDown,
 };

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "memory/activations.h"
 #include "memory/memory_model.h"
 #include "zoo_model.h"
 
@@ -341,6 +342,48 @@ TEST(FineTune, ImpossibleSettingsSayWhy) {
   EXPECT_EQ(bad, "w9");
   EXPECT_EQ(*ParseLoraTargets("q_proj,v_proj"), unsigned{kLoraQ | kLoraV});
   EXPECT_EQ(LoraTargetsName(kLoraQ | kLoraV), "q_proj,v_proj");
+  // The output layer, alone or beside a group ("all-linear" leaves it out, as PEFT's does).
+  EXPECT_EQ(*ParseLoraTargets("all-linear,lm_head"), unsigned{kLoraAllLinear | kLoraHead});
+  EXPECT_EQ(LoraTargetsName(kLoraAllLinear | kLoraHead), "all-linear,lm_head");
+  EXPECT_EQ(*ParseLoraTargets("q_proj,lm_head"), unsigned{kLoraQ | kLoraHead});
+  EXPECT_EQ(LoraTargetsName(kLoraQ | kLoraHead), "q_proj,lm_head");
+  EXPECT_EQ((*ParseLoraTargets("all-linear") & kLoraHead), 0u);
+}
+
+TEST(FineTune, AnAdaptedOutputLayerAddsItsAdapterAndItsVocabularySizedTensors) {
+  // Llama-3-8B, r = 16 on every linear layer and lm_head: the head's A is 16 x 4096 and its B
+  // 128,256 x 16, so 41,943,040 + 16 x (4096 + 128,256) = 44,060,672 trainable parameters.
+  ModelSpec m = Zoo("llama-3-8b");
+  LoraSpec l;
+  l.rank = 16;
+  l.targets = kLoraAllLinear | kLoraHead;
+  EXPECT_EQ(HeadAdapterParams(m, l), 2'117'632);
+  EXPECT_EQ(ModelAdapterParams(m, l), 44'060'672);
+  TrainingSpec t;
+  t.framework = Framework::kHf;
+  t.finetune = FineTune::kLora;
+  t.lora = l;
+  t.seq_len = 512;
+  t.precision = Precision::kBf16Pure;  // a bf16 model, fp32 adapters: x.to(fp32) and back
+  // Forward, where the outputs meet: B's output scaled (fp32, 4 bytes) and the fp32 sum (4)
+  // beside the frozen layer's bf16 output; backward: the bf16 gradient of the logits, its fp32
+  // cast (the sum's) and the scaled gradient (4). 512 tokens x 128,256.
+  const int64_t tv = int64_t{512} * 128'256;
+  OutputActivations out = OutputActivationBytes(m, t, ParallelPlan{});
+  EXPECT_EQ(out.head_forward_transient, tv * (4 + 4));
+  EXPECT_EQ(out.head_backward_transient, tv * (2 + 4 + 4));
+  // Under autocast the adapter's output is bf16 and so is the sum: 2 + 2 and 2 + 2.
+  t.precision = Precision::kBf16;
+  out = OutputActivationBytes(m, t, ParallelPlan{});
+  EXPECT_EQ(out.head_forward_transient, tv * (2 + 2));
+  EXPECT_EQ(out.head_backward_transient, tv * (2 + 2));
+  // Not adapted: nothing of the kind, and the model's parameters drop by the head's adapter.
+  auto adapted = PredictMemory(m, t, ParallelPlan{});
+  t.lora.targets = kLoraAllLinear;
+  EXPECT_EQ(OutputActivationBytes(m, t, ParallelPlan{}).head_forward_transient, 0);
+  auto plain = PredictMemory(m, t, ParallelPlan{});
+  ASSERT_TRUE(adapted.ok() && plain.ok());
+  EXPECT_EQ(adapted->params - plain->params, 2'117'632);
 }
 
 }  // namespace

@@ -51,6 +51,11 @@ ARCHS = {
     "llama-gqa": {"model_type": "llama", "vocab_size": 1024, "hidden_size": 128,
                   "intermediate_size": 256, "num_hidden_layers": 3, "num_attention_heads": 8,
                   "num_key_value_heads": 2},
+    # A vocabulary 64x the width, as Llama-3's or Gemma's are 30-100x theirs: the output
+    # layer's tensors weigh as they do at scale (the LoRA cases on lm_head).
+    "llama-bigvocab": {"model_type": "llama", "vocab_size": 8192, "hidden_size": 128,
+                       "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+                       "num_key_value_heads": 2},
     "mistral-gqa-tied": {"model_type": "mistral", "vocab_size": 640, "hidden_size": 96,
                          "intermediate_size": 256, "num_hidden_layers": 2,
                          "num_attention_heads": 6, "num_key_value_heads": 3,
@@ -257,6 +262,18 @@ GRID += [
     ("neox-parallel", 2, 128, "bf16-pure", "adamw", "none", BF16_LORA),
     ("qwen3-qknorm", 2, 128, "bf16-pure", "adamw", "full",
      dict(BF16_LORA, lora_dropout=0.1, lora_targets="q_proj,k_proj,v_proj,up_proj,down_proj,gate_proj")),
+]
+# LoRA on the output layer too (`lm_head` among PEFT's target_modules; litgpt's lora_head):
+# fp32 adapters under autocast, over a pure-bf16 base (x.to(fp32) and an fp32 sum cast back),
+# 16-bit adapters, a tied head, QLoRA.
+HEAD = "all-linear,lm_head"
+GRID += [
+    ("llama-bigvocab", 2, 128, "bf16", "adamw", "none", dict(LORA, lora_targets=HEAD, lora_dropout=0.1)),
+    ("llama-bigvocab", 2, 128, "bf16-pure", "adamw", "none", dict(LORA, lora_targets="q_proj,v_proj,lm_head")),
+    ("llama-bigvocab", 2, 128, "bf16-pure", "adamw", "full", dict(BF16_LORA, lora_targets=HEAD, lora_dropout=0.1)),
+    ("llama-bigvocab", 2, 128, "fp32", "adamw", "none", dict(LORA, lora_targets="attention,lm_head")),
+    ("mistral-gqa-tied", 2, 96, "bf16-pure", "adamw", "none", dict(BF16_LORA, lora_targets=HEAD)),
+    ("llama-bigvocab", 2, 128, "bf16", "adamw", "none", dict(QLORA, lora_targets=HEAD)),
 ]
 # Gradient accumulation: several micro-batches a step, the gradients of the first alive while the
 # next run (the HF Trainer's gradient_accumulation_steps; predicted with --global-batch).
