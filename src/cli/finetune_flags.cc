@@ -14,8 +14,8 @@ void AddFineTuneFlags(CLI::App* cmd, FineTuneFlags* f) {
   cmd->add_option("--lora-dropout", f->lora.dropout, "Dropout on the adapters' input")
       ->capture_default_str();
   cmd->add_option("--lora-targets", f->lora_targets,
-                  "attention|all-linear|q_proj,v_proj,... (PEFT's target_modules); add lm_head to adapt "
-                  "the output layer too (all-linear,lm_head)")
+                  "attention|all-linear|q_proj,v_proj,... (PEFT's target_modules); add "
+                  "lm_head to adapt the output layer too (all-linear,lm_head)")
       ->capture_default_str();
   cmd->add_option("--lora-dtype", f->lora_dtype,
                   "fp32 (PEFT's default) or bf16/fp16 (adapters cast to 16 bits, as the QLoRA "
