@@ -21,6 +21,15 @@ int64_t MaskBytes(const TrainingSpec& t, int64_t input_bytes) {
   return t.device == DeviceKind::kCpu ? input_bytes : 1;
 }
 
+int64_t AdapterBytes(const TrainingSpec& t, int64_t e) {
+  return t.mixed() ? e : t.lora.adapter_bytes;
+}
+
+int64_t AdapterMaskBytes(const TrainingSpec& t, int64_t e) {
+  if (t.lora.dropout <= 0) return 0;
+  return MaskBytes(t, t.mixed() ? kF32 : AdapterBytes(t, e));
+}
+
 // Bytes a norm keeps for one input of `tokens` x h, eager PyTorch.
 //  LayerNorm (native_layer_norm): input, mean and rstd (fp32 per token); its output is kept by
 //    the next op and counted there... except that the next op is always a Linear that keeps it,

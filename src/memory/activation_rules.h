@@ -22,6 +22,12 @@ bool IsAutocast(const TrainingSpec& t);
 // Bytes per dropout-mask element for an input of `input_bytes`.
 int64_t MaskBytes(const TrainingSpec& t, int64_t input_bytes);
 
+// A LoRA adapter over activations of `e` bytes (PEFT's lora.Linear): the bytes of what it keeps
+// and outputs (autocast's 16-bit casts under mixed precision, else its own dtype), and of its
+// dropout's mask (0 without dropout; an fp32 mask of x.to(fp32) under autocast).
+int64_t AdapterBytes(const TrainingSpec& t, int64_t e);
+int64_t AdapterMaskBytes(const TrainingSpec& t, int64_t e);
+
 // Bytes a norm keeps for one input of `tokens` x `width` (the hidden size where 0), eager
 // PyTorch; `include_input` where nothing else keeps its input; `mean_keeps_input` under
 // PyTorch < 2.2 (TrainingSpec::mean_keeps_input: an RMSNorm's mean keeps x^2); `in_dtype` for

@@ -9,6 +9,8 @@
 namespace frenzy {
 namespace {
 
+using activation_rules::AdapterBytes;
+using activation_rules::AdapterMaskBytes;
 using activation_rules::EagerNormSaved;
 using activation_rules::IsAutocast;
 using activation_rules::kF32;
@@ -422,8 +424,8 @@ void ApplyLora(const ModelSpec& m, const TrainingSpec& t, const EagerShape& x, b
   // Without autocast an adapter reads x.to(its dtype): x itself, or (fp32 adapters on a bf16
   // model) a copy its A keeps, whose gradient its backward casts back.
   const bool cast = !copies && l.adapter_bytes != x.e;
-  const int64_t T = x.tokens, e = x.e, ea = copies ? e : l.adapter_bytes;
-  const int64_t drop_mask = l.dropout > 0 ? MaskBytes(t, copies ? kF32 : ea) : 0;
+  const int64_t T = x.tokens, e = x.e, ea = AdapterBytes(t, e);
+  const int64_t drop_mask = AdapterMaskBytes(t, e);
   const bool qlora = t.finetune == FineTune::kQlora;
   constexpr unsigned kQkv = kLoraQ | kLoraK | kLoraV;
   // What a frozen norm no longer feeds: the frozen layers' casts (autocast), or its output.

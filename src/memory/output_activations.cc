@@ -9,7 +9,8 @@ namespace frenzy {
 using activation_rules::EagerNormSaved;
 using activation_rules::IsAutocast;
 using activation_rules::kF32;
-using activation_rules::MaskBytes;
+using activation_rules::AdapterBytes;
+using activation_rules::AdapterMaskBytes;
 using activation_rules::UsesMegatronKernels;
 
 namespace {
@@ -27,11 +28,9 @@ void AddHeadAdapter(const ModelSpec& m, const TrainingSpec& t, int64_t tokens, i
                     int64_t e, OutputActivations& out) {
   const LoraSpec& l = t.lora;
   if (t.finetune == FineTune::kFull || (l.targets & kLoraHead) == 0) return;
-  const bool autocast = t.mixed();
-  const int64_t ea = autocast ? e : l.adapter_bytes;  // the adapter's input and output dtype
+  const int64_t ea = AdapterBytes(t, e);  // the adapter's input and output dtype
   const int64_t width = m.embedding_width();
-  out.saved += tokens * width * ea + tokens * l.rank * ea;
-  if (l.dropout > 0) out.saved += tokens * width * MaskBytes(t, autocast ? kF32 : ea);
+  out.saved += tokens * width * (ea + AdapterMaskBytes(t, e)) + tokens * l.rank * ea;
   const int64_t sum = std::max(e, ea);
   out.head_forward_transient = tokens * vocab * (ea + sum);
   // On the CPU a sum of mixed dtypes first casts its narrower input to a temporary

@@ -92,6 +92,12 @@ constexpr std::array<std::pair<unsigned, const char*>, 8> kLoraModules = {{
     {kLoraDown, "down_proj"},
     {kLoraHead, "lm_head"},
 }};
+// The groups a target list may name (the first spelling is the one printed).
+constexpr std::array<std::pair<unsigned, const char*>, 3> kLoraGroups = {{
+    {kLoraAllLinear, "all-linear"},
+    {kLoraAllLinear, "all"},
+    {kLoraAttention, "attention"},
+}};
 
 }  // namespace
 
@@ -189,10 +195,9 @@ std::optional<unsigned> ParseLoraTargets(std::string_view s, std::string* bad) {
   while (!s.empty()) {
     const size_t comma = s.find(',');
     const std::string_view word = s.substr(0, comma);
-    // The two groups may be listed with more names ("all-linear,lm_head").
-    std::optional<unsigned> bit = Parse(kLoraModules, word);
-    if (word == "attention") bit = kLoraAttention;
-    if (word == "all-linear" || word == "all") bit = kLoraAllLinear;
+    // A group may be listed with more names ("all-linear,lm_head").
+    std::optional<unsigned> bit = Parse(kLoraGroups, word);
+    if (!bit) bit = Parse(kLoraModules, word);
     if (!bit) {
       if (bad) *bad = std::string(word);
       return std::nullopt;
@@ -208,10 +213,12 @@ std::optional<unsigned> ParseLoraTargets(std::string_view s, std::string* bad) {
 }
 
 std::string LoraTargetsName(unsigned targets) {
+  // A group names the layers it covers; the output layer is never in one.
   const unsigned layers = targets & ~static_cast<unsigned>(kLoraHead);
-  const char* group = layers == kLoraAllLinear ? "all-linear"
-                      : layers == kLoraAttention ? "attention"
-                                                 : nullptr;
+  const char* group = nullptr;
+  for (const auto& [bits, name] : kLoraGroups) {
+    if (!group && bits == layers) group = name;
+  }
   std::string out = group ? group : "";
   for (const auto& [bit, name] : kLoraModules) {
     if (group && bit != kLoraHead) continue;
